@@ -1,0 +1,666 @@
+//! Configuration: `config/default.toml` (embedded in the binary) is the single place where defaults live.
+//!
+//! Loading is layered: the embedded defaults, then an operator's file deep-merged over them, then
+//! environment variables `CLOAKD_<SECTION>__<KEY>` (nested keys joined by `__`). The merged document is
+//! deserialized into raw structs that reject unknown keys, and [`RawConfig::validate`] turns it into the
+//! typed [`Config`] with messages that name the key and the rule.
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The embedded default configuration (the file `config/default.toml`).
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Prefix of environment variables that override configuration keys.
+pub const ENV_PREFIX: &str = "CLOAKD_";
+
+/// A configuration problem, naming the key (or file) and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{key}: {rule}")]
+    Invalid { key: String, rule: String },
+}
+
+fn invalid(key: &str, rule: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        rule: rule.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw (as written) configuration
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub server: RawServer,
+    pub location: RawLocation,
+    pub transactions: RawTransactions,
+    pub tables: RawTables,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: String,
+    pub max_concurrent_streams: u32,
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLocation {
+    pub services: Vec<String>,
+    pub default_k: u32,
+    pub min_k: u32,
+    pub max_k: u32,
+    pub default_dx_m: f64,
+    pub default_dy_m: f64,
+    pub max_dx_m: f64,
+    pub max_dy_m: f64,
+    pub default_dt_ms: u64,
+    pub max_dt_ms: u64,
+    pub max_payload_bytes: usize,
+    pub search: String,
+    pub max_pending: usize,
+    pub max_pending_per_stream: usize,
+    pub max_client_streams: usize,
+    pub max_provider_streams: usize,
+    pub provider_queue: usize,
+    pub client_queue: usize,
+    pub answer_ttl_ms: u64,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTransactions {
+    pub data_dir: PathBuf,
+    pub max_items_per_record: usize,
+    pub max_item_bytes: usize,
+    pub max_open_records: usize,
+    pub subscriber_queue: usize,
+    pub defaults: RawStreamSettings,
+    #[serde(default)]
+    pub streams: BTreeMap<String, RawStreamOverride>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStreamSettings {
+    pub rho: f64,
+    pub mode: String,
+    pub m: u32,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub window_records: usize,
+    pub window_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStreamOverride {
+    pub rho: Option<f64>,
+    pub mode: Option<String>,
+    pub m: Option<u32>,
+    pub epsilon: Option<f64>,
+    pub delta: Option<f64>,
+    pub window_records: Option<usize>,
+    pub window_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTables {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+    pub max_concurrent_jobs: usize,
+    pub rows_per_chunk: usize,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Typed (validated) configuration
+// ---------------------------------------------------------------------------------------------
+
+/// The validated configuration of the whole daemon.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub location: LocationConfig,
+    pub transactions: TransactionsConfig,
+    pub tables: TablesConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub max_concurrent_streams: u32,
+    pub shutdown_grace: Duration,
+}
+
+pub use crate::location::SearchMode;
+
+#[derive(Debug, Clone)]
+pub struct LocationConfig {
+    pub services: Vec<String>,
+    pub default_k: u32,
+    pub min_k: u32,
+    pub max_k: u32,
+    pub default_dx_m: f64,
+    pub default_dy_m: f64,
+    pub max_dx_m: f64,
+    pub max_dy_m: f64,
+    pub default_dt_ms: u64,
+    pub max_dt_ms: u64,
+    pub max_payload_bytes: usize,
+    pub search: SearchMode,
+    pub max_pending: usize,
+    pub max_pending_per_stream: usize,
+    pub max_client_streams: usize,
+    pub max_provider_streams: usize,
+    pub provider_queue: usize,
+    pub client_queue: usize,
+    pub answer_ttl_ms: u64,
+    /// `None`: draw a seed from the operating system.
+    pub seed: Option<u64>,
+}
+
+/// Anonymization mode of a transaction stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RhoMode {
+    /// rho^m-uncertainty against every adversary with |Q| <= m.
+    Exact,
+    /// (eps, delta)-rho^m-uncertainty by sampling adversaries.
+    Sampled { epsilon: f64, delta: f64 },
+}
+
+/// Settings of one transaction stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamSettings {
+    pub rho: f64,
+    pub m: u32,
+    pub mode: RhoMode,
+    pub window_records: usize,
+    pub window: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct TransactionsConfig {
+    pub data_dir: PathBuf,
+    pub max_items_per_record: usize,
+    pub max_item_bytes: usize,
+    pub max_open_records: usize,
+    pub subscriber_queue: usize,
+    pub defaults: StreamSettings,
+    pub streams: BTreeMap<String, StreamSettings>,
+}
+
+impl TransactionsConfig {
+    /// The settings of `stream`: its own section if configured, the defaults otherwise.
+    pub fn settings_for(&self, stream: &str) -> &StreamSettings {
+        self.streams.get(stream).unwrap_or(&self.defaults)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TablesConfig {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+    pub max_concurrent_jobs: usize,
+    pub rows_per_chunk: usize,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+impl Config {
+    /// The embedded defaults, with environment overrides applied.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// The embedded defaults only (no file, no environment): what tests start from.
+    pub fn embedded_defaults() -> Config {
+        Self::load_with_env(None, std::iter::empty())
+            .expect("the embedded config/default.toml is valid (checked by a unit test)")
+    }
+
+    /// Layered loading with an explicit environment (for tests).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut doc: toml::Table =
+            toml::from_str(DEFAULT_TOML).map_err(|e| ConfigError::Parse {
+                origin: "embedded config/default.toml".into(),
+                message: e.to_string(),
+            })?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let overlay: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                origin: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            merge(&mut doc, overlay);
+        }
+        let mut env: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+            .collect();
+        env.sort();
+        for (name, value) in env {
+            apply_env(&mut doc, &name, &value)?;
+        }
+        let raw =
+            RawConfig::deserialize(toml::Value::Table(doc)).map_err(|e| ConfigError::Parse {
+                origin: "configuration".into(),
+                message: e.to_string(),
+            })?;
+        raw.validate()
+    }
+}
+
+/// Deep-merges `overlay` into `base`: tables merge key by key, anything else replaces.
+fn merge(base: &mut toml::Table, overlay: toml::Table) {
+    for (key, value) in overlay {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(key, v);
+            }
+        }
+    }
+}
+
+/// Applies `CLOAKD_A__B__C=value` as key `a.b.c` (lower-cased).
+fn apply_env(doc: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
+    let path: Vec<String> = name[ENV_PREFIX.len()..]
+        .split("__")
+        .map(|part| part.to_ascii_lowercase())
+        .collect();
+    if path.iter().any(|p| p.is_empty()) {
+        return Err(invalid(
+            name,
+            "environment override must look like CLOAKD_<SECTION>__<KEY>",
+        ));
+    }
+    let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let (last, parents) = path.split_last().expect("path has at least one part");
+    let mut table = doc;
+    for part in parents {
+        let entry = table
+            .entry(part.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = match entry {
+            toml::Value::Table(t) => t,
+            _ => return Err(invalid(name, format!("`{part}` is not a section"))),
+        };
+    }
+    table.insert(last.clone(), parsed);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------------
+
+fn positive_usize(key: &str, v: usize) -> Result<usize, ConfigError> {
+    if v == 0 {
+        Err(invalid(key, "must be at least 1"))
+    } else {
+        Ok(v)
+    }
+}
+
+fn positive_metres(key: &str, v: f64) -> Result<f64, ConfigError> {
+    if !v.is_finite() || v <= 0.0 {
+        Err(invalid(
+            key,
+            format!("must be a finite number > 0 (got {v})"),
+        ))
+    } else {
+        Ok(v)
+    }
+}
+
+fn open_unit(key: &str, v: f64) -> Result<f64, ConfigError> {
+    if v.is_finite() && v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(invalid(key, format!("must lie in (0, 1) (got {v})")))
+    }
+}
+
+impl RawConfig {
+    /// Checks every rule once and produces the typed configuration.
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        Ok(Config {
+            server: self.server.validate()?,
+            location: self.location.validate()?,
+            transactions: self.transactions.validate()?,
+            tables: self.tables.validate()?,
+        })
+    }
+}
+
+impl RawServer {
+    fn validate(self) -> Result<ServerConfig, ConfigError> {
+        let listen = self.listen.parse::<SocketAddr>().map_err(|e| {
+            invalid(
+                "server.listen",
+                format!("must be IP:PORT, like 127.0.0.1:50051 ({e})"),
+            )
+        })?;
+        if self.max_concurrent_streams == 0 {
+            return Err(invalid(
+                "server.max_concurrent_streams",
+                "must be at least 1",
+            ));
+        }
+        Ok(ServerConfig {
+            listen,
+            max_concurrent_streams: self.max_concurrent_streams,
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+        })
+    }
+}
+
+impl RawLocation {
+    fn validate(self) -> Result<LocationConfig, ConfigError> {
+        if self.services.is_empty() {
+            return Err(invalid(
+                "location.services",
+                "must name at least one service",
+            ));
+        }
+        if let Some(bad) = self.services.iter().find(|s| s.trim().is_empty()) {
+            return Err(invalid(
+                "location.services",
+                format!("service names must not be empty (got {bad:?})"),
+            ));
+        }
+        if self.min_k < 1 {
+            return Err(invalid("location.min_k", "must be at least 1"));
+        }
+        if self.max_k < self.min_k {
+            return Err(invalid(
+                "location.max_k",
+                format!("must be >= location.min_k ({})", self.min_k),
+            ));
+        }
+        if !(self.min_k..=self.max_k).contains(&self.default_k) {
+            return Err(invalid(
+                "location.default_k",
+                format!(
+                    "must lie in [min_k, max_k] = [{}, {}]",
+                    self.min_k, self.max_k
+                ),
+            ));
+        }
+        let max_dx_m = positive_metres("location.max_dx_m", self.max_dx_m)?;
+        let max_dy_m = positive_metres("location.max_dy_m", self.max_dy_m)?;
+        let default_dx_m = positive_metres("location.default_dx_m", self.default_dx_m)?;
+        let default_dy_m = positive_metres("location.default_dy_m", self.default_dy_m)?;
+        if default_dx_m > max_dx_m {
+            return Err(invalid(
+                "location.default_dx_m",
+                "must be <= location.max_dx_m",
+            ));
+        }
+        if default_dy_m > max_dy_m {
+            return Err(invalid(
+                "location.default_dy_m",
+                "must be <= location.max_dy_m",
+            ));
+        }
+        if self.max_dt_ms == 0 {
+            return Err(invalid("location.max_dt_ms", "must be at least 1"));
+        }
+        if self.default_dt_ms == 0 || self.default_dt_ms > self.max_dt_ms {
+            return Err(invalid(
+                "location.default_dt_ms",
+                "must lie in [1, location.max_dt_ms]",
+            ));
+        }
+        let search = match self.search.as_str() {
+            "local-k" => SearchMode::LocalK,
+            "nbr-k" => SearchMode::NbrK,
+            other => {
+                return Err(invalid(
+                    "location.search",
+                    format!("must be \"local-k\" or \"nbr-k\" (got {other:?})"),
+                ));
+            }
+        };
+        Ok(LocationConfig {
+            services: self.services,
+            default_k: self.default_k,
+            min_k: self.min_k,
+            max_k: self.max_k,
+            default_dx_m,
+            default_dy_m,
+            max_dx_m,
+            max_dy_m,
+            default_dt_ms: self.default_dt_ms,
+            max_dt_ms: self.max_dt_ms,
+            max_payload_bytes: self.max_payload_bytes,
+            search,
+            max_pending: positive_usize("location.max_pending", self.max_pending)?,
+            max_pending_per_stream: positive_usize(
+                "location.max_pending_per_stream",
+                self.max_pending_per_stream,
+            )?,
+            max_client_streams: positive_usize(
+                "location.max_client_streams",
+                self.max_client_streams,
+            )?,
+            max_provider_streams: positive_usize(
+                "location.max_provider_streams",
+                self.max_provider_streams,
+            )?,
+            provider_queue: positive_usize("location.provider_queue", self.provider_queue)?,
+            client_queue: positive_usize("location.client_queue", self.client_queue)?,
+            answer_ttl_ms: self.answer_ttl_ms,
+            seed: (self.seed != 0).then_some(self.seed),
+        })
+    }
+}
+
+impl RawStreamSettings {
+    fn validate(self, section: &str) -> Result<StreamSettings, ConfigError> {
+        let key = |k: &str| format!("{section}.{k}");
+        let rho = open_unit(&key("rho"), self.rho)?;
+        if self.m < 1 {
+            return Err(invalid(&key("m"), "must be at least 1"));
+        }
+        let mode = match self.mode.as_str() {
+            "exact" => RhoMode::Exact,
+            "sampled" => RhoMode::Sampled {
+                epsilon: open_unit(&key("epsilon"), self.epsilon)?,
+                delta: open_unit(&key("delta"), self.delta)?,
+            },
+            other => {
+                return Err(invalid(
+                    &key("mode"),
+                    format!("must be \"exact\" or \"sampled\" (got {other:?})"),
+                ));
+            }
+        };
+        if self.window_ms == 0 {
+            return Err(invalid(&key("window_ms"), "must be at least 1"));
+        }
+        Ok(StreamSettings {
+            rho,
+            m: self.m,
+            mode,
+            window_records: positive_usize(&key("window_records"), self.window_records)?,
+            window: Duration::from_millis(self.window_ms),
+        })
+    }
+}
+
+impl RawTransactions {
+    fn validate(self) -> Result<TransactionsConfig, ConfigError> {
+        let defaults = self.defaults.clone().validate("transactions.defaults")?;
+        let mut streams = BTreeMap::new();
+        for (name, o) in self.streams {
+            if name.trim().is_empty() {
+                return Err(invalid(
+                    "transactions.streams",
+                    "stream names must not be empty",
+                ));
+            }
+            let d = &self.defaults;
+            let merged = RawStreamSettings {
+                rho: o.rho.unwrap_or(d.rho),
+                mode: o.mode.unwrap_or_else(|| d.mode.clone()),
+                m: o.m.unwrap_or(d.m),
+                epsilon: o.epsilon.unwrap_or(d.epsilon),
+                delta: o.delta.unwrap_or(d.delta),
+                window_records: o.window_records.unwrap_or(d.window_records),
+                window_ms: o.window_ms.unwrap_or(d.window_ms),
+            };
+            let settings = merged.validate(&format!("transactions.streams.{name}"))?;
+            streams.insert(name, settings);
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("transactions.data_dir", "must not be empty"));
+        }
+        Ok(TransactionsConfig {
+            data_dir: self.data_dir,
+            max_items_per_record: positive_usize(
+                "transactions.max_items_per_record",
+                self.max_items_per_record,
+            )?,
+            max_item_bytes: positive_usize("transactions.max_item_bytes", self.max_item_bytes)?,
+            max_open_records: positive_usize(
+                "transactions.max_open_records",
+                self.max_open_records,
+            )?,
+            subscriber_queue: positive_usize(
+                "transactions.subscriber_queue",
+                self.subscriber_queue,
+            )?,
+            defaults,
+            streams,
+        })
+    }
+}
+
+impl RawTables {
+    fn validate(self) -> Result<TablesConfig, ConfigError> {
+        Ok(TablesConfig {
+            max_rows: positive_usize("tables.max_rows", self.max_rows)?,
+            max_bytes: positive_usize("tables.max_bytes", self.max_bytes)?,
+            max_concurrent_jobs: positive_usize(
+                "tables.max_concurrent_jobs",
+                self.max_concurrent_jobs,
+            )?,
+            rows_per_chunk: positive_usize("tables.rows_per_chunk", self.rows_per_chunk)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn embedded_defaults_are_valid() {
+        let cfg = Config::embedded_defaults();
+        assert_eq!(cfg.server.listen.port(), 50051);
+        assert_eq!(cfg.location.search, SearchMode::NbrK);
+        assert_eq!(cfg.transactions.defaults.rho, 0.5);
+        assert_eq!(cfg.transactions.defaults.m, 3);
+        assert_eq!(cfg.transactions.defaults.window_records, 10_000);
+        assert_eq!(cfg.transactions.defaults.window, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn environment_overrides_keys() {
+        let cfg = Config::load_with_env(
+            None,
+            env(&[
+                ("CLOAKD_SERVER__LISTEN", "127.0.0.1:0"),
+                ("CLOAKD_LOCATION__DEFAULT_K", "7"),
+                ("CLOAKD_LOCATION__SERVICES", "[\"a\", \"b\"]"),
+                ("CLOAKD_TRANSACTIONS__STREAMS__CLICKS__RHO", "0.3"),
+                ("OTHER", "ignored"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(cfg.server.listen.port(), 0);
+        assert_eq!(cfg.location.default_k, 7);
+        assert_eq!(cfg.location.services, vec!["a", "b"]);
+        assert_eq!(cfg.transactions.settings_for("clicks").rho, 0.3);
+        assert_eq!(cfg.transactions.settings_for("other").rho, 0.5);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = Config::load_with_env(None, env(&[("CLOAKD_LOCATION__DEFALT_K", "3")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("defalt_k"), "{err}");
+    }
+
+    #[test]
+    fn rules_name_the_key() {
+        let cases = [
+            ("CLOAKD_LOCATION__MIN_K", "0", "location.min_k"),
+            ("CLOAKD_LOCATION__DEFAULT_K", "99", "location.default_k"),
+            ("CLOAKD_LOCATION__SEARCH", "\"clique\"", "location.search"),
+            ("CLOAKD_SERVER__LISTEN", "nowhere", "server.listen"),
+            (
+                "CLOAKD_TRANSACTIONS__DEFAULTS__RHO",
+                "1.5",
+                "transactions.defaults.rho",
+            ),
+            ("CLOAKD_LOCATION__MAX_DX_M", "-1.0", "location.max_dx_m"),
+        ];
+        for (var, value, key) in cases {
+            let err = Config::load_with_env(None, env(&[(var, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(key), "{var}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn file_overlays_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[location]\ndefault_k = 3\n").unwrap();
+        let cfg = Config::load_with_env(Some(&path), env(&[])).unwrap();
+        assert_eq!(cfg.location.default_k, 3);
+        assert_eq!(cfg.location.max_k, 50);
+        std::fs::write(&path, "[location]\nbogus = 3\n").unwrap();
+        assert!(Config::load_with_env(Some(&path), env(&[])).is_err());
+    }
+}

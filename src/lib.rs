@@ -1,0 +1,27 @@
+//! cloakd: a privacy broker.
+//!
+//! Three engines hold the science and nothing else (plain synchronous Rust, time passed in, randomness
+//! from a seeded RNG): [`location`] (CliqueCloak k-anonymous location cloaking), [`transactions`]
+//! (personalized rho-uncertainty by suppression) and [`relational`] (Mondrian with k-anonymity,
+//! l-diversity, t-closeness, delta-disclosure) with [`metrics`]. Around them, thin adapters: [`service`]
+//! (gRPC), [`store`] (durable state), [`daemon`] (wiring, shutdown) and [`cli`] (batch commands).
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod location;
+pub mod metrics;
+pub mod relational;
+pub mod service;
+pub mod store;
+pub mod transactions;
+
+/// Generated protobuf and gRPC code of package `cloakd.v1`.
+pub mod proto {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("cloakd.v1");
+
+    /// Encoded file descriptor set, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cloakd_descriptor");
+}

@@ -1,0 +1,1 @@
+//! CliqueCloak search (to be written).

@@ -1,0 +1,123 @@
+//! Location cloaking for location-based services: personalized k-anonymity with CliqueCloak
+//! (Gedik & Liu, "Protecting Location Privacy with Personalized k-Anonymity", TMC 2008).
+//!
+//! A message m = (user, point P, arrival t, k, dx, dy, dt) has the constraint box
+//! Bcn(m) = [x ± dx] × [y ± dy] × [t ± dt] and the deadline t + dt. Pending messages form the constraint
+//! graph: an edge joins two messages of *different* users when each one's point (and arrival time) lies
+//! in the other's constraint box. A clique of size >= the largest k among its members is cloaked
+//! together: every member is forwarded with the same cloaking box (the minimum bounding rectangle of the
+//! members' points) and the same time interval [earliest arrival, latest arrival].
+//!
+//! Invariants the engine keeps (checked by the brute-force checker in the tests):
+//! - a forwarded group has >= max k of its members, all of distinct users, pairwise adjacent;
+//! - every member's point lies in the cloaking box, and the cloaking box lies in every member's
+//!   constraint box; the interval lies in every member's temporal constraint;
+//! - a group is forwarded no later than any member's deadline; a message whose deadline passed while it
+//!   was pending is reported expired and never forwarded; every message gets exactly one outcome;
+//! - pseudonyms are fresh (random, 128 bits) per forwarded message.
+//!
+//! The engine is pure: no clock (time is an argument), no I/O, randomness from a seeded RNG, so for a
+//! given input order and seed its output is deterministic.
+
+pub mod engine;
+pub mod geo;
+
+pub use engine::Engine;
+pub use geo::GeoBox;
+
+/// Broker-internal identifier of one pending request, unique for the engine's lifetime (the caller
+/// assigns it).
+pub type RequestId = u64;
+
+/// Broker-internal key of a user: two requests share a key exactly when they come from the same user.
+pub type UserKey = u64;
+
+/// Clique search strategy of CliqueCloak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchMode {
+    /// On each arrival, look for a clique among the neighbours whose k is at most the new message's k.
+    LocalK,
+    /// Also try the larger k values found among the neighbours (serves demanding messages sooner).
+    NbrK,
+}
+
+/// One location request as the engine sees it (already validated by the caller).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloakRequest {
+    pub id: RequestId,
+    pub user: UserKey,
+    /// WGS84 degrees.
+    pub lat: f64,
+    pub lon: f64,
+    /// Anonymity level: forwarded only in a group of >= k messages of distinct users.
+    pub k: u32,
+    /// Spatial tolerance in metres (half-widths of the constraint box, east-west and north-south).
+    pub dx_m: f64,
+    pub dy_m: f64,
+    /// Temporal tolerance in milliseconds; the deadline is `arrival_ms + dt_ms`.
+    pub dt_ms: u64,
+    /// Arrival time, Unix ms (the broker's clock).
+    pub arrival_ms: i64,
+}
+
+impl CloakRequest {
+    /// The last instant at which this request may still be forwarded.
+    pub fn deadline_ms(&self) -> i64 {
+        self.arrival_ms
+            .saturating_add(i64::try_from(self.dt_ms).unwrap_or(i64::MAX))
+    }
+
+    /// The spatial part of the constraint box, in degrees.
+    pub fn constraint_box(&self) -> GeoBox {
+        geo::constraint_box(self.lat, self.lon, self.dx_m, self.dy_m)
+    }
+}
+
+/// A one-time pseudonym: 128 random bits, shown as 32 lower-case hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pseudonym(pub u128);
+
+impl std::fmt::Display for Pseudonym {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl std::str::FromStr for Pseudonym {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        u128::from_str_radix(s, 16).map(Pseudonym)
+    }
+}
+
+/// A set of requests cloaked together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloakedGroup {
+    /// The members and the fresh pseudonym each is forwarded under.
+    pub members: Vec<(RequestId, Pseudonym)>,
+    /// Minimum bounding rectangle of the members' points, degrees.
+    pub cloaking_box: GeoBox,
+    /// Earliest and latest arrival among the members (Unix ms); `t_end_ms` is when the group formed.
+    pub t_start_ms: i64,
+    pub t_end_ms: i64,
+}
+
+/// What happened to pending requests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Cloaked(CloakedGroup),
+    /// The request's deadline passed before it could be made k-anonymous; it was never forwarded.
+    Expired {
+        id: RequestId,
+        deadline_ms: i64,
+    },
+}
+
+/// Why the engine refused a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("request id {0} is already pending")]
+    DuplicateId(RequestId),
+    #[error("{field}: {rule}")]
+    Invalid { field: &'static str, rule: String },
+}

@@ -1,0 +1,16 @@
+//! The `cloakd` binary: parses the command line, sets up logging and calls into the library.
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cloakd::cli::Cli::parse();
+    cloakd::cli::init_tracing();
+    match cloakd::cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("cloakd: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
