@@ -16,6 +16,7 @@ pub mod relational;
 pub mod service;
 pub mod store;
 pub mod transactions;
+pub mod workload;
 
 /// Generated protobuf and gRPC code of package `cloakd.v1`.
 pub mod proto {
