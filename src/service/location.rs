@@ -586,13 +586,13 @@ impl Broker {
                 break;
             }
             self.route_expiry.pop_front();
-            if let Some(route) = self.routes.remove(&pseudonym) {
-                if !route.answered {
-                    if let Some(state) = self.clients.get_mut(&route.client) {
-                        state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
-                    }
-                    self.maybe_close(route.client);
+            if let Some(route) = self.routes.remove(&pseudonym)
+                && !route.answered
+            {
+                if let Some(state) = self.clients.get_mut(&route.client) {
+                    state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
                 }
+                self.maybe_close(route.client);
             }
         }
     }
@@ -711,7 +711,7 @@ impl LocationServices {
     /// Starts the broker actor; it stops when `shutdown` turns true (or every handle is dropped).
     pub fn start(cfg: LocationConfig, shutdown: watch::Receiver<bool>) -> LocationServices {
         let cfg = Arc::new(cfg);
-        let seed = cfg.seed.unwrap_or_else(|| rand::random::<u64>());
+        let seed = cfg.seed.unwrap_or_else(rand::random::<u64>);
         let (senders, receivers): (Vec<_>, Vec<_>) = cfg
             .services
             .iter()
