@@ -24,8 +24,8 @@
 //! areas at the price of occasionally missing a clique that exists (that request then waits for later
 //! arrivals or expires; it is never forwarded unsafely).
 //!
-//! Invariants (see the module docs of [`crate::location`]): groups are cliques of distinct users of size
-//! >= every member's k; the cloaking box is the MBR of the exact member points; expiry is strict
+//! Invariants (see the module docs of [`crate::location`]): groups are cliques of distinct users whose
+//! size is at least every member's k; the cloaking box is the MBR of the exact member points; expiry is strict
 //! (`deadline < now`) and happens before a new arrival is considered, so every member of a group formed
 //! at time t has `deadline >= t`. Output is a deterministic function of the call sequence and the seed:
 //! the id map is only used for lookups, never iterated, and every ordering used has a total tie-break.
