@@ -5,12 +5,17 @@
 //! dt = 10 s. One iteration = a fresh engine fed the first `PREFIX` requests, then a final expiry.
 //! Prints the cloaking quality of one run (success rate, mean relative anonymity, mean relative
 //! spatial resolution) once per search mode.
+//!
+//! Two measurements: wall-clock time (criterion's default, group `location_engine`) and the CPU time
+//! of the benchmarking thread (group `location_engine_cpu`, read from `/proc/thread-self/schedstat`,
+//! Linux only), which stays meaningful when other processes compete for the cores.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 
 use cloakd::location::replay::{CloakingQuality, ReplayParams, requests_from_trace};
 use cloakd::location::{CloakRequest, Engine, SearchMode};
+use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// Requests per iteration (about 55 s of the 10k trace).
@@ -57,7 +62,7 @@ fn quality(mode: SearchMode, requests: &[CloakRequest]) -> CloakingQuality {
     quality
 }
 
-fn bench(c: &mut Criterion) {
+fn requests() -> Option<Vec<CloakRequest>> {
     let path = trace_path();
     let points = match cloakd::workload::read_trace_file(&path, Some(PREFIX)) {
         Ok(points) => points,
@@ -66,10 +71,16 @@ fn bench(c: &mut Criterion) {
                 "location_engine: cannot read {}: {e}; skipping",
                 path.display()
             );
-            return;
+            return None;
         }
     };
-    let requests = requests_from_trace(
+    eprintln!(
+        "location_engine: {} requests from {} ({} s of trace)",
+        points.len(),
+        path.display(),
+        points.last().map_or(0, |p| p.timestamp) - points.first().map_or(0, |p| p.timestamp) + 1
+    );
+    Some(requests_from_trace(
         &points,
         &ReplayParams {
             k_min: 2,
@@ -79,30 +90,113 @@ fn bench(c: &mut Criterion) {
             dt_ms: 10_000,
             seed: 2024,
         },
-    );
-    eprintln!(
-        "location_engine: {} requests from {} ({} s of trace)",
-        requests.len(),
-        path.display(),
-        points.last().map_or(0, |p| p.timestamp) - points.first().map_or(0, |p| p.timestamp) + 1
-    );
-    let mut group = c.benchmark_group("location_engine");
+    ))
+}
+
+const MODES: [(&str, SearchMode); 2] =
+    [("local_k", SearchMode::LocalK), ("nbr_k", SearchMode::NbrK)];
+
+fn bench_group<M: Measurement>(c: &mut Criterion<M>, name: &str, print_quality: bool) {
+    let Some(requests) = requests() else { return };
+    let mut group = c.benchmark_group(name);
     group.sample_size(10);
     group.throughput(Throughput::Elements(requests.len() as u64));
-    for (name, mode) in [("local_k", SearchMode::LocalK), ("nbr_k", SearchMode::NbrK)] {
-        let q = quality(mode, &requests);
-        eprintln!(
-            "location_engine/{name}: success rate {:.4} ({} cloaked, {} expired), mean relative anonymity {:.3}, mean relative spatial resolution {:.3}",
-            q.success_rate(),
-            q.cloaked,
-            q.expired,
-            q.mean_relative_anonymity(),
-            q.mean_relative_spatial_resolution()
-        );
-        group.bench_function(name, |b| b.iter(|| black_box(replay(mode, &requests))));
+    for (mode_name, mode) in MODES {
+        if print_quality {
+            let q = quality(mode, &requests);
+            eprintln!(
+                "location_engine/{mode_name}: success rate {:.4} ({} cloaked, {} expired), mean relative anonymity {:.3}, mean relative spatial resolution {:.3}",
+                q.success_rate(),
+                q.cloaked,
+                q.expired,
+                q.mean_relative_anonymity(),
+                q.mean_relative_spatial_resolution()
+            );
+        }
+        group.bench_function(mode_name, |b| b.iter(|| black_box(replay(mode, &requests))));
     }
     group.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+fn wall(c: &mut Criterion) {
+    bench_group(c, "location_engine", true);
+}
+
+fn cpu(c: &mut Criterion<ThreadCpuTime>) {
+    bench_group(c, "location_engine_cpu", false);
+}
+
+/// CPU time consumed by the calling thread, in nanoseconds.
+struct ThreadCpuTime;
+
+fn thread_cpu_ns() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = f64;
+    type Value = f64;
+    fn start(&self) -> f64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: f64) -> f64 {
+        thread_cpu_ns() - start
+    }
+    fn add(&self, a: &f64, b: &f64) -> f64 {
+        a + b
+    }
+    fn zero(&self) -> f64 {
+        0.0
+    }
+    fn to_f64(&self, value: &f64) -> f64 {
+        *value
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuFormatter
+    }
+}
+
+struct CpuFormatter;
+
+impl ValueFormatter for CpuFormatter {
+    fn scale_values(&self, typical_ns: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if typical_ns >= 1e9 {
+            (1e-9, "s cpu")
+        } else if typical_ns >= 1e6 {
+            (1e-6, "ms cpu")
+        } else {
+            (1e-3, "us cpu")
+        };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        throughput: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
+        let elements = match throughput {
+            Throughput::Elements(n) => *n as f64,
+            _ => 1.0,
+        };
+        values
+            .iter_mut()
+            .for_each(|v| *v = elements * 1e9 / *v / 1e3);
+        "Kelem/s (cpu)"
+    }
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+criterion_group!(wall_time, wall);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = cpu
+}
+criterion_main!(wall_time, cpu_time);
