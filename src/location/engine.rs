@@ -3,35 +3,41 @@
 //!
 //! Data structures:
 //! - `pending`: a slab of pending requests (slot = index), with `slot_of` mapping request ids to slots;
-//! - `spatial_index`: an `rstar` R-tree of the pending requests' points (degrees, `[lon, lat]`); the
-//!   constraint graph is never stored, its edges around a new request are found by a range query with
-//!   the new request's constraint box, filtered by the reverse containment, the temporal condition
-//!   `|t_i - t_j| <= min(dt_i, dt_j)` and distinct users;
+//! - `spatial_index`: an `rstar` R-tree of the pending requests' points (degrees, `[lon, lat]`). The
+//!   constraint graph is never stored: the edges of a new request are found by a range query with its
+//!   constraint box, filtered by the reverse containment, the temporal condition
+//!   `|t_i - t_j| <= min(dt_i, dt_j)` and distinct users. Removed requests stay in the tree as dead
+//!   entries (skipped by queries; their slots are not reused meanwhile) and the tree is bulk-loaded
+//!   again from the live requests when dead entries outnumber them, which is much cheaper than one
+//!   R-tree deletion per forwarded or expired request;
 //! - `deadlines`: a min-heap of `(deadline, id)` with lazy deletion; its top is kept live after every
 //!   public call, so [`Engine::next_deadline`] is exact, and it is rebuilt when stale entries dominate.
 //!
 //! Search (see [`Engine::submit`]): the neighbours of the new request m are sorted by distance to m
-//! (metres, ties by id). local-k looks for a clique of exactly `m.k` members containing m among the
-//! neighbours with `k <= m.k`; nbr-k, when that fails, tries the larger k values present among the
-//! neighbours in ascending order (a group of exactly k' members among the neighbours with `k <= k'`),
-//! so a waiting demanding neighbour can be served. Groups are always of exactly the size being searched
-//! (the smallest admissible), which keeps cloaking boxes small.
+//! (metres, ties by id) and the nearest [`MAX_NEIGHBOURS`] are kept. local-k looks for a clique of
+//! exactly `m.k` members containing m among the neighbours with `k <= m.k`; nbr-k, when that fails,
+//! tries the larger k values present among the neighbours in ascending order (a group of exactly k'
+//! members among the neighbours with `k <= k'`), so a waiting demanding neighbour can be served.
+//! Groups always have exactly the size being searched (the smallest admissible), which keeps cloaking
+//! boxes small. A new request is only put into the index when no group was formed.
 //!
-//! The clique search is a depth-first search over the distance-ordered neighbours whose first descent
-//! is the greedy nearest-first choice; it backtracks with a budget of compatibility tests
-//! ([`BACKTRACK_BUDGET`] beyond one greedy pass), so one arrival costs O(neighbours · k) plus a
-//! constant. Maximum-clique search is NP-hard, and the budget keeps the broker's latency flat in dense
-//! areas at the price of occasionally missing a clique that exists (that request then waits for later
-//! arrivals or expires; it is never forwarded unsafely).
+//! Clique search: the adjacency among the kept neighbours is computed once per arrival (only if a
+//! search gets that far) as 128-bit sets; then a depth-first branch and bound whose first descent is
+//! the greedy nearest-first choice, cutting a branch when the candidates left cannot complete the
+//! group, and stopping after [`BACKTRACK_BUDGET`] branches. Finding a k-clique is NP-hard; the bounds
+//! keep one arrival at O(n²) bit operations for n <= 128 neighbours plus a constant, so the broker's
+//! latency stays flat in dense areas, at the price of occasionally missing a clique that exists (that
+//! request then waits for later arrivals or expires; it is never forwarded unsafely).
 //!
-//! Invariants (see the module docs of [`crate::location`]): groups are cliques of distinct users whose
-//! size is at least every member's k; the cloaking box is the MBR of the exact member points; expiry is strict
+//! Invariants (see the module docs of [`crate::location`]): groups are cliques of distinct users, of
+//! size at least every member's k; the cloaking box is the MBR of the exact member points; expiry is strict
 //! (`deadline < now`) and happens before a new arrival is considered, so every member of a group formed
 //! at time t has `deadline >= t`. Output is a deterministic function of the call sequence and the seed:
 //! the id map is only used for lookups, never iterated, and every ordering used has a total tie-break.
 //!
-//! Known limitation: longitudes are not wrapped at the antimeridian, so requests on opposite sides of
-//! ±180° never share a group (conservative: fewer edges, never an unsafe one).
+//! Known limitations: longitudes are not wrapped at the antimeridian, so requests on opposite sides of
+//! ±180° never share a group (conservative: fewer edges, never an unsafe one); groups have at most
+//! `MAX_NEIGHBOURS + 1` members, so a request with k > 129 can never be cloaked (it expires).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -39,15 +45,72 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use rstar::{AABB, RTree, RTreeObject};
+use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
 
 use super::geo::{GeoBox, METRES_PER_DEGREE_LAT};
 use super::{
     CloakRequest, CloakedGroup, Outcome, Pseudonym, RequestId, SearchMode, SubmitError, UserKey,
 };
 
-/// Compatibility tests a clique search may spend beyond one greedy pass over the candidates.
-pub const BACKTRACK_BUDGET: usize = 256;
+/// Branches a clique search may explore (each costs a few bit operations).
+pub const BACKTRACK_BUDGET: usize = 512;
+
+/// The R-tree is rebuilt when its dead entries outnumber the live ones and this (small in the unit
+/// tests, so that the proptests exercise rebuilds).
+const REBUILD_MIN_DEAD: usize = if cfg!(test) { 8 } else { 1024 };
+
+/// Only the nearest this many neighbours of a new request are considered for its group, so that the
+/// constraint graph among them fits in 128-bit sets. Groups therefore have at most
+/// `MAX_NEIGHBOURS + 1` members; a request with a larger k can never be cloaked and expires.
+pub const MAX_NEIGHBOURS: usize = 128;
+
+/// A set of neighbours (bit i = the i-th nearest).
+type Mask = u128;
+
+/// Depth-first branch and bound: extends `chosen` with `need - chosen.len()` members of `candidates`
+/// that are pairwise adjacent, trying the lowest (nearest) candidate first.
+fn extend_clique(
+    adjacency: &[Mask],
+    mut candidates: Mask,
+    chosen: &mut Vec<u32>,
+    need: usize,
+    budget: &mut usize,
+) -> bool {
+    if chosen.len() == need {
+        return true;
+    }
+    while candidates != 0 {
+        if chosen.len() + (candidates.count_ones() as usize) < need || *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        let c = candidates.trailing_zeros();
+        candidates &= !(1 << c);
+        chosen.push(c);
+        if extend_clique(
+            adjacency,
+            candidates & adjacency[c as usize],
+            chosen,
+            need,
+            budget,
+        ) {
+            return true;
+        }
+        chosen.pop();
+    }
+    false
+}
+
+/// R-tree node sizes: wider nodes than rstar's default (6) make the range queries of ~1 km boxes
+/// over a few thousand points cheaper (measured with `cargo bench --bench location_engine`).
+struct IndexParams;
+
+impl RTreeParams for IndexParams {
+    const MIN_SIZE: usize = 5;
+    const MAX_SIZE: usize = 12;
+    const REINSERTION_COUNT: usize = 3;
+    type DefaultInsertionStrategy = RStarInsertionStrategy;
+}
 
 /// A pending request's point in the R-tree (`[lon, lat]` degrees) and its slot in the slab.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -144,12 +207,15 @@ pub struct Engine {
     rng: ChaCha20Rng,
     pending: Vec<Option<Pending>>,
     free_slots: Vec<u32>,
+    /// Slots of removed requests whose points are still in the R-tree.
+    retired_slots: Vec<u32>,
     slot_of: IdMap,
-    spatial_index: RTree<IndexedPoint>,
+    spatial_index: RTree<IndexedPoint, IndexParams>,
     deadlines: BinaryHeap<Reverse<(i64, RequestId)>>,
     // Scratch buffers reused across arrivals (no allocation per request in the steady state).
     neighbours: Vec<Vertex>,
-    eligible: Vec<u32>,
+    adjacency: Vec<Mask>,
+    adjacency_ready: bool,
     chosen: Vec<u32>,
     k_values: Vec<u32>,
 }
@@ -161,11 +227,13 @@ impl Engine {
             rng: ChaCha20Rng::seed_from_u64(seed),
             pending: Vec::new(),
             free_slots: Vec::new(),
+            retired_slots: Vec::new(),
             slot_of: IdMap::default(),
-            spatial_index: RTree::new(),
+            spatial_index: RTree::new_with_params(),
             deadlines: BinaryHeap::new(),
             neighbours: Vec::new(),
-            eligible: Vec::new(),
+            adjacency: Vec::new(),
+            adjacency_ready: false,
             chosen: Vec::new(),
             k_values: Vec::new(),
         }
@@ -189,6 +257,7 @@ impl Engine {
         } else {
             self.insert_pending(req, constraint_box);
         }
+        self.rebuild_index_if_sparse();
         Ok(())
     }
 
@@ -206,6 +275,7 @@ impl Engine {
             }
         }
         self.clean_deadline_top();
+        self.rebuild_index_if_sparse();
     }
 
     /// Removes a pending request without outcome (its client went away); true if it was pending.
@@ -214,6 +284,7 @@ impl Engine {
             Some(&slot) => {
                 self.remove_slot(slot);
                 self.clean_deadline_top();
+                self.rebuild_index_if_sparse();
                 true
             }
             None => false,
@@ -284,16 +355,36 @@ impl Engine {
         self.deadlines.push(Reverse((deadline_ms, id)));
     }
 
-    /// Removes a pending request from the slab, the id map and the R-tree (its heap entry goes stale).
+    /// Removes a pending request from the slab and the id map (its heap entry goes stale). Its point
+    /// stays in the R-tree as a dead entry (skipped by queries) until the next rebuild, and its slot
+    /// is not reused before then, so a dead entry never refers to a live request.
     fn remove_slot(&mut self, slot: u32) -> Option<Pending> {
         let pending = self.pending.get_mut(slot as usize)?.take()?;
         self.slot_of.remove(&pending.req.id);
-        self.spatial_index.remove(&IndexedPoint {
-            lon_lat: [pending.req.lon, pending.req.lat],
-            slot,
-        });
-        self.free_slots.push(slot);
+        self.retired_slots.push(slot);
         Some(pending)
+    }
+
+    /// Rebuilds the R-tree from the live requests (bulk load) once dead entries outnumber them:
+    /// amortised O(log n) per removal instead of an R-tree deletion each time.
+    fn rebuild_index_if_sparse(&mut self) {
+        if self.retired_slots.len() <= self.slot_of.len().max(REBUILD_MIN_DEAD) {
+            return;
+        }
+        let live: Vec<IndexedPoint> = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, p)| {
+                let p = p.as_ref()?;
+                Some(IndexedPoint {
+                    lon_lat: [p.req.lon, p.req.lat],
+                    slot: u32::try_from(slot).ok()?,
+                })
+            })
+            .collect();
+        self.spatial_index = RTree::bulk_load_with_params(live);
+        self.free_slots.append(&mut self.retired_slots);
     }
 
     /// Fills `self.neighbours` with the pending requests adjacent to `new`, nearest first.
@@ -320,6 +411,8 @@ impl Engine {
                 .total_cmp(&b.distance2)
                 .then_with(|| a.id.cmp(&b.id))
         });
+        self.neighbours.truncate(MAX_NEIGHBOURS);
+        self.adjacency_ready = false;
     }
 
     /// Searches for a group containing `new` per the search mode; on success `self.chosen` holds
@@ -345,9 +438,32 @@ impl Engine {
         false
     }
 
-    /// Looks for exactly `size - 1` neighbours with `k <= size`, of distinct users, pairwise adjacent
-    /// (each is adjacent to `new` by construction). Depth-first over the distance order: the first
-    /// descent is the greedy nearest-first choice, then bounded backtracking.
+    /// Computes the constraint-graph adjacency among the (at most [`MAX_NEIGHBOURS`]) neighbours as
+    /// bit sets, once per arrival and only when a search needs it.
+    fn build_adjacency(&mut self) {
+        if self.adjacency_ready {
+            return;
+        }
+        let n = self.neighbours.len();
+        self.adjacency.clear();
+        self.adjacency.resize(n, 0);
+        for i in 0..n {
+            let a = self.neighbours[i];
+            for j in i + 1..n {
+                if a.adjacent(&self.neighbours[j]) {
+                    self.adjacency[i] |= 1 << j;
+                    self.adjacency[j] |= 1 << i;
+                }
+            }
+        }
+        self.adjacency_ready = true;
+    }
+
+    /// Looks for exactly `size - 1` neighbours with `k <= size`, pairwise adjacent (so of distinct
+    /// users; each is adjacent to the new request by construction), leaving their indices in
+    /// `self.chosen`. Branch and bound over the distance order: the first descent is the greedy
+    /// nearest-first choice; a branch is cut when the candidates left cannot complete the group, and
+    /// the whole search stops after [`BACKTRACK_BUDGET`] branches.
     fn find_clique(&mut self, size: u32) -> bool {
         self.chosen.clear();
         let need = usize::try_from(size.saturating_sub(1)).unwrap_or(usize::MAX);
@@ -357,56 +473,24 @@ impl Engine {
         if self.neighbours.len() < need {
             return false;
         }
-        self.eligible.clear();
-        self.eligible.extend(
-            self.neighbours
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| v.k <= size)
-                .map(|(i, _)| i as u32),
-        );
-        let n = self.eligible.len();
-        if n < need {
+        let mut eligible: Mask = 0;
+        for (i, v) in self.neighbours.iter().enumerate() {
+            if v.k <= size {
+                eligible |= 1 << i;
+            }
+        }
+        if (eligible.count_ones() as usize) < need {
             return false;
         }
-        let mut budget = n + BACKTRACK_BUDGET;
-        let mut next = 0usize;
-        // `chosen_at` holds positions in `eligible` of the chosen members (for backtracking).
-        let chosen_at = &mut self.chosen;
-        loop {
-            if chosen_at.len() == need {
-                break;
-            }
-            let mut extended = false;
-            while next < n && n - next >= need - chosen_at.len() {
-                if budget == 0 {
-                    return false;
-                }
-                budget -= 1;
-                let candidate = &self.neighbours[self.eligible[next] as usize];
-                let compatible = chosen_at.iter().all(|&at| {
-                    let member = &self.neighbours[self.eligible[at as usize] as usize];
-                    member.user != candidate.user && member.adjacent(candidate)
-                });
-                next += 1;
-                if compatible {
-                    chosen_at.push((next - 1) as u32);
-                    extended = true;
-                    break;
-                }
-            }
-            if !extended {
-                match chosen_at.pop() {
-                    Some(at) => next = at as usize + 1,
-                    None => return false,
-                }
-            }
-        }
-        // Translate positions in `eligible` into indices in `neighbours`.
-        for at in chosen_at.iter_mut() {
-            *at = self.eligible[*at as usize];
-        }
-        true
+        self.build_adjacency();
+        let mut budget = BACKTRACK_BUDGET;
+        extend_clique(
+            &self.adjacency,
+            eligible,
+            &mut self.chosen,
+            need,
+            &mut budget,
+        )
     }
 
     /// Removes the chosen neighbours from the pending state and pushes the group of `new` and them.
