@@ -1,0 +1,168 @@
+//! Shared by the integration tests: start the real daemon on 127.0.0.1:0 and connect real clients.
+#![allow(dead_code)]
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cloakd::config::Config;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+/// A daemon running in this test's runtime.
+pub struct TestDaemon {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestDaemon {
+    /// Starts `cloakd::daemon::serve` with `config` on an ephemeral loopback port.
+    pub async fn start(config: Config) -> TestDaemon {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(cloakd::daemon::serve(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        TestDaemon {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Starts the daemon on the embedded defaults.
+    pub async fn start_default() -> TestDaemon {
+        Self::start(Config::embedded_defaults()).await
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A fresh connection to the daemon.
+    pub async fn channel(&self) -> Channel {
+        let endpoint = tonic::transport::Endpoint::from_shared(self.endpoint()).unwrap();
+        for _ in 0..50 {
+            if let Ok(channel) = endpoint.connect().await {
+                return channel;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("daemon at {} did not accept connections", self.addr);
+    }
+
+    /// Graceful shutdown; returns what `serve` returned.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("daemon did not stop within 30 s")
+            .expect("daemon task panicked")
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A mobile client's open Submit stream.
+pub struct MobileClient {
+    pub requests: tokio::sync::mpsc::Sender<cloakd::proto::LocationRequest>,
+    pub events: tonic::Streaming<cloakd::proto::LocationEvent>,
+}
+
+impl MobileClient {
+    pub async fn connect(channel: Channel) -> MobileClient {
+        Self::try_connect(channel).await.expect("Submit failed")
+    }
+
+    pub async fn try_connect(channel: Channel) -> Result<MobileClient, tonic::Status> {
+        let mut client = cloakd::proto::location_broker_client::LocationBrokerClient::new(channel);
+        let (requests, rx) = tokio::sync::mpsc::channel(1024);
+        let events = client
+            .submit(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        Ok(MobileClient { requests, events })
+    }
+
+    pub async fn send(&self, request: cloakd::proto::LocationRequest) {
+        self.requests
+            .send(request)
+            .await
+            .expect("request stream closed");
+    }
+
+    /// The next event, failing the test after `secs` seconds.
+    pub async fn next_event(&mut self, secs: u64) -> cloakd::proto::LocationEvent {
+        tokio::time::timeout(Duration::from_secs(secs), self.events.message())
+            .await
+            .expect("no event in time")
+            .expect("event stream failed")
+            .expect("event stream ended")
+    }
+}
+
+/// A location request near Oldenburg's centre, `offset_m` metres east.
+pub fn request_at(
+    user: &str,
+    request_no: u64,
+    offset_m: f64,
+    k: u32,
+) -> cloakd::proto::LocationRequest {
+    let lat: f64 = 53.14;
+    let lon = 8.21 + offset_m / (111_195.0 * lat.to_radians().cos());
+    cloakd::proto::LocationRequest {
+        user_id: user.to_string(),
+        request_no,
+        lat,
+        lon,
+        k: Some(k),
+        dx_m: Some(500.0),
+        dy_m: Some(500.0),
+        dt_ms: Some(10_000),
+        payload: format!("query from {user} #{request_no}").into_bytes(),
+        service: "poi".to_string(),
+    }
+}
+
+/// Subscribes as a provider of `service`.
+pub async fn subscribe_provider(
+    channel: Channel,
+    service: &str,
+) -> tonic::Streaming<cloakd::proto::CloakedRequest> {
+    let mut gateway = cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(channel);
+    gateway
+        .subscribe(cloakd::proto::LbsSubscription {
+            service: service.to_string(),
+        })
+        .await
+        .expect("Subscribe failed")
+        .into_inner()
+}
+
+/// The next cloaked request a provider receives, failing after `secs` seconds.
+pub async fn next_cloaked(
+    stream: &mut tonic::Streaming<cloakd::proto::CloakedRequest>,
+    secs: u64,
+) -> cloakd::proto::CloakedRequest {
+    tokio::time::timeout(Duration::from_secs(secs), stream.message())
+        .await
+        .expect("no cloaked request in time")
+        .expect("provider stream failed")
+        .expect("provider stream ended")
+}
+
+/// A config on the embedded defaults with `f` applied.
+pub fn config_with(f: impl FnOnce(&mut Config)) -> Config {
+    let mut config = Config::embedded_defaults();
+    f(&mut config);
+    config
+}
