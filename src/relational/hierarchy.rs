@@ -56,7 +56,9 @@ pub enum HierarchyError {
         line: usize,
         found: usize,
     },
-    #[error("{source_name}:{line}:{column}: empty label (rule: hierarchy labels must not be empty)")]
+    #[error(
+        "{source_name}:{line}:{column}: empty label (rule: hierarchy labels must not be empty)"
+    )]
     EmptyLabel {
         source_name: String,
         line: usize,

@@ -51,8 +51,12 @@ pub struct JobError {
 pub enum RoleSpec {
     QuasiNumeric,
     /// `hierarchy` is the path as written in the job.
-    QuasiCategorical { hierarchy: String },
-    Sensitive { numeric: bool },
+    QuasiCategorical {
+        hierarchy: String,
+    },
+    Sensitive {
+        numeric: bool,
+    },
     Identifier,
     Insensitive,
 }
@@ -119,10 +123,9 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = &text[..offset];
     let line = before.matches('\n').count() + 1;
-    let column = before
-        .rfind('\n')
-        .map_or(before.chars().count(), |nl| before[nl + 1..].chars().count())
-        + 1;
+    let column = before.rfind('\n').map_or(before.chars().count(), |nl| {
+        before[nl + 1..].chars().count()
+    }) + 1;
     (line, column)
 }
 
@@ -180,14 +183,19 @@ impl JobSpec {
         for (name, column) in columns_raw.into_inner() {
             let span = column.span();
             let column = column.into_inner();
-            let kind = column.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span()));
+            let kind = column
+                .kind
+                .as_ref()
+                .map(|k| (k.get_ref().as_str(), k.span()));
             let role = match column.role.get_ref().as_str() {
                 "quasi" => match (kind, &column.hierarchy) {
                     (Some(("numeric", _)), None) => RoleSpec::QuasiNumeric,
                     (Some(("numeric", s)), Some(_)) => {
                         return Err(error(
                             s,
-                            format!("column {name:?}: a numeric quasi-identifier takes no hierarchy"),
+                            format!(
+                                "column {name:?}: a numeric quasi-identifier takes no hierarchy"
+                            ),
                         ));
                     }
                     (None | Some(("categorical", _)), Some(h)) => RoleSpec::QuasiCategorical {
@@ -270,7 +278,8 @@ impl JobSpec {
             [] => {
                 return Err(error(
                     columns_span,
-                    "no sensitive column (rule: exactly one column has role = \"sensitive\")".into(),
+                    "no sensitive column (rule: exactly one column has role = \"sensitive\")"
+                        .into(),
                 ));
             }
             [_, second, ..] => {
@@ -284,10 +293,12 @@ impl JobSpec {
                 ));
             }
         }
-        if !columns
-            .iter()
-            .any(|c| matches!(c.role, RoleSpec::QuasiNumeric | RoleSpec::QuasiCategorical { .. }))
-        {
+        if !columns.iter().any(|c| {
+            matches!(
+                c.role,
+                RoleSpec::QuasiNumeric | RoleSpec::QuasiCategorical { .. }
+            )
+        }) {
             return Err(error(
                 columns_span,
                 "no quasi-identifier (rule: at least one column has role = \"quasi\")".into(),
@@ -414,7 +425,11 @@ seed = 9
     fn errors_point_at_the_key() {
         let err = |t: &str| JobSpec::parse("job.toml", t).unwrap_err().to_string();
         let bad_k = JOB.replace("k = 3", "k = 0");
-        assert!(err(&bad_k).starts_with("job.toml:8:5: k must be at least 1"), "{}", err(&bad_k));
+        assert!(
+            err(&bad_k).starts_with("job.toml:8:5: k must be at least 1"),
+            "{}",
+            err(&bad_k)
+        );
         let bad_l = JOB.replace("recursive:2:c=3", "diverse:2");
         assert!(err(&bad_l).contains("job.toml:9:5: l:"), "{}", err(&bad_l));
         assert!(err(&bad_l).contains("unknown l-diversity"));

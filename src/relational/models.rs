@@ -34,7 +34,13 @@ impl SensitiveDistribution {
         let total: u64 = counts.iter().sum();
         let probabilities = counts
             .iter()
-            .map(|&c| if total == 0 { 0.0 } else { c as f64 / total as f64 })
+            .map(|&c| {
+                if total == 0 {
+                    0.0
+                } else {
+                    c as f64 / total as f64
+                }
+            })
             .collect();
         SensitiveDistribution {
             counts,
@@ -203,7 +209,10 @@ impl FromStr for LDiversity {
             "probabilistic" => LDiversity::Probabilistic(l),
             "recursive" => {
                 if l.fract() != 0.0 {
-                    return Err(spec_error(spec, "recursive (c,l)-diversity needs an integer l"));
+                    return Err(spec_error(
+                        spec,
+                        "recursive (c,l)-diversity needs an integer l",
+                    ));
                 }
                 let c_text = rest
                     .first()
@@ -361,7 +370,11 @@ fn recursive_holds(class: &ClassCounts<'_>, l: usize, c: f64) -> bool {
     let Some(&r1) = sorted.first() else {
         return false;
     };
-    let tail: u64 = sorted.iter().skip(l.saturating_sub(1)).map(|&r| r as u64).sum();
+    let tail: u64 = sorted
+        .iter()
+        .skip(l.saturating_sub(1))
+        .map(|&r| r as u64)
+        .sum();
     (r1 as f64) < c * tail as f64
 }
 
@@ -392,11 +405,9 @@ impl PrivacyModel for LDiversity {
             LDiversity::Distinct(l) => {
                 format!("{} distinct sensitive values < l={l}", class.distinct())
             }
-            LDiversity::Entropy(l) => format!(
-                "entropy {:.6} < ln(l={l}) = {:.6}",
-                class.entropy(),
-                l.ln()
-            ),
+            LDiversity::Entropy(l) => {
+                format!("entropy {:.6} < ln(l={l}) = {:.6}", class.entropy(), l.ln())
+            }
             LDiversity::Probabilistic(l) => format!(
                 "most frequent sensitive value has probability {:.6} > 1/l = {:.6}",
                 class.max_count() as f64 / class.size.max(1) as f64,
@@ -432,7 +443,10 @@ impl PrivacyModel for TCloseness {
             Distance::Emd => class.emd(table),
             Distance::Js => class.js(table),
         };
-        Some(format!("distance to the table's distribution {d:.6} > t={}", self.t))
+        Some(format!(
+            "distance to the table's distribution {d:.6} > t={}",
+            self.t
+        ))
     }
 }
 
@@ -457,7 +471,10 @@ impl PrivacyModel for DeltaDisclosure {
         Some(if d.is_infinite() {
             "a sensitive value of the table is absent from the class".to_string()
         } else {
-            format!("max |ln(p(class,s)/p(T,s))| = {d:.6} >= delta={}", self.delta)
+            format!(
+                "max |ln(p(class,s)/p(T,s))| = {d:.6} >= delta={}",
+                self.delta
+            )
         })
     }
 }

@@ -131,7 +131,7 @@ pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsat
 
 /// A candidate cut of one attribute.
 enum Candidate {
-    Numeric { q: usize, min: u32, max: u32 },
+    Numeric { q: usize, max: u32 },
     Categorical { q: usize, level: usize, node: u32 },
 }
 
@@ -161,7 +161,7 @@ fn split(
                 if min < max && spans[q] > 0.0 {
                     let width =
                         (domain.values[max as usize] - domain.values[min as usize]) / spans[q];
-                    candidates.push((width, Candidate::Numeric { q, min, max }));
+                    candidates.push((width, Candidate::Numeric { q, max }));
                 }
             }
             QuasiAttribute::Categorical(h) => {
@@ -215,9 +215,10 @@ fn split(
                     continue;
                 };
                 scratch.part_of.clear();
-                scratch.part_of.extend(part.iter().map(|&r| {
-                    h.child_rank(h.ancestor(column.codes[r as usize], level - 1))
-                }));
+                scratch.part_of.extend(
+                    part.iter()
+                        .map(|&r| h.child_rank(h.ancestor(column.codes[r as usize], level - 1))),
+                );
                 h.child_count(node) as usize
             }
         };

@@ -57,7 +57,9 @@ impl fmt::Display for ReleaseMethod {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleasedRole {
     Quasi,
-    Sensitive { numeric: bool },
+    Sensitive {
+        numeric: bool,
+    },
     Insensitive,
     /// Bucketization's group id.
     Group,
@@ -161,7 +163,10 @@ pub fn generalize(attribute: &QuasiAttribute, codes: &[u32], rows: &[u32]) -> St
             if lo == hi {
                 domain.texts[lo as usize].clone()
             } else {
-                format!("{}-{}", domain.texts[lo as usize], domain.texts[hi as usize])
+                format!(
+                    "{}-{}",
+                    domain.texts[lo as usize], domain.texts[hi as usize]
+                )
             }
         }
         QuasiAttribute::Categorical(h) => {

@@ -70,7 +70,11 @@ pub enum ReportError {
     #[error(
         "group {group}: {rows} rows in the QI table but {counted} sensitive values in the sensitive table"
     )]
-    GroupMismatch { group: String, rows: u64, counted: u64 },
+    GroupMismatch {
+        group: String,
+        rows: u64,
+        counted: u64,
+    },
 }
 
 /// Sorted domain positions of a released sensitive dictionary.

@@ -136,7 +136,9 @@ pub enum TableError {
         line: u64,
         rule: String,
     },
-    #[error("{source_name}:{line}: {found} fields, but the header has {expected} (rule: no ragged rows)")]
+    #[error(
+        "{source_name}:{line}: {found} fields, but the header has {expected} (rule: no ragged rows)"
+    )]
     Ragged {
         source_name: String,
         line: u64,
@@ -316,7 +318,9 @@ impl TableBuilder {
                         QuasiKind::Categorical(h) => QuasiBuilder::Categorical(h),
                     };
                     builder.quasi.push((name.to_string(), q, Vec::new()));
-                    builder.layout.push(ColumnSlot::Quasi(builder.quasi.len() - 1));
+                    builder
+                        .layout
+                        .push(ColumnSlot::Quasi(builder.quasi.len() - 1));
                     Slot::Quasi(builder.quasi.len() - 1)
                 }
                 ColumnRole::Sensitive { numeric } => {
@@ -638,7 +642,8 @@ mod tests {
 
     #[test]
     fn loads_columns() {
-        let csv = "ssn,age,sex,disease,zip\n1,30,Male,flu,1\n2,25.0,Female,cold,2\n3,30,Male,cold,3\n";
+        let csv =
+            "ssn,age,sex,disease,zip\n1,30,Male,flu,1\n2,25.0,Female,cold,2\n3,30,Male,cold,3\n";
         let t = read_csv(schema(), csv.as_bytes(), "t.csv", b',').unwrap();
         assert_eq!(t.rows(), 3);
         assert_eq!(t.column_names(), vec!["age", "sex", "disease"]);
@@ -657,8 +662,13 @@ mod tests {
                 .to_string()
         };
         assert!(err("ssn,age,sex,disease\n1,30,Male\n").starts_with("t.csv:2: 3 fields"));
-        assert!(err("ssn,age,sex,disease\n1,30,Male,a\n1,x,Male,a\n").starts_with("t.csv:3:2: \"x\""));
-        assert!(err("ssn,age,sex,disease\n1,30,Other,a\n").contains("t.csv:2:3: \"Other\" in column 'sex' is missing from its hierarchy"));
+        assert!(
+            err("ssn,age,sex,disease\n1,30,Male,a\n1,x,Male,a\n").starts_with("t.csv:3:2: \"x\"")
+        );
+        assert!(
+            err("ssn,age,sex,disease\n1,30,Other,a\n")
+                .contains("t.csv:2:3: \"Other\" in column 'sex' is missing from its hierarchy")
+        );
         assert!(err("ssn,age,sex,disease\n").contains("no rows"));
         assert!(err("").contains("no rows"));
         assert!(err("ssn,age,sex\n1,2,Male\n").contains("lacks"));
