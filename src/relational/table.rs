@@ -376,6 +376,7 @@ impl TableBuilder {
         }
         let mut found = 0;
         for (i, value) in fields.into_iter().enumerate() {
+            let value = value.trim();
             found = i + 1;
             if i >= self.header_len {
                 continue;
@@ -582,7 +583,6 @@ pub fn read_csv(
         .delimiter(delimiter)
         .flexible(true)
         .has_headers(false)
-        .trim(csv::Trim::All)
         .from_reader(reader);
     let mut record = csv::StringRecord::new();
     let csv_error = |e: csv::Error, line: u64| TableError::Csv {
@@ -596,7 +596,7 @@ pub fn read_csv(
             source_name: source_name.to_string(),
         });
     }
-    let header: Vec<&str> = record.iter().collect();
+    let header: Vec<&str> = record.iter().map(str::trim).collect();
     let mut builder = TableBuilder::new(schema, &header, source_name, 1)?;
     let mut line = 1;
     loop {
