@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod simulate;
+pub mod table;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,6 +22,8 @@ pub enum Command {
     /// Replay a mobility trace against a running daemon as many clients plus an LBS provider, and
     /// report success rate, anonymity, resolution, throughput and latency.
     Simulate(simulate::SimulateArgs),
+    /// Batch table anonymization: `cloakd table anonymize JOB.toml --output OUT.csv`.
+    Table(table::TableArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +50,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Table(args) => table::run(args),
     }
 }
 

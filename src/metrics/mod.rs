@@ -1,1 +1,2 @@
-//! placeholder
+//! Privacy and utility measures shared by the engines and the reports (DESIGN.md §4).
+pub mod distance;
