@@ -106,15 +106,27 @@ fn edge(a: &CloakRequest, b: &CloakRequest) -> bool {
 
 struct Model {
     pending: BTreeMap<RequestId, CloakRequest>,
+    /// The pending requests ordered by (deadline, id).
+    by_deadline: BTreeSet<(i64, RequestId)>,
     pseudonyms: BTreeSet<u128>,
     summary: Summary,
 }
 
 impl Model {
+    fn insert(&mut self, req: &CloakRequest) {
+        self.by_deadline.insert((req.deadline_ms(), req.id));
+        self.pending.insert(req.id, req.clone());
+    }
+
+    fn remove(&mut self, id: RequestId) -> Option<CloakRequest> {
+        let req = self.pending.remove(&id)?;
+        self.by_deadline.remove(&(req.deadline_ms(), id));
+        Some(req)
+    }
+
     fn expired(&mut self, id: RequestId, deadline_ms: i64, now_ms: i64) -> Result<(), String> {
         let req = self
-            .pending
-            .remove(&id)
+            .remove(id)
             .ok_or_else(|| format!("Expired for request {id} which is not pending"))?;
         if req.deadline_ms() != deadline_ms {
             return Err(format!(
@@ -132,13 +144,11 @@ impl Model {
     }
 
     fn expiry_complete(&self, now_ms: i64) -> Result<(), String> {
-        match self.pending.values().find(|r| r.deadline_ms() < now_ms) {
-            Some(r) => Err(format!(
-                "request {} still pending at {now_ms} past its deadline {}",
-                r.id,
-                r.deadline_ms()
+        match self.by_deadline.first() {
+            Some(&(deadline_ms, id)) if deadline_ms < now_ms => Err(format!(
+                "request {id} still pending at {now_ms} past its deadline {deadline_ms}"
             )),
-            None => Ok(()),
+            _ => Ok(()),
         }
     }
 
@@ -146,8 +156,7 @@ impl Model {
         let mut members: Vec<CloakRequest> = Vec::new();
         for (id, pseudonym) in &group.members {
             let req = self
-                .pending
-                .remove(id)
+                .remove(*id)
                 .ok_or_else(|| format!("group member {id} is not pending (or listed twice)"))?;
             if !self.pseudonyms.insert(pseudonym.0) {
                 return Err(format!("pseudonym {pseudonym} reused"));
@@ -242,6 +251,7 @@ impl Model {
 pub fn check(observations: &[Observation]) -> Result<Summary, String> {
     let mut model = Model {
         pending: BTreeMap::new(),
+        by_deadline: BTreeSet::new(),
         pseudonyms: BTreeSet::new(),
         summary: Summary::default(),
     };
@@ -284,7 +294,7 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
                             Outcome::Cloaked(group) => {
                                 if !inserted {
                                     model.expiry_complete(now).map_err(at)?;
-                                    model.pending.insert(req.id, req.clone());
+                                    model.insert(req);
                                     inserted = true;
                                 }
                                 model.group(group, now).map_err(at)?;
@@ -293,7 +303,7 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
                     }
                     if !inserted {
                         model.expiry_complete(now).map_err(at)?;
-                        model.pending.insert(req.id, req.clone());
+                        model.insert(req);
                     }
                 }
             }
@@ -309,7 +319,7 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
                 model.expiry_complete(*now_ms).map_err(at)?;
             }
             Call::Cancel { id, was_pending } => {
-                let pending = model.pending.remove(id).is_some();
+                let pending = model.remove(*id).is_some();
                 if pending != *was_pending {
                     return Err(at(format!("cancel({id}) said {was_pending}")));
                 }
@@ -318,7 +328,10 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
                 }
             }
         }
-        let next_deadline = model.pending.values().map(|r| r.deadline_ms()).min();
+        let next_deadline = model
+            .by_deadline
+            .first()
+            .map(|&(deadline_ms, _)| deadline_ms);
         if observation.next_deadline != next_deadline {
             return Err(at(format!(
                 "next_deadline {:?}, expected {next_deadline:?}",

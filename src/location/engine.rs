@@ -8,7 +8,7 @@
 //!   constraint box, filtered by the reverse containment, the temporal condition
 //!   `|t_i - t_j| <= min(dt_i, dt_j)` and distinct users. Removed requests stay in the tree as dead
 //!   entries (skipped by queries; their slots are not reused meanwhile) and the tree is bulk-loaded
-//!   again from the live requests when dead entries outnumber them, which is much cheaper than one
+//!   again from the live requests when dead entries exceed half of them, which is much cheaper than one
 //!   R-tree deletion per forwarded or expired request;
 //! - `deadlines`: a min-heap of `(deadline, id)` with lazy deletion; its top is kept live after every
 //!   public call, so [`Engine::next_deadline`] is exact, and it is rebuilt when stale entries dominate.
@@ -55,7 +55,7 @@ use super::{
 /// Branches a clique search may explore (each costs a few bit operations).
 pub const BACKTRACK_BUDGET: usize = 512;
 
-/// The R-tree is rebuilt when its dead entries outnumber the live ones and this (small in the unit
+/// The R-tree is rebuilt when its dead entries exceed half the live ones and this (small in the unit
 /// tests, so that the proptests exercise rebuilds).
 const REBUILD_MIN_DEAD: usize = if cfg!(test) { 8 } else { 1024 };
 
@@ -365,10 +365,10 @@ impl Engine {
         Some(pending)
     }
 
-    /// Rebuilds the R-tree from the live requests (bulk load) once dead entries outnumber them:
+    /// Rebuilds the R-tree from the live requests (bulk load) once dead entries exceed half of them:
     /// amortised O(log n) per removal instead of an R-tree deletion each time.
     fn rebuild_index_if_sparse(&mut self) {
-        if self.retired_slots.len() <= self.slot_of.len().max(REBUILD_MIN_DEAD) {
+        if self.retired_slots.len() <= (self.slot_of.len() / 2).max(REBUILD_MIN_DEAD) {
             return;
         }
         let live: Vec<IndexedPoint> = self
