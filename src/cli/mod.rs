@@ -14,8 +14,18 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the daemon.
-    Serve,
+    /// Run the daemon (on the embedded defaults unless --config / --listen say otherwise).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A TOML file whose keys override the embedded defaults (see config/default.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Address to listen on, overriding server.listen.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// Logging to stderr, filtered by `RUST_LOG` (default `info`).
@@ -30,6 +40,18 @@ pub fn init_tracing() {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve => Ok(()),
+        Command::Serve(args) => serve(args),
     }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = crate::config::Config::load(args.config.as_deref())?;
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("cloakd")
+        .build()?;
+    runtime.block_on(crate::daemon::run(config))
 }

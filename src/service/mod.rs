@@ -1,1 +1,79 @@
-//! placeholder
+//! gRPC adapters: proto <-> domain conversion, validation and status codes. Services hold no science;
+//! they hand validated domain values to the engines (directly, or through the actor that owns one).
+
+pub mod location;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A counting limit on concurrent streams of one kind; a [`StreamSlot`] frees its place when dropped.
+#[derive(Debug, Clone)]
+pub struct StreamLimit {
+    name: &'static str,
+    in_use: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// One occupied place of a [`StreamLimit`].
+#[derive(Debug)]
+pub struct StreamSlot {
+    in_use: Arc<AtomicUsize>,
+}
+
+impl StreamLimit {
+    /// `name` is the configuration key of the limit, quoted in the RESOURCE_EXHAUSTED message.
+    pub fn new(name: &'static str, max: usize) -> StreamLimit {
+        StreamLimit {
+            name,
+            in_use: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    /// Takes a place, or answers RESOURCE_EXHAUSTED naming the limit.
+    #[allow(clippy::result_large_err)]
+    pub fn acquire(&self) -> Result<StreamSlot, tonic::Status> {
+        let taken = self
+            .in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        match taken {
+            Ok(_) => Ok(StreamSlot {
+                in_use: Arc::clone(&self.in_use),
+            }),
+            Err(n) => Err(tonic::Status::resource_exhausted(format!(
+                "{n} streams are open, the limit {} is {}",
+                self.name, self.max
+            ))),
+        }
+    }
+
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.in_use.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_limit_counts_and_frees() {
+        let limit = StreamLimit::new("x.max", 2);
+        let a = limit.acquire().unwrap();
+        let _b = limit.acquire().unwrap();
+        let err = limit.acquire().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+        assert!(err.message().contains("x.max"), "{}", err.message());
+        drop(a);
+        assert_eq!(limit.in_use(), 1);
+        assert!(limit.acquire().is_ok());
+    }
+}

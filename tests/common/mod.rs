@@ -1,0 +1,73 @@
+//! Shared by the integration tests: start the real daemon on 127.0.0.1:0 and connect real clients.
+#![allow(dead_code)]
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cloakd::config::Config;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+/// A daemon running in this test's runtime.
+pub struct TestDaemon {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestDaemon {
+    /// Starts `cloakd::daemon::serve` with `config` on an ephemeral loopback port.
+    pub async fn start(config: Config) -> TestDaemon {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(cloakd::daemon::serve(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        TestDaemon {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Starts the daemon on the embedded defaults.
+    pub async fn start_default() -> TestDaemon {
+        Self::start(Config::embedded_defaults()).await
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A fresh connection to the daemon.
+    pub async fn channel(&self) -> Channel {
+        let endpoint = tonic::transport::Endpoint::from_shared(self.endpoint()).unwrap();
+        for _ in 0..50 {
+            if let Ok(channel) = endpoint.connect().await {
+                return channel;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("daemon at {} did not accept connections", self.addr);
+    }
+
+    /// Graceful shutdown; returns what `serve` returned.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("daemon did not stop within 30 s")
+            .expect("daemon task panicked")
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! The daemon answers gRPC health checks and server reflection on its port, and shuts down gracefully.
+mod common;
+
+use common::TestDaemon;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+#[tokio::test]
+async fn health_reports_every_service_serving() {
+    let daemon = TestDaemon::start_default().await;
+    let mut health = HealthClient::new(daemon.channel().await);
+    for service in ["", "cloakd.v1.LocationBroker", "cloakd.v1.LbsGateway"] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.to_string(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "service {service:?}");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "cloakd.v1.Nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn reflection_lists_the_services() {
+    use tokio_stream::StreamExt;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let daemon = TestDaemon::start_default().await;
+    let mut client = ServerReflectionClient::new(daemon.channel().await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.next().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("unexpected reflection response {response:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for expected in [
+        "cloakd.v1.LocationBroker",
+        "cloakd.v1.LbsGateway",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    drop(responses);
+    daemon.shutdown().await.unwrap();
+}
