@@ -14,7 +14,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::Config;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
+use crate::proto::release_feed_server::ReleaseFeedServer;
+use crate::proto::transaction_ingest_server::TransactionIngestServer;
 use crate::service::location::LocationServices;
+use crate::service::transactions::TransactionServices;
 
 /// Serves every cloakd service on `listener` until `shutdown` completes, then drains: health turns
 /// NOT_SERVING, the engines' actors finish (pending location requests are told they were not
@@ -37,11 +40,20 @@ pub async fn serve(
         .context("building the reflection service")?;
 
     let location = LocationServices::start(config.location.clone(), stop_rx.clone());
+    let transactions = TransactionServices::start(config.transactions.clone())
+        .await
+        .context("opening the transaction store (transactions.data_dir)")?;
     health
         .set_serving::<LocationBrokerServer<LocationServices>>()
         .await;
     health
         .set_serving::<LbsGatewayServer<LocationServices>>()
+        .await;
+    health
+        .set_serving::<TransactionIngestServer<TransactionServices>>()
+        .await;
+    health
+        .set_serving::<ReleaseFeedServer<TransactionServices>>()
         .await;
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -63,6 +75,12 @@ pub async fn serve(
             health
                 .set_not_serving::<LbsGatewayServer<LocationServices>>()
                 .await;
+            health
+                .set_not_serving::<TransactionIngestServer<TransactionServices>>()
+                .await;
+            health
+                .set_not_serving::<ReleaseFeedServer<TransactionServices>>()
+                .await;
             let _ = stop_tx.send(true);
             let _ = server_stop_tx.send(());
         }
@@ -77,6 +95,8 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(location.broker_server())
         .add_service(location.gateway_server())
+        .add_service(transactions.ingest_server())
+        .add_service(transactions.feed_server())
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             let _ = server_stop_rx.await;
         });

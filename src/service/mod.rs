@@ -2,6 +2,7 @@
 //! they hand validated domain values to the engines (directly, or through the actor that owns one).
 
 pub mod location;
+pub mod transactions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -53,8 +53,8 @@ impl ReleasedWindows {
             if !dir.is_dir() {
                 continue;
             }
-            let files =
-                std::fs::read_dir(&dir).map_err(StoreError::io(&dir, "listing released windows"))?;
+            let files = std::fs::read_dir(&dir)
+                .map_err(StoreError::io(&dir, "listing released windows"))?;
             for file in files {
                 let path = file
                     .map_err(StoreError::io(&dir, "listing released windows"))?
@@ -111,7 +111,8 @@ impl ReleasedWindows {
             .and_then(|()| file.sync_all())
             .map_err(StoreError::io(&tmp, "writing a window file"))?;
         drop(file);
-        std::fs::rename(&tmp, &target).map_err(StoreError::io(&target, "renaming a window file"))?;
+        std::fs::rename(&tmp, &target)
+            .map_err(StoreError::io(&target, "renaming a window file"))?;
         sync_dir(&dir)
     }
 

@@ -267,7 +267,11 @@ impl TransactionLog {
                 let _ = self
                     .file
                     .set_len(self.durable_len)
-                    .and_then(|()| self.file.seek(SeekFrom::Start(self.durable_len)).map(|_| ()))
+                    .and_then(|()| {
+                        self.file
+                            .seek(SeekFrom::Start(self.durable_len))
+                            .map(|_| ())
+                    })
                     .and_then(|()| self.file.sync_all());
                 Err(err)
             }
@@ -357,7 +361,10 @@ mod tests {
         let (mut log, entries, rec) = TransactionLog::open(dir.path()).unwrap();
         assert!(entries.is_empty());
         assert_eq!(rec.truncated_bytes, 0);
-        let batch1 = vec![record("a", 0, "r1", &["x", "y"]), record("b", 0, "r1", &["z"])];
+        let batch1 = vec![
+            record("a", 0, "r1", &["x", "y"]),
+            record("b", 0, "r1", &["z"]),
+        ];
         let batch2 = vec![close("a", 0, 1), record("a", 1, "r2", &["é", ""])];
         log.append(&batch1).unwrap();
         log.append(&batch2).unwrap();
@@ -449,8 +456,15 @@ mod tests {
                         sensitive_items,
                     })
                 }),
-            (name, 0u64..5, 0u64..100, 0.01f64..0.99, 1u32..6, any::<bool>()).prop_map(
-                |(stream, window_id, records, rho, m, sampled)| {
+            (
+                name,
+                0u64..5,
+                0u64..100,
+                0.01f64..0.99,
+                1u32..6,
+                any::<bool>()
+            )
+                .prop_map(|(stream, window_id, records, rho, m, sampled)| {
                     LogEntry::Close(WindowClose {
                         stream,
                         window_id,
@@ -461,8 +475,7 @@ mod tests {
                             sampled: sampled.then_some((0.05, 0.05)),
                         },
                     })
-                }
-            ),
+                }),
         ]
     }
 

@@ -506,15 +506,16 @@ async fn run_releaser(
         if window_id > next {
             tracing::error!(%stream, window_id, expected = next, "window closed out of order");
         }
-        let outcome =
-            match tokio::task::spawn_blocking(move || release_window(&window.close, &window.records))
-                .await
-            {
-                Ok(outcome) => outcome,
-                Err(e) => WindowOutcome::Failed(format!(
-                    "window {window_id} of stream {stream:?} was not released: the engine panicked: {e}"
-                )),
-            };
+        let outcome = match tokio::task::spawn_blocking(move || {
+            release_window(&window.close, &window.records)
+        })
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => WindowOutcome::Failed(format!(
+                "window {window_id} of stream {stream:?} was not released: the engine panicked: {e}"
+            )),
+        };
         if let WindowOutcome::Failed(reason) = &outcome {
             tracing::error!(%stream, window_id, %reason, "window not released");
         }
