@@ -327,11 +327,11 @@ async fn a_restart_keeps_windows_identical_and_ids_known() {
     assert_eq!(
         again
             .iter()
-            .map(|w| prost::Message::encode_to_vec(w))
+            .map(prost::Message::encode_to_vec)
             .collect::<Vec<_>>(),
         first_windows
             .iter()
-            .map(|w| prost::Message::encode_to_vec(w))
+            .map(prost::Message::encode_to_vec)
             .collect::<Vec<_>>(),
         "windows are byte-identical after a restart"
     );

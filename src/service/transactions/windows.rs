@@ -17,6 +17,9 @@
 //! subscribers follow. A window already having an outcome on disk is skipped (it can be queued twice
 //! after a replay). A failed write is retried with backoff; nothing is released before it is durable.
 //!
+//! The releaser ends once its stream's handle is gone (the services and the writer stopped) and its
+//! queue is empty, so a graceful shutdown finishes the windows already closed.
+//!
 //! # Recovery
 //! [`WindowManager::start`] replays the log: rebuilds the record-id index, the open windows (their
 //! timers restart) and queues every window closed in the log without an outcome on disk.
@@ -241,7 +244,7 @@ impl Writer {
                         tokio::spawn(run_releaser(
                             name.to_string(),
                             self.windows.clone(),
-                            handle.clone(),
+                            handle.released_upto.clone(),
                             closed,
                         ));
                         handle
@@ -494,12 +497,12 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 async fn run_releaser(
     stream: String,
     windows: ReleasedWindows,
-    handle: Arc<StreamHandle>,
+    released_upto: watch::Sender<u64>,
     mut closed: mpsc::UnboundedReceiver<ClosedWindow>,
 ) {
     while let Some(window) = closed.recv().await {
         let window_id = window.close.window_id;
-        let next = *handle.released_upto.borrow();
+        let next = *released_upto.borrow();
         if window_id < next {
             continue;
         }
@@ -543,7 +546,7 @@ async fn run_releaser(
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(10));
         }
-        handle.released_upto.send_replace(window_id + 1);
+        released_upto.send_replace(window_id + 1);
         tracing::debug!(%stream, window_id, "window released");
     }
 }
