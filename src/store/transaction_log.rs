@@ -247,6 +247,21 @@ impl TransactionLog {
         for entry in entries {
             entry.encode_frame(&mut buf);
         }
+        #[cfg(test)]
+        if fault_injection::should_fail(&self.path) {
+            // As a full disk would: half the batch reaches the file, then the write fails.
+            let _ = self.file.write_all(&buf[..buf.len() / 2]);
+            let _ = self.file.set_len(self.durable_len).and_then(|()| {
+                self.file
+                    .seek(SeekFrom::Start(self.durable_len))
+                    .map(|_| ())
+            });
+            return Err(StoreError::Io {
+                path: self.path.clone(),
+                action: "appending to the log",
+                source: std::io::Error::new(std::io::ErrorKind::StorageFull, "injected: disk full"),
+            });
+        }
         let result = self
             .file
             .write_all(&buf)
@@ -285,6 +300,36 @@ impl TransactionLog {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Test-only: makes appends to chosen log files fail, as on a full disk.
+#[cfg(test)]
+pub(crate) mod fault_injection {
+    use std::collections::HashSet;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static FAILING: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+    /// Appends to the log in `dir` fail while `failing` is true.
+    pub(crate) fn set_failing(dir: &Path, failing: bool) {
+        let mut set = FAILING.lock().unwrap();
+        let set = set.get_or_insert_with(HashSet::new);
+        let path = dir.join(super::LOG_FILE);
+        if failing {
+            set.insert(path);
+        } else {
+            set.remove(&path);
+        }
+    }
+
+    pub(crate) fn should_fail(path: &Path) -> bool {
+        FAILING
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|set| set.contains(path))
     }
 }
 

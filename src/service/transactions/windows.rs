@@ -550,3 +550,95 @@ async fn run_releaser(
         tracing::debug!(%stream, window_id, "window released");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::transaction_log::fault_injection;
+
+    fn config(dir: &std::path::Path) -> TransactionsConfig {
+        let mut config = crate::config::Config::embedded_defaults().transactions;
+        config.data_dir = dir.to_path_buf();
+        config.defaults.window_records = 100;
+        config
+    }
+
+    async fn append(manager: &WindowManager, id: &str) -> Result<Appended, AppendError> {
+        let (reply, receive) = oneshot::channel();
+        let command = Append {
+            stream: "s".into(),
+            record_id: id.into(),
+            items: vec!["a".into()],
+            sensitive_items: vec![],
+            reply,
+        };
+        manager.appends.send(command).await.unwrap();
+        receive.await.unwrap()
+    }
+
+    fn logged_ids(dir: &std::path::Path) -> Vec<String> {
+        let (_, entries, recovery) = TransactionLog::open(dir).unwrap();
+        assert_eq!(recovery.truncated_bytes, 0);
+        entries
+            .into_iter()
+            .filter_map(|e| match e {
+                LogEntry::Record(r) => Some(r.record_id),
+                LogEntry::Close(_) => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_failed_append_acknowledges_nothing_and_the_writer_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = WindowManager::start(config(dir.path())).await.unwrap();
+        let fresh = Appended {
+            window_id: 0,
+            duplicate: false,
+        };
+        assert_eq!(append(&manager, "r1").await.unwrap(), fresh);
+        fault_injection::set_failing(dir.path(), true);
+        let err = append(&manager, "r2").await.unwrap_err();
+        assert!(matches!(err, AppendError::Unavailable(_)), "{err}");
+        let status = tonic::Status::from(super::super::TransactionsError::Append(err));
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            status.message().contains("disk full"),
+            "{}",
+            status.message()
+        );
+        assert_eq!(logged_ids(dir.path()), ["r1"]);
+        fault_injection::set_failing(dir.path(), false);
+        // r2 was never stored: publishing it again stores it; r1 is still known.
+        assert_eq!(append(&manager, "r2").await.unwrap(), fresh);
+        assert!(append(&manager, "r1").await.unwrap().duplicate);
+        assert!(append(&manager, "r2").await.unwrap().duplicate);
+        assert_eq!(logged_ids(dir.path()), ["r1", "r2"]);
+    }
+
+    #[tokio::test]
+    async fn windows_close_by_count_with_a_durable_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path());
+        cfg.defaults.window_records = 2;
+        let manager = WindowManager::start(cfg).await.unwrap();
+        let mut released = {
+            append(&manager, "a").await.unwrap();
+            manager.stream("s").unwrap().released_upto.subscribe()
+        };
+        assert_eq!(append(&manager, "b").await.unwrap().window_id, 0);
+        assert_eq!(append(&manager, "c").await.unwrap().window_id, 1);
+        released.wait_for(|&upto| upto >= 1).await.unwrap();
+        let (_, entries, _) = TransactionLog::open(dir.path()).unwrap();
+        let kinds: Vec<&str> = entries
+            .iter()
+            .map(|e| match e {
+                LogEntry::Record(r) => r.record_id.as_str(),
+                LogEntry::Close(_) => "close",
+            })
+            .collect();
+        assert_eq!(kinds, ["a", "b", "close", "c"]);
+        assert!(manager.windows.read("s", 0).unwrap().is_some());
+        assert!(manager.windows.read("s", 1).unwrap().is_none());
+    }
+}
