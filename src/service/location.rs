@@ -705,6 +705,7 @@ pub struct LocationServices {
     client_streams: StreamLimit,
     provider_streams: StreamLimit,
     next_client: Arc<AtomicU64>,
+    stop: watch::Receiver<bool>,
 }
 
 impl LocationServices {
@@ -733,7 +734,7 @@ impl LocationServices {
             route_expiry: VecDeque::new(),
             outcomes: Vec::new(),
         };
-        tokio::spawn(broker.run(command_rx, shutdown));
+        tokio::spawn(broker.run(command_rx, shutdown.clone()));
         LocationServices {
             client_streams: StreamLimit::new("location.max_client_streams", cfg.max_client_streams),
             provider_streams: StreamLimit::new(
@@ -744,6 +745,7 @@ impl LocationServices {
             commands,
             provider_receivers: Arc::new(receivers),
             next_client: Arc::new(AtomicU64::new(0)),
+            stop: shutdown,
         }
     }
 
@@ -797,9 +799,15 @@ impl LocationBroker for LocationServices {
         let mut inbound = request.into_inner();
         let commands = self.commands.clone();
         let cfg = Arc::clone(&self.cfg);
+        let mut stop = self.stop.clone();
         tokio::spawn(async move {
             loop {
-                let command = match inbound.message().await {
+                let message = tokio::select! {
+                    message = inbound.message() => message,
+                    // At shutdown stop reading, so the stream (and its connection) can close.
+                    _ = stop.wait_for(|stop| *stop) => break,
+                };
+                let command = match message {
                     Ok(Some(req)) => {
                         let request_no = req.request_no;
                         match validate(req, &cfg) {

@@ -81,3 +81,98 @@ impl Drop for TestDaemon {
         }
     }
 }
+
+/// A mobile client's open Submit stream.
+pub struct MobileClient {
+    pub requests: tokio::sync::mpsc::Sender<cloakd::proto::LocationRequest>,
+    pub events: tonic::Streaming<cloakd::proto::LocationEvent>,
+}
+
+impl MobileClient {
+    pub async fn connect(channel: Channel) -> MobileClient {
+        Self::try_connect(channel).await.expect("Submit failed")
+    }
+
+    pub async fn try_connect(channel: Channel) -> Result<MobileClient, tonic::Status> {
+        let mut client = cloakd::proto::location_broker_client::LocationBrokerClient::new(channel);
+        let (requests, rx) = tokio::sync::mpsc::channel(1024);
+        let events = client
+            .submit(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        Ok(MobileClient { requests, events })
+    }
+
+    pub async fn send(&self, request: cloakd::proto::LocationRequest) {
+        self.requests
+            .send(request)
+            .await
+            .expect("request stream closed");
+    }
+
+    /// The next event, failing the test after `secs` seconds.
+    pub async fn next_event(&mut self, secs: u64) -> cloakd::proto::LocationEvent {
+        tokio::time::timeout(Duration::from_secs(secs), self.events.message())
+            .await
+            .expect("no event in time")
+            .expect("event stream failed")
+            .expect("event stream ended")
+    }
+}
+
+/// A location request near Oldenburg's centre, `offset_m` metres east.
+pub fn request_at(
+    user: &str,
+    request_no: u64,
+    offset_m: f64,
+    k: u32,
+) -> cloakd::proto::LocationRequest {
+    let lat: f64 = 53.14;
+    let lon = 8.21 + offset_m / (111_195.0 * lat.to_radians().cos());
+    cloakd::proto::LocationRequest {
+        user_id: user.to_string(),
+        request_no,
+        lat,
+        lon,
+        k: Some(k),
+        dx_m: Some(500.0),
+        dy_m: Some(500.0),
+        dt_ms: Some(10_000),
+        payload: format!("query from {user} #{request_no}").into_bytes(),
+        service: "poi".to_string(),
+    }
+}
+
+/// Subscribes as a provider of `service`.
+pub async fn subscribe_provider(
+    channel: Channel,
+    service: &str,
+) -> tonic::Streaming<cloakd::proto::CloakedRequest> {
+    let mut gateway = cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(channel);
+    gateway
+        .subscribe(cloakd::proto::LbsSubscription {
+            service: service.to_string(),
+        })
+        .await
+        .expect("Subscribe failed")
+        .into_inner()
+}
+
+/// The next cloaked request a provider receives, failing after `secs` seconds.
+pub async fn next_cloaked(
+    stream: &mut tonic::Streaming<cloakd::proto::CloakedRequest>,
+    secs: u64,
+) -> cloakd::proto::CloakedRequest {
+    tokio::time::timeout(Duration::from_secs(secs), stream.message())
+        .await
+        .expect("no cloaked request in time")
+        .expect("provider stream failed")
+        .expect("provider stream ended")
+}
+
+/// A config on the embedded defaults with `f` applied.
+pub fn config_with(f: impl FnOnce(&mut Config)) -> Config {
+    let mut config = Config::embedded_defaults();
+    f(&mut config);
+    config
+}
