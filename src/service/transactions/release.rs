@@ -103,7 +103,7 @@ pub fn release_window(close: &WindowClose, records: &[StoredRecord]) -> WindowOu
     let params = engine_params(&close.params);
     let seed = window_seed(stream, window_id);
     let started = Instant::now();
-    let anonymized = match engine_shim::anonymize(&engine_records, &params, seed) {
+    let anonymized = match crate::transactions::anonymize(&engine_records, &params, seed) {
         Ok(a) => a,
         Err(e) => return fail(format!("it cannot be made rho-uncertain: {e}")),
     };
@@ -172,33 +172,5 @@ mod tests {
         assert_ne!(window_seed("a", 0), window_seed("a", 1));
         assert_ne!(window_seed("a", 0), window_seed("b", 0));
         assert_ne!(window_seed("ab", 0), window_seed("a", 0));
-    }
-}
-
-// TEMPORARY until branch txe lands: identity "anonymization" so the pipeline compiles.
-mod engine_shim {
-    use crate::transactions::{ItemId, Params, Record};
-    pub struct Report {
-        pub util_info: f64,
-        pub util_dist: f64,
-        pub util_mining: f64,
-        pub suppressed: u64,
-        pub rounds: u64,
-    }
-    pub struct Anonymized {
-        pub records: Vec<Vec<ItemId>>,
-        pub report: Report,
-    }
-    pub fn anonymize(records: &[Record], _: &Params, _: u64) -> Result<Anonymized, String> {
-        Ok(Anonymized {
-            records: records.iter().map(|r| r.items.clone()).collect(),
-            report: Report {
-                util_info: 0.0,
-                util_dist: 0.0,
-                util_mining: 0.0,
-                suppressed: 0,
-                rounds: 0,
-            },
-        })
     }
 }
