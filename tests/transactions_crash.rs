@@ -5,7 +5,7 @@
 //! (every acknowledged record released exactly once), that every window seen before a crash is
 //! byte-identical when fetched again, and that every window is rho-uncertain (independent checker).
 //!
-//! The kill moments come from a seeded RNG; set `CLOAKD_CRASH_SEED` to try others.
+//! The kill moments come from a seeded RNG; set `TRANSACTIONS_CRASH_SEED` to try others.
 mod transactions_support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,7 +25,7 @@ use transactions_support::{PATIENCE, check_window, next_windows, random_records}
 const STREAM: &str = "crash";
 const RHO: f64 = 0.5;
 const M: usize = 2;
-const ROUNDS: usize = 6;
+const ROUNDS: usize = 8;
 const RECORDS_PER_ROUND: usize = 1500;
 
 fn free_port() -> u16 {
@@ -49,6 +49,7 @@ fn write_config(dir: &Path) -> std::path::PathBuf {
 struct Daemon {
     child: Child,
     addr: String,
+    log: std::path::PathBuf,
 }
 
 impl Daemon {
@@ -68,7 +69,11 @@ impl Daemon {
             .stderr(stderr)
             .spawn()
             .expect("cloakd binary starts");
-        Daemon { child, addr }
+        Daemon {
+            child,
+            addr,
+            log: log.to_path_buf(),
+        }
     }
 
     async fn channel(&mut self) -> Channel {
@@ -80,7 +85,8 @@ impl Daemon {
                 return channel;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("cloakd exited with {status} before serving");
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                panic!("cloakd exited with {status} before serving; its log:\n{log}");
             }
             assert!(started.elapsed() < PATIENCE, "cloakd did not start");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -153,11 +159,11 @@ fn record_acks(acked: &mut BTreeMap<String, u64>, acks: &[PublishAck]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_moments_loses_and_repeats_nothing() {
-    let seed: u64 = std::env::var("CLOAKD_CRASH_SEED")
+    let seed: u64 = std::env::var("TRANSACTIONS_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_261_125);
-    eprintln!("CLOAKD_CRASH_SEED={seed}");
+    eprintln!("TRANSACTIONS_CRASH_SEED={seed}");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
@@ -215,7 +221,13 @@ async fn kill_9_at_random_moments_loses_and_repeats_nothing() {
         let seen = Arc::new(Mutex::new(BTreeMap::new()));
         let producer = tokio::spawn(publish_into(channel.clone(), records, acks.clone()));
         let consumer = tokio::spawn(collect_windows(channel.clone(), seen.clone()));
-        let wait_ms = rng.random_range(0..300);
+        // Half the kills land while records are being published and acked, the others while the
+        // closed windows are anonymized and released.
+        let wait_ms = if rng.random_bool(0.5) {
+            rng.random_range(0..40)
+        } else {
+            rng.random_range(0..300)
+        };
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         daemon.kill9();
         let _ = tokio::time::timeout(PATIENCE, producer).await;
