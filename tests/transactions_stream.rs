@@ -354,3 +354,46 @@ async fn a_restart_keeps_windows_identical_and_ids_known() {
     assert_eq!(ids, BTreeSet::from([0, 1, 2]));
     daemon.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_window_the_engine_refuses_is_never_released_and_subscribers_are_told() {
+    let dir = tempfile::tempdir().unwrap();
+    // Exact mode with m = 6 over two 60-item records would enumerate > 50 million antecedents: the
+    // engine refuses that window.
+    let mut huge = settings(2, Duration::from_secs(3600));
+    huge.m = 6;
+    let daemon = TestDaemon::start(config(dir.path(), &[("huge", huge)])).await;
+    let long: Vec<String> = (0..60).map(|i| format!("item{i}")).collect();
+    let long: Vec<&str> = long.iter().map(String::as_str).collect();
+    let outcome = publish(
+        daemon.channel().await,
+        vec![
+            transaction("huge", "big1", &long, &["item0"]),
+            transaction("huge", "big2", &long, &["item1"]),
+            transaction("huge", "small1", &["a", "b"], &["a"]),
+            transaction("huge", "small2", &["b", "c"], &[]),
+        ],
+    )
+    .await;
+    assert!(outcome.status.is_none(), "{:?}", outcome.status);
+    let windows: Vec<u64> = outcome.acks.iter().map(|a| a.window_id).collect();
+    assert_eq!(windows, [0, 0, 1, 1]);
+    // From window 0: the subscription ends with INTERNAL naming the window; nothing of it is sent.
+    let mut feed = subscribe(daemon.channel().await, "huge", 0).await.unwrap();
+    let first = tokio::time::timeout(transactions_support::PATIENCE, feed.message())
+        .await
+        .expect("an answer for window 0");
+    let status = first.expect_err("window 0 is not released");
+    assert_eq!(status.code(), Code::Internal);
+    assert!(
+        status.message().contains("window 0"),
+        "{}",
+        status.message()
+    );
+    // The consumer can resume after it; the next window is released normally.
+    let mut feed = subscribe(daemon.channel().await, "huge", 1).await.unwrap();
+    let next = next_windows(&mut feed, 1).await.remove(0);
+    assert_eq!(next.window_id, 1);
+    assert_eq!(next.records.len(), 2);
+    daemon.shutdown().await.unwrap();
+}
