@@ -1,6 +1,8 @@
 //! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`.
 use clap::{Parser, Subcommand};
 
+pub mod simulate;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cloakd",
@@ -16,6 +18,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon (on the embedded defaults unless --config / --listen say otherwise).
     Serve(ServeArgs),
+    /// Replay a mobility trace against a running daemon as many clients plus an LBS provider, and
+    /// report success rate, anonymity, resolution, throughput and latency.
+    Simulate(simulate::SimulateArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -41,6 +46,7 @@ pub fn init_tracing() {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
 
