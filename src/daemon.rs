@@ -40,7 +40,7 @@ pub async fn serve(
         .context("building the reflection service")?;
 
     let location = LocationServices::start(config.location.clone(), stop_rx.clone());
-    let transactions = TransactionServices::start(config.transactions.clone())
+    let transactions = TransactionServices::start(config.transactions.clone(), stop_rx.clone())
         .await
         .context("opening the transaction store (transactions.data_dir)")?;
     health

@@ -319,6 +319,17 @@ async fn a_restart_keeps_windows_identical_and_ids_known() {
         let mut feed = subscribe(daemon.channel().await, "keep", 0).await.unwrap();
         let windows = next_windows(&mut feed, 2).await;
         daemon.shutdown().await.unwrap();
+        // A graceful shutdown ends the live subscription, naming the window to resume from.
+        let status = feed
+            .message()
+            .await
+            .expect_err("subscription ends at shutdown");
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(
+            status.message().contains("window 2"),
+            "{}",
+            status.message()
+        );
         (windows, outcome.acks)
     };
     let daemon = TestDaemon::start(config(dir.path(), &streams)).await;

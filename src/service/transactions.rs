@@ -20,13 +20,18 @@
 //! stream's releaser announces it. The disk is the buffer: a slow subscriber only delays its own
 //! reads (at most `subscriber_queue` windows are in memory for it). A window that could not be
 //! anonymized ends the subscription with INTERNAL naming the window; the consumer may resume after it.
+//!
+//! # Shutdown
+//! When the daemon stops, Publish streams stop reading (every record already read is still
+//! acknowledged once durable) and end with UNAVAILABLE; subscriptions end with UNAVAILABLE naming the
+//! window to resume from. Windows already closed are still released by their releasers.
 pub mod release;
 pub mod windows;
 
 use std::pin::Pin;
 
 use futures::Stream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -87,13 +92,24 @@ impl From<TransactionsError> for Status {
 pub struct TransactionServices {
     config: TransactionsConfig,
     manager: WindowManager,
+    /// Becomes true when the daemon shuts down: Publish stops reading, Subscribe ends.
+    shutdown: watch::Receiver<bool>,
 }
 
 impl TransactionServices {
     /// Opens and recovers the store under `config.data_dir` and starts the window manager.
-    pub async fn start(config: TransactionsConfig) -> Result<TransactionServices, StoreError> {
+    /// When `shutdown` becomes true, Publish streams stop reading (records already read are still
+    /// acknowledged once durable) and end with UNAVAILABLE, and subscriptions end with UNAVAILABLE.
+    pub async fn start(
+        config: TransactionsConfig,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<TransactionServices, StoreError> {
         let manager = WindowManager::start(config.clone()).await?;
-        Ok(TransactionServices { config, manager })
+        Ok(TransactionServices {
+            config,
+            manager,
+            shutdown,
+        })
     }
 
     pub fn ingest_server(&self) -> TransactionIngestServer<TransactionServices> {
@@ -207,6 +223,17 @@ pub fn validate(t: &Transaction, config: &TransactionsConfig) -> Result<(), Tran
     Ok(())
 }
 
+/// Completes when the daemon shuts down (or its shutdown signal is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+fn shutting_down() -> Status {
+    Status::unavailable(
+        "the broker is shutting down; records not acknowledged were not stored, publish them again",
+    )
+}
+
 /// One entry of a Publish stream's ordered acknowledgement queue.
 enum PendingAck {
     Durable {
@@ -232,10 +259,18 @@ impl TransactionIngest for TransactionServices {
         let (pending_tx, mut pending_rx) = mpsc::channel::<PendingAck>(PUBLISH_IN_FLIGHT);
         let config = self.config.clone();
         let appends = self.manager.appends.clone();
+        let mut shutdown = self.shutdown.clone();
         // Reader: validate and hand records to the writer, in order, without waiting for acks.
         tokio::spawn(async move {
-            while let Some(message) = inbound.next().await {
-                let Ok(t) = message else { break };
+            loop {
+                let message = tokio::select! {
+                    message = inbound.next() => message,
+                    () = stopped(&mut shutdown) => {
+                        let _ = pending_tx.send(PendingAck::Refused(shutting_down())).await;
+                        break;
+                    }
+                };
+                let Some(Ok(t)) = message else { break };
                 if let Err(e) = validate(&t, &config) {
                     let _ = pending_tx.send(PendingAck::Refused(e.into())).await;
                     break;
@@ -313,6 +348,7 @@ impl ReleaseFeed for TransactionServices {
         let mut released = handle.released_upto.subscribe();
         let windows = self.manager.windows.clone();
         let (tx, rx) = mpsc::channel(self.config.subscriber_queue);
+        let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             let mut next = from_window;
             loop {
@@ -348,6 +384,14 @@ impl ReleaseFeed for TransactionServices {
                 tokio::select! {
                     changed = released.changed() => if changed.is_err() { return },
                     () = tx.closed() => return,
+                    () = stopped(&mut shutdown) => {
+                        let _ = tx
+                            .send(Err(Status::unavailable(format!(
+                                "the broker is shutting down; resume from window {next}"
+                            ))))
+                            .await;
+                        return;
+                    }
                 }
             }
         });
