@@ -124,10 +124,10 @@ pub async fn next_windows(
 /// `originals` are the window's records as published (items D_u, sensitive items E_u); `released`
 /// the released records (shuffled, without ids). Supports are counted over the released multiset, Q
 /// ranges over the ORIGINAL items: for every u, every Q ⊆ D_u with 1 <= |Q| <= m and every
-/// e ∈ E_u \ Q, supp'(Q ∪ {e}) <= rho · supp'(Q) or supp'(Q) = 0. Also checks that suppression only
-/// removed items: the released multiset can be matched record-by-record to sub-records of the
-/// originals (checked greedily on sizes is not enough, so it checks item occurrence counts and that
-/// every released record is a subset of some original).
+/// e ∈ E_u \ Q, supp'(Q ∪ {e}) <= rho · supp'(Q) or supp'(Q) = 0 (supports over the released
+/// multiset need no matching of released to original records). Also checks, as necessary conditions
+/// of "suppression only", that the record count is unchanged, no item is released more often than it
+/// was published, and every released record is a subset of some published record.
 pub fn check_window(
     originals: &[Transaction],
     released: &ReleasedWindow,
