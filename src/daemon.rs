@@ -15,9 +15,12 @@ use tonic::server::NamedService;
 use crate::config::Config;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
+use crate::proto::release_feed_server::ReleaseFeedServer;
 use crate::proto::table_anonymizer_server::TableAnonymizerServer;
+use crate::proto::transaction_ingest_server::TransactionIngestServer;
 use crate::service::location::LocationServices;
 use crate::service::table::TableService;
+use crate::service::transactions::TransactionServices;
 
 /// Serves every cloakd service on `listener` until `shutdown` completes, then drains: health turns
 /// NOT_SERVING, the engines' actors finish (pending location requests are told they were not
@@ -40,12 +43,17 @@ pub async fn serve(
         .context("building the reflection service")?;
 
     let location = LocationServices::start(config.location.clone(), stop_rx.clone());
+    let transactions = TransactionServices::start(config.transactions.clone(), stop_rx.clone())
+        .await
+        .context("opening the transaction store (transactions.data_dir)")?;
     let table = crate::service::table::table_anonymizer(&config.tables);
     // Health names every service ("" is the daemon as a whole).
     let served: Vec<&'static str> = vec![
         "",
         <LocationBrokerServer<LocationServices> as NamedService>::NAME,
         <LbsGatewayServer<LocationServices> as NamedService>::NAME,
+        <TransactionIngestServer<TransactionServices> as NamedService>::NAME,
+        <ReleaseFeedServer<TransactionServices> as NamedService>::NAME,
         <TableAnonymizerServer<TableService> as NamedService>::NAME,
     ];
     for name in &served {
@@ -80,6 +88,8 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(location.broker_server())
         .add_service(location.gateway_server())
+        .add_service(transactions.ingest_server())
+        .add_service(transactions.feed_server())
         .add_service(table)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             let _ = server_stop_rx.await;

@@ -3,6 +3,7 @@
 
 pub mod location;
 pub mod table;
+pub mod transactions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

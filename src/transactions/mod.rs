@@ -7,6 +7,25 @@
 //! supp(Q) = 0. Exact mode guarantees this for every such adversary; sampled mode gives
 //! (eps, delta)-rho^m-uncertainty by checking n_S = ceil(ln(1/delta) / (2 eps²)) sampled adversaries per
 //! level. Suppression only removes items from records: no record is added, dropped or merged.
+//!
+//! Adversary knowledge Q has 1..=m items, as in the paper's algorithms (ℓ = 1 .. m); the empty
+//! antecedent is not an adversary. The engine has no clock: [`UtilityReport::seconds`] is 0 when
+//! [`anonymize`] returns and is filled in by the caller that timed it (the CLI, the daemon).
+//!
+//! Layout: [`support`] counts support on vertical tid-lists, `suppressor` holds SUPPRESSOR and
+//! SAMPLESUPPRESSOR, `utility` the utility measures; this module validates input, maps item ids to a
+//! dense range and back, and assembles the [`UtilityReport`].
+
+mod constraints;
+pub(crate) mod support;
+mod suppressor;
+mod utility;
+
+pub use constraints::PersonalizedPlus;
+pub use suppressor::MAX_EXACT_ANTECEDENTS;
+pub use utility::{MAX_FREQUENT_ITEMSETS, MAX_RULE_ITEMS, MIN_CONFIDENCE, MIN_SUPPORT_FRACTION};
+
+use suppressor::Window;
 
 /// Dense item identifier within one window (the caller interns item names).
 pub type ItemId = u32;
@@ -19,7 +38,8 @@ pub struct Record {
 }
 
 /// Which guarantee to give.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Mode {
     /// rho^m-uncertainty against every adversary with |Q| <= m.
     Exact,
@@ -35,4 +55,276 @@ pub struct Params {
     /// Largest adversary knowledge |Q|, >= 1.
     pub m: u32,
     pub mode: Mode,
+}
+
+impl Mode {
+    /// n_S = ceil(ln(1/delta) / (2 eps²)) sampled adversaries per level, for sampled mode.
+    pub fn samples_per_level(&self) -> Option<usize> {
+        match *self {
+            Mode::Exact => None,
+            Mode::Sampled { epsilon, delta } => Some(
+                ((1.0 / delta).ln() / (2.0 * epsilon * epsilon))
+                    .ceil()
+                    .max(1.0) as usize,
+            ),
+        }
+    }
+}
+
+/// The released window and how much it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Anonymized {
+    /// D'_u for every input record, same order and count as the input; each a sorted subset of D_u.
+    pub records: Vec<Vec<ItemId>>,
+    pub report: UtilityReport,
+}
+
+/// Privacy parameters, work done and utility loss of one anonymization.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct UtilityReport {
+    /// Records in the window.
+    pub records: usize,
+    pub rho: f64,
+    pub m: u32,
+    pub mode: Mode,
+    /// Fraction of item occurrences suppressed (paper eq. 5).
+    pub util_info: f64,
+    /// KL(D' ‖ D) of the item frequency distributions, natural log (paper eq. 6).
+    pub util_dist: f64,
+    /// Jaccard distance between the association rule sets before and after (paper eq. 12).
+    pub util_mining: f64,
+    /// Item occurrences suppressed.
+    pub suppressed: u64,
+    /// Passes over the antecedents (exact) or sampling rounds (sampled), the last one clean.
+    pub rounds: u64,
+    /// Wall-clock seconds, filled in by the caller (the engine has no clock): 0 from [`anonymize`].
+    pub seconds: f64,
+    /// Item occurrences before suppression.
+    pub occurrences: u64,
+    /// Violated sensitive rules fixed (one per suppression step).
+    pub violations: u64,
+    /// Association rules mined before and after.
+    pub rules_before: u64,
+    pub rules_after: u64,
+    /// False when rule mining hit its frequent-itemset budget ([`MAX_FREQUENT_ITEMSETS`]).
+    pub mining_complete: bool,
+}
+
+/// An adversary (u, Q): the target's record index and its background knowledge Q ⊆ D_u.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adversary {
+    pub record: usize,
+    pub knowledge: Vec<ItemId>,
+}
+
+/// Input the engine refuses, naming the field and the rule.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AnonymizeError {
+    #[error("rho: {rho} is outside (0, 1)")]
+    InvalidRho { rho: f64 },
+    #[error("m: must be at least 1")]
+    InvalidM,
+    #[error("epsilon: {epsilon} is outside (0, 1)")]
+    InvalidEpsilon { epsilon: f64 },
+    #[error("delta: {delta} is outside (0, 1)")]
+    InvalidDelta { delta: f64 },
+    #[error("record {record}: items: a record needs at least one item")]
+    EmptyRecord { record: usize },
+    #[error("record {record}: {field}: item {item} appears twice")]
+    DuplicateItem {
+        record: usize,
+        field: &'static str,
+        item: ItemId,
+    },
+    #[error("record {record}: {field}: items must be sorted ascending ({item} after {previous})")]
+    UnsortedItems {
+        record: usize,
+        field: &'static str,
+        item: ItemId,
+        previous: ItemId,
+    },
+    #[error("records: {records} records exceed the limit of {limit} per window")]
+    TooManyRecords { records: usize, limit: usize },
+    #[error(
+        "m: exact mode would enumerate {antecedents} adversary antecedents (limit {limit}); use a smaller m or sampled mode"
+    )]
+    TooManyAntecedents { antecedents: u64, limit: u64 },
+}
+
+fn validate(records: &[Record], params: &Params) -> Result<(), AnonymizeError> {
+    if !(params.rho > 0.0 && params.rho < 1.0) {
+        return Err(AnonymizeError::InvalidRho { rho: params.rho });
+    }
+    if params.m < 1 {
+        return Err(AnonymizeError::InvalidM);
+    }
+    if let Mode::Sampled { epsilon, delta } = params.mode {
+        if !(epsilon > 0.0 && epsilon < 1.0) {
+            return Err(AnonymizeError::InvalidEpsilon { epsilon });
+        }
+        if !(delta > 0.0 && delta < 1.0) {
+            return Err(AnonymizeError::InvalidDelta { delta });
+        }
+    }
+    let limit = u32::MAX as usize;
+    if records.len() > limit {
+        return Err(AnonymizeError::TooManyRecords {
+            records: records.len(),
+            limit,
+        });
+    }
+    for (index, record) in records.iter().enumerate() {
+        if record.items.is_empty() {
+            return Err(AnonymizeError::EmptyRecord { record: index });
+        }
+        for (field, list) in [("items", &record.items), ("sensitive", &record.sensitive)] {
+            for pair in list.windows(2) {
+                if pair[0] == pair[1] {
+                    return Err(AnonymizeError::DuplicateItem {
+                        record: index,
+                        field,
+                        item: pair[0],
+                    });
+                }
+                if pair[0] > pair[1] {
+                    return Err(AnonymizeError::UnsortedItems {
+                        record: index,
+                        field,
+                        item: pair[1],
+                        previous: pair[0],
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Maps the items held by some record to 0..len preserving order, and back.
+struct DenseItems {
+    universe: Vec<ItemId>,
+    lookup: Option<Vec<u32>>,
+}
+
+impl DenseItems {
+    const ABSENT: u32 = u32::MAX;
+
+    fn new(records: &[Record]) -> Self {
+        let mut universe: Vec<ItemId> = records
+            .iter()
+            .flat_map(|r| r.items.iter().copied())
+            .collect();
+        universe.sort_unstable();
+        universe.dedup();
+        let max = universe.last().copied().unwrap_or(0) as usize;
+        // A direct table when it is not much larger than the data; binary search otherwise.
+        let lookup = (max < (1 << 24) || max < 4 * universe.len()).then(|| {
+            let mut table = vec![Self::ABSENT; max + 1];
+            for (dense, &item) in universe.iter().enumerate() {
+                table[item as usize] = dense as u32;
+            }
+            table
+        });
+        DenseItems { universe, lookup }
+    }
+
+    fn dense(&self, item: ItemId) -> Option<u32> {
+        match &self.lookup {
+            Some(table) => table
+                .get(item as usize)
+                .copied()
+                .filter(|&d| d != Self::ABSENT),
+            None => self.universe.binary_search(&item).ok().map(|d| d as u32),
+        }
+    }
+
+    fn item(&self, dense: u32) -> ItemId {
+        self.universe[dense as usize]
+    }
+}
+
+/// Anonymizes one window by partial suppression (SUPPRESSOR in exact mode, SAMPLESUPPRESSOR in
+/// sampled mode), seeded by `seed`. See [`anonymize_with_adversaries`].
+pub fn anonymize(
+    records: &[Record],
+    params: &Params,
+    seed: u64,
+) -> Result<Anonymized, AnonymizeError> {
+    anonymize_with_adversaries(records, params, seed).map(|(anonymized, _)| anonymized)
+}
+
+/// Like [`anonymize`], also returning, in sampled mode, the adversaries of the final round: the
+/// released window is safe for every one of them (empty in exact mode, where it is safe for all).
+pub fn anonymize_with_adversaries(
+    records: &[Record],
+    params: &Params,
+    seed: u64,
+) -> Result<(Anonymized, Vec<Adversary>), AnonymizeError> {
+    validate(records, params)?;
+    let dense = DenseItems::new(records);
+    let original: Vec<Vec<u32>> = records
+        .iter()
+        .map(|r| r.items.iter().filter_map(|&i| dense.dense(i)).collect())
+        .collect();
+    let sensitive: Vec<Vec<u32>> = records
+        .iter()
+        .map(|r| r.sensitive.iter().filter_map(|&i| dense.dense(i)).collect())
+        .collect();
+    let m = params.m as usize;
+    if params.mode == Mode::Exact {
+        let antecedents = Window::exact_antecedent_bound(&original, m);
+        if antecedents > MAX_EXACT_ANTECEDENTS {
+            return Err(AnonymizeError::TooManyAntecedents {
+                antecedents,
+                limit: MAX_EXACT_ANTECEDENTS,
+            });
+        }
+    }
+    let mut window = Window::new(original, sensitive, dense.universe.len(), params.rho, seed);
+    let stats = match params.mode.samples_per_level() {
+        None => window.suppress_exact(m),
+        Some(samples) => window.suppress_sampled(m, samples),
+    };
+    let rules_before = utility::association_rules(&window.original, &window.original_tids);
+    let rules_after = utility::association_rules(&window.released, &window.released_tids);
+    let report = UtilityReport {
+        records: records.len(),
+        rho: params.rho,
+        m: params.m,
+        mode: params.mode,
+        util_info: utility::util_info(window.original_total, window.released_total),
+        util_dist: utility::util_dist(
+            window.original_tids.iter().map(|t| t.len() as u64),
+            window.released_tids.iter().map(|t| t.len() as u64),
+        ),
+        util_mining: utility::util_mining(&rules_before, &rules_after),
+        suppressed: window.suppressed,
+        rounds: stats.rounds,
+        seconds: 0.0,
+        occurrences: window.original_total,
+        violations: stats.violations,
+        rules_before: rules_before.rule_count(),
+        rules_after: rules_after.rule_count(),
+        mining_complete: rules_before.complete && rules_after.complete,
+    };
+    let released = window
+        .released
+        .iter()
+        .map(|r| r.iter().map(|&d| dense.item(d)).collect())
+        .collect();
+    let adversaries = stats
+        .final_adversaries
+        .iter()
+        .map(|a| Adversary {
+            record: a.user as usize,
+            knowledge: a.knowledge.iter().map(|&d| dense.item(d)).collect(),
+        })
+        .collect();
+    Ok((
+        Anonymized {
+            records: released,
+            report,
+        },
+        adversaries,
+    ))
 }

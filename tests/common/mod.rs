@@ -12,11 +12,20 @@ pub struct TestDaemon {
     pub addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// A fresh transaction data directory when the config left the default `./data`.
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 impl TestDaemon {
     /// Starts `cloakd::daemon::serve` with `config` on an ephemeral loopback port.
-    pub async fn start(config: Config) -> TestDaemon {
+    /// A config still pointing at the default `./data` gets a fresh temporary data directory instead.
+    pub async fn start(mut config: Config) -> TestDaemon {
+        let default_dir = Config::embedded_defaults().transactions.data_dir;
+        let data_dir = (config.transactions.data_dir == default_dir).then(|| {
+            let dir = tempfile::tempdir().unwrap();
+            config.transactions.data_dir = dir.path().to_path_buf();
+            dir
+        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -27,6 +36,7 @@ impl TestDaemon {
             addr,
             stop: Some(stop),
             task: Some(task),
+            _data_dir: data_dir,
         }
     }
 

@@ -1,0 +1,644 @@
+//! The per-stream window manager: one writer task owning the [`TransactionLog`] and every stream's
+//! open window, and one releaser task per stream that anonymizes closed windows in order.
+//!
+//! # Writer (group commit)
+//! The writer takes every [`Append`] command waiting in its queue (up to [`MAX_BATCH`]), decides for
+//! each record: a re-published id is answered from the record-id index with its original window; a
+//! new record is assigned to its stream's open window; a window reaching `window_records` records, or
+//! open for `window` since its first record, gets its close marker. The whole batch is written with
+//! one fsync (on a blocking thread; commands arriving meanwhile form the next batch), and only then are
+//! the records acknowledged and the closed windows handed to their releasers. If the append fails,
+//! every command of the batch is answered UNAVAILABLE and the writer rebuilds its state by replaying
+//! the log, exactly as at a restart, so it never acts on anything that is not durable.
+//!
+//! # Releaser
+//! Per stream, windows are released strictly in id order: anonymize (blocking thread), write the
+//! outcome atomically ([`ReleasedWindows`]), then advance the stream's `released_upto` watch, which
+//! subscribers follow. A window already having an outcome on disk is skipped (it can be queued twice
+//! after a replay). A failed write is retried with backoff; nothing is released before it is durable.
+//!
+//! The releaser ends once its stream's handle is gone (the services and the writer stopped) and its
+//! queue is empty, so a graceful shutdown finishes the windows already closed.
+//!
+//! # Recovery
+//! [`WindowManager::start`] replays the log: rebuilds the record-id index, the open windows (their
+//! timers restart) and queues every window closed in the log without an outcome on disk.
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::release::release_window;
+use crate::config::{RhoMode, StreamSettings, TransactionsConfig};
+use crate::store::{
+    LogEntry, ReleasedWindows, StoreError, StoredParams, StoredRecord, TransactionLog, WindowClose,
+    WindowOutcome,
+};
+
+/// Most commands written with one fsync.
+pub const MAX_BATCH: usize = 4096;
+/// Depth of the writer's command queue (publishers wait when it is full).
+pub const WRITER_QUEUE: usize = 8192;
+
+/// Why an append was not acknowledged.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AppendError {
+    #[error(
+        "stream {stream:?} has {waiting} records waiting for release; the limit (transactions.max_open_records) is {limit}"
+    )]
+    TooManyOpenRecords {
+        stream: String,
+        waiting: usize,
+        limit: usize,
+    },
+    #[error("transaction store unavailable, record not stored durably: {0}")]
+    Unavailable(String),
+}
+
+/// The acknowledgement of an appended (or already present) record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub window_id: u64,
+    pub duplicate: bool,
+}
+
+/// A validated record to append.
+#[derive(Debug)]
+pub struct Append {
+    pub stream: String,
+    pub record_id: String,
+    pub items: Vec<String>,
+    pub sensitive_items: Vec<String>,
+    pub reply: oneshot::Sender<Result<Appended, AppendError>>,
+}
+
+/// A closed window handed to its stream's releaser.
+#[derive(Debug)]
+struct ClosedWindow {
+    close: WindowClose,
+    records: Vec<StoredRecord>,
+}
+
+/// What subscribers and publishers share about one stream.
+#[derive(Debug)]
+pub struct StreamHandle {
+    /// Windows with id below this have an outcome on disk.
+    pub released_upto: watch::Sender<u64>,
+    releaser: mpsc::UnboundedSender<ClosedWindow>,
+}
+
+/// Handle to the running window manager.
+#[derive(Debug, Clone)]
+pub struct WindowManager {
+    pub appends: mpsc::Sender<Append>,
+    pub streams: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
+    pub windows: ReleasedWindows,
+}
+
+impl WindowManager {
+    /// Opens the store under `config.data_dir`, replays it and starts the writer and the releasers.
+    /// Must run inside a tokio runtime.
+    pub async fn start(config: TransactionsConfig) -> Result<WindowManager, StoreError> {
+        let dir = config.data_dir.clone();
+        let opened = tokio::task::spawn_blocking(move || {
+            let windows = ReleasedWindows::open(&dir)?;
+            let (log, entries, recovery) = TransactionLog::open(&dir)?;
+            Ok::<_, StoreError>((windows, log, entries, recovery))
+        })
+        .await
+        .map_err(|e| StoreError::Io {
+            path: config.data_dir.clone(),
+            action: "opening the store",
+            source: std::io::Error::other(e),
+        })??;
+        let (windows, log, entries, recovery) = opened;
+        if recovery.truncated_bytes > 0 {
+            tracing::warn!(
+                log = %log.path().display(),
+                truncated_bytes = recovery.truncated_bytes,
+                reason = recovery.truncation_reason.as_deref().unwrap_or(""),
+                "cut the unacknowledged torn tail of the transaction log"
+            );
+        }
+        let streams = Arc::new(Mutex::new(HashMap::new()));
+        let (appends, commands) = mpsc::channel(WRITER_QUEUE);
+        let mut writer = Writer {
+            config,
+            data_dir: PathBuf::new(),
+            log: Some(log),
+            state: HashMap::new(),
+            handles: streams.clone(),
+            windows: windows.clone(),
+        };
+        writer.data_dir = writer.config.data_dir.clone();
+        writer.replay(entries)?;
+        let configured: Vec<String> = writer.config.streams.keys().cloned().collect();
+        for name in configured {
+            writer.stream_state(&name)?;
+        }
+        tokio::spawn(writer.run(commands));
+        Ok(WindowManager {
+            appends,
+            streams,
+            windows,
+        })
+    }
+
+    /// The stream's shared handle, if the stream is configured or has ever been published to.
+    pub fn stream(&self, name: &str) -> Option<Arc<StreamHandle>> {
+        self.streams
+            .lock()
+            .ok()
+            .and_then(|streams| streams.get(name).cloned())
+    }
+}
+
+/// In-memory state of one stream, owned by the writer.
+#[derive(Debug)]
+struct StreamState {
+    settings: StreamSettings,
+    open_window: u64,
+    open_records: Vec<StoredRecord>,
+    /// When the open window got its first record.
+    opened_at: Option<Instant>,
+    /// Closed windows possibly not yet released: id -> number of records.
+    closed_pending: BTreeMap<u64, usize>,
+    /// Record id -> window id, for every record ever accepted.
+    index: HashMap<String, u64>,
+    /// Windows below this were released before the last (re)start: their records are not kept.
+    released_at_open: u64,
+    handle: Arc<StreamHandle>,
+}
+
+impl StreamState {
+    /// Records accepted and not yet released.
+    fn waiting(&mut self) -> usize {
+        let released = *self.handle.released_upto.borrow();
+        self.closed_pending = self.closed_pending.split_off(&released);
+        self.open_records.len() + self.closed_pending.values().sum::<usize>()
+    }
+
+    fn stored_params(&self) -> StoredParams {
+        StoredParams {
+            rho: self.settings.rho,
+            m: self.settings.m,
+            sampled: match self.settings.mode {
+                RhoMode::Exact => None,
+                RhoMode::Sampled { epsilon, delta } => Some((epsilon, delta)),
+            },
+        }
+    }
+
+    /// Closes the open window: returns its close marker and records.
+    fn close_window(&mut self, stream: &str) -> ClosedWindow {
+        let records = std::mem::take(&mut self.open_records);
+        let close = WindowClose {
+            stream: stream.to_string(),
+            window_id: self.open_window,
+            records: records.len() as u64,
+            params: self.stored_params(),
+        };
+        self.closed_pending.insert(self.open_window, records.len());
+        self.open_window += 1;
+        self.opened_at = None;
+        ClosedWindow { close, records }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.opened_at.map(|t| t + self.settings.window)
+    }
+}
+
+struct Writer {
+    config: TransactionsConfig,
+    data_dir: PathBuf,
+    /// `None` while an append is in flight on a blocking thread, or after a failed replay.
+    log: Option<TransactionLog>,
+    state: HashMap<String, StreamState>,
+    handles: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
+    windows: ReleasedWindows,
+}
+
+impl Writer {
+    /// The state of `name`, creating the stream (handle, releaser) on first use.
+    fn stream_state(&mut self, name: &str) -> Result<&mut StreamState, StoreError> {
+        if !self.state.contains_key(name) {
+            let released = self.windows.next_unreleased(name)?;
+            let handle = {
+                let mut handles = self
+                    .handles
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                handles
+                    .entry(name.to_string())
+                    .or_insert_with(|| {
+                        let (releaser, closed) = mpsc::unbounded_channel();
+                        let (released_upto, _) = watch::channel(released);
+                        let handle = Arc::new(StreamHandle {
+                            released_upto,
+                            releaser,
+                        });
+                        tokio::spawn(run_releaser(
+                            name.to_string(),
+                            self.windows.clone(),
+                            handle.released_upto.clone(),
+                            closed,
+                        ));
+                        handle
+                    })
+                    .clone()
+            };
+            self.state.insert(
+                name.to_string(),
+                StreamState {
+                    settings: self.config.settings_for(name).clone(),
+                    open_window: 0,
+                    open_records: Vec::new(),
+                    opened_at: None,
+                    closed_pending: BTreeMap::new(),
+                    index: HashMap::new(),
+                    released_at_open: released,
+                    handle,
+                },
+            );
+        }
+        self.state.get_mut(name).ok_or_else(|| StoreError::Corrupt {
+            path: self.data_dir.clone(),
+            offset: 0,
+            rule: format!("stream {name:?} vanished"),
+        })
+    }
+
+    /// Rebuilds every stream's state from the log entries and queues closed, unreleased windows.
+    fn replay(&mut self, entries: Vec<LogEntry>) -> Result<(), StoreError> {
+        self.state.clear();
+        let now = Instant::now();
+        for entry in entries {
+            match entry {
+                LogEntry::Record(record) => {
+                    let st = self.stream_state(&record.stream)?;
+                    st.index.insert(record.record_id.clone(), record.window_id);
+                    if record.window_id != st.open_window {
+                        tracing::error!(
+                            stream = %record.stream,
+                            record_window = record.window_id,
+                            open_window = st.open_window,
+                            "log record outside its stream's open window; kept in the open window"
+                        );
+                    }
+                    st.opened_at.get_or_insert(now);
+                    st.open_records.push(record);
+                }
+                LogEntry::Close(close) => {
+                    let st = self.stream_state(&close.stream)?;
+                    let records = std::mem::take(&mut st.open_records);
+                    st.open_window = close.window_id + 1;
+                    st.opened_at = None;
+                    if close.window_id >= st.released_at_open {
+                        st.closed_pending.insert(close.window_id, records.len());
+                        let _ = st.handle.releaser.send(ClosedWindow { close, records });
+                    }
+                }
+            }
+        }
+        for (name, st) in &self.state {
+            if !st.closed_pending.is_empty() || !st.open_records.is_empty() {
+                tracing::info!(
+                    stream = %name,
+                    windows_to_release = st.closed_pending.len(),
+                    open_records = st.open_records.len(),
+                    "recovered transaction stream"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays the log from disk after a failed append (the same path as a restart).
+    async fn reload(&mut self) -> Result<(), StoreError> {
+        let dir = self.data_dir.clone();
+        let (log, entries, _) = tokio::task::spawn_blocking(move || TransactionLog::open(&dir))
+            .await
+            .map_err(|e| StoreError::Io {
+                path: self.data_dir.clone(),
+                action: "reopening the log",
+                source: std::io::Error::other(e),
+            })??;
+        self.replay(entries)?;
+        self.log = Some(log);
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.state.values().filter_map(StreamState::deadline).min()
+    }
+
+    async fn run(mut self, mut commands: mpsc::Receiver<Append>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        loop {
+            let deadline = self.next_deadline();
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(c) => batch.push(c),
+                    None => break,
+                },
+                () = sleep_until_opt(deadline) => {}
+            }
+            while batch.len() < MAX_BATCH {
+                match commands.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            self.process(std::mem::take(&mut batch)).await;
+        }
+    }
+
+    async fn process(&mut self, batch: Vec<Append>) {
+        if self.log.is_none()
+            && let Err(e) = self.reload().await
+        {
+            tracing::error!(error = %e, "transaction store still unavailable");
+            for command in batch {
+                let _ = command
+                    .reply
+                    .send(Err(AppendError::Unavailable(e.to_string())));
+            }
+            return;
+        }
+        let mut entries = Vec::new();
+        let mut replies = Vec::new();
+        let mut closed = Vec::new();
+        let limit = self.config.max_open_records;
+        for command in batch {
+            let st = match self.stream_state(&command.stream) {
+                Ok(st) => st,
+                Err(e) => {
+                    let _ = command
+                        .reply
+                        .send(Err(AppendError::Unavailable(e.to_string())));
+                    continue;
+                }
+            };
+            if let Some(&window_id) = st.index.get(&command.record_id) {
+                replies.push((
+                    command.reply,
+                    Appended {
+                        window_id,
+                        duplicate: true,
+                    },
+                ));
+                continue;
+            }
+            let waiting = st.waiting();
+            if waiting >= limit {
+                let _ = command.reply.send(Err(AppendError::TooManyOpenRecords {
+                    stream: command.stream,
+                    waiting,
+                    limit,
+                }));
+                continue;
+            }
+            let record = StoredRecord {
+                stream: command.stream,
+                window_id: st.open_window,
+                record_id: command.record_id,
+                items: command.items,
+                sensitive_items: command.sensitive_items,
+            };
+            st.index.insert(record.record_id.clone(), record.window_id);
+            st.opened_at.get_or_insert_with(Instant::now);
+            replies.push((
+                command.reply,
+                Appended {
+                    window_id: record.window_id,
+                    duplicate: false,
+                },
+            ));
+            entries.push(LogEntry::Record(record.clone()));
+            let stream = record.stream.clone();
+            st.open_records.push(record);
+            if st.open_records.len() >= st.settings.window_records {
+                let window = st.close_window(&stream);
+                entries.push(LogEntry::Close(window.close.clone()));
+                closed.push(window);
+            }
+        }
+        let now = Instant::now();
+        for (name, st) in self.state.iter_mut() {
+            if st.deadline().is_some_and(|d| d <= now) && !st.open_records.is_empty() {
+                let window = st.close_window(name);
+                entries.push(LogEntry::Close(window.close.clone()));
+                closed.push(window);
+            }
+        }
+        if entries.is_empty() {
+            for (reply, appended) in replies {
+                let _ = reply.send(Ok(appended));
+            }
+            return;
+        }
+        let Some(mut log) = self.log.take() else {
+            return;
+        };
+        let (log, result) = match tokio::task::spawn_blocking(move || {
+            let result = log.append(&entries);
+            (log, result)
+        })
+        .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                for (reply, _) in replies {
+                    let _ = reply.send(Err(AppendError::Unavailable(e.to_string())));
+                }
+                // The log handle was lost with the panicked task; the next batch reopens it.
+                self.state.clear();
+                return;
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.log = Some(log);
+                for (reply, appended) in replies {
+                    let _ = reply.send(Ok(appended));
+                }
+                for window in closed {
+                    if let Some(st) = self.state.get(&window.close.stream) {
+                        let _ = st.handle.releaser.send(window);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "transaction log append failed; nothing of the batch is acknowledged");
+                for (reply, _) in replies {
+                    let _ = reply.send(Err(AppendError::Unavailable(e.to_string())));
+                }
+                drop(log);
+                if let Err(e) = self.reload().await {
+                    tracing::error!(error = %e, "cannot reload the transaction log");
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Releases the closed windows of `stream` in order (see the module doc).
+async fn run_releaser(
+    stream: String,
+    windows: ReleasedWindows,
+    released_upto: watch::Sender<u64>,
+    mut closed: mpsc::UnboundedReceiver<ClosedWindow>,
+) {
+    while let Some(window) = closed.recv().await {
+        let window_id = window.close.window_id;
+        let next = *released_upto.borrow();
+        if window_id < next {
+            continue;
+        }
+        if window_id > next {
+            tracing::error!(%stream, window_id, expected = next, "window closed out of order");
+        }
+        let outcome = match tokio::task::spawn_blocking(move || {
+            release_window(&window.close, &window.records)
+        })
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => WindowOutcome::Failed(format!(
+                "window {window_id} of stream {stream:?} was not released: the engine panicked: {e}"
+            )),
+        };
+        if let WindowOutcome::Failed(reason) = &outcome {
+            tracing::error!(%stream, window_id, %reason, "window not released");
+        }
+        let outcome = Arc::new(outcome);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let (windows, stream_name, outcome_ref) =
+                (windows.clone(), stream.clone(), outcome.clone());
+            let written = tokio::task::spawn_blocking(move || {
+                if windows.read(&stream_name, window_id)?.is_some() {
+                    return Ok(());
+                }
+                windows.write(&stream_name, window_id, &outcome_ref)
+            })
+            .await;
+            match written {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => {
+                    tracing::error!(%stream, window_id, error = %e, "cannot store released window; retrying")
+                }
+                Err(e) => {
+                    tracing::error!(%stream, window_id, error = %e, "window store task failed; retrying")
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+        released_upto.send_replace(window_id + 1);
+        tracing::debug!(%stream, window_id, "window released");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::transaction_log::fault_injection;
+
+    fn config(dir: &std::path::Path) -> TransactionsConfig {
+        let mut config = crate::config::Config::embedded_defaults().transactions;
+        config.data_dir = dir.to_path_buf();
+        config.defaults.window_records = 100;
+        config
+    }
+
+    async fn append(manager: &WindowManager, id: &str) -> Result<Appended, AppendError> {
+        let (reply, receive) = oneshot::channel();
+        let command = Append {
+            stream: "s".into(),
+            record_id: id.into(),
+            items: vec!["a".into()],
+            sensitive_items: vec![],
+            reply,
+        };
+        manager.appends.send(command).await.unwrap();
+        receive.await.unwrap()
+    }
+
+    fn logged_ids(dir: &std::path::Path) -> Vec<String> {
+        let (_, entries, recovery) = TransactionLog::open(dir).unwrap();
+        assert_eq!(recovery.truncated_bytes, 0);
+        entries
+            .into_iter()
+            .filter_map(|e| match e {
+                LogEntry::Record(r) => Some(r.record_id),
+                LogEntry::Close(_) => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_failed_append_acknowledges_nothing_and_the_writer_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = WindowManager::start(config(dir.path())).await.unwrap();
+        let fresh = Appended {
+            window_id: 0,
+            duplicate: false,
+        };
+        assert_eq!(append(&manager, "r1").await.unwrap(), fresh);
+        fault_injection::set_failing(dir.path(), true);
+        let err = append(&manager, "r2").await.unwrap_err();
+        assert!(matches!(err, AppendError::Unavailable(_)), "{err}");
+        let status = tonic::Status::from(super::super::TransactionsError::Append(err));
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            status.message().contains("disk full"),
+            "{}",
+            status.message()
+        );
+        assert_eq!(logged_ids(dir.path()), ["r1"]);
+        fault_injection::set_failing(dir.path(), false);
+        // r2 was never stored: publishing it again stores it; r1 is still known.
+        assert_eq!(append(&manager, "r2").await.unwrap(), fresh);
+        assert!(append(&manager, "r1").await.unwrap().duplicate);
+        assert!(append(&manager, "r2").await.unwrap().duplicate);
+        assert_eq!(logged_ids(dir.path()), ["r1", "r2"]);
+    }
+
+    #[tokio::test]
+    async fn windows_close_by_count_with_a_durable_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path());
+        cfg.defaults.window_records = 2;
+        let manager = WindowManager::start(cfg).await.unwrap();
+        let mut released = {
+            append(&manager, "a").await.unwrap();
+            manager.stream("s").unwrap().released_upto.subscribe()
+        };
+        assert_eq!(append(&manager, "b").await.unwrap().window_id, 0);
+        assert_eq!(append(&manager, "c").await.unwrap().window_id, 1);
+        released.wait_for(|&upto| upto >= 1).await.unwrap();
+        let (_, entries, _) = TransactionLog::open(dir.path()).unwrap();
+        let kinds: Vec<&str> = entries
+            .iter()
+            .map(|e| match e {
+                LogEntry::Record(r) => r.record_id.as_str(),
+                LogEntry::Close(_) => "close",
+            })
+            .collect();
+        assert_eq!(kinds, ["a", "b", "close", "c"]);
+        assert!(manager.windows.read("s", 0).unwrap().is_some());
+        assert!(manager.windows.read("s", 1).unwrap().is_none());
+    }
+}

@@ -1,0 +1,461 @@
+//! SUPPRESSOR (Algorithm 1) and SAMPLESUPPRESSOR (Algorithm 2) of Nakagawa, Arai & Nakagawa (2018):
+//! personalized rho^m-uncertainty and (eps, delta)-rho^m-uncertainty by partial suppression.
+//!
+//! A *sensitive rule* Q → {e} concerns an adversary (u, Q) with Q ⊆ D_u (u's original items) and
+//! e ∈ E_u \ Q; it is violated in the released window D' when supp(Q ∪ {e}) > rho · supp(Q) (the
+//! comparison is made exactly in this form, in f64, here and in the tests' checker). For each
+//! violated rule the engine picks the item d ∈ Q ∪ {e} maximizing
+//! F(d) = D'(d) ln(D'(d)/D(d)) / N_s(d), where D(d), D'(d) are d's normalized frequencies in the
+//! original and released window, and suppresses d from N_s(d) records chosen uniformly (seeded
+//! ChaCha8) among the released records holding Q ∪ {e}, with
+//! N_s(e) = ceil(supp(Q∪e) − rho·supp(Q)) and N_s(q ∈ Q) = ceil((supp(Q∪e) − rho·supp(Q)) / (1 − rho)),
+//! both clamped to [1, supp(Q∪e)] against floating-point rounding. Ties in F (every F is 0 before
+//! the first suppression) go to the smaller N_s, then to e before the items of Q, then to the smaller
+//! item id. D'(d) > 0 and D(d) >= D'(d)·(released total / original total) > 0 for every candidate d
+//! because d is held by the records of the rule, so no logarithm of 0 is taken.
+//!
+//! Efficiency, beyond the paper's pseudo-code: support is counted on vertical tid-lists
+//! ([`super::support`]); each distinct antecedent Q is handled once per pass for all users sharing
+//! it; the candidate consequents of Q are found by one horizontal scan over the released records
+//! holding Q (only items e with count > rho · supp(Q) can violate, at most avg_len/rho of them), and
+//! only then tested for sensitivity (exact mode: some holder u of Q in the original window has
+//! e ∈ E_u, via the transposed lists {u : e ∈ E_u}; sampled mode: some sampled target u of Q has
+//! e ∈ E_u). Each antecedent is driven to a fixpoint before the next one.
+//!
+//! Which rules must be re-checked after a suppression (exact mode): removing d from record r lowers
+//! supp(Q') only for antecedents Q' with d ∈ Q' ⊆ D'_r; for every other Q' it can only lower some
+//! supp(Q' ∪ {e}), i.e. make Q' safer. So a pass re-checks exactly the antecedents marked that way
+//! since their last check, and the window is safe for every adversary when a pass finds none.
+//!
+//! Termination: a violated rule has supp(Q∪e) > rho·supp(Q) >= 0, so N_s >= 1 and at least one item
+//! occurrence is removed (N_s <= supp(Q∪e) records hold Q∪e). The number of item occurrences is
+//! finite and never grows, so after finitely many suppressions no rule can be violated (at worst
+//! every occurrence is gone and every supp(Q) = 0). Exact mode stops after a pass without
+//! violations; sampled mode after a round whose freshly sampled adversaries are all safe, so the
+//! released window is safe, exactly, for every adversary of that final round (returned to callers
+//! who want to check it).
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::support::{
+    FxHashMap, TidList, for_each_subset, intersect_into, intersects, remove_tid, subset_count,
+    tidset_into,
+};
+
+/// Largest number of antecedents (Σ_u Σ_{k<=m} C(|D_u|, k)) exact mode will enumerate.
+pub const MAX_EXACT_ANTECEDENTS: u64 = 50_000_000;
+
+/// The window under suppression, over dense item ids 0..item_count.
+pub(crate) struct Window {
+    rho: f64,
+    /// D'_u, sorted dense item ids.
+    pub(crate) released: Vec<Vec<u32>>,
+    /// D_u, sorted dense item ids.
+    pub(crate) original: Vec<Vec<u32>>,
+    /// E_u restricted to items held by some record, sorted dense ids.
+    sensitive: Vec<Vec<u32>>,
+    pub(crate) original_tids: Vec<TidList>,
+    pub(crate) released_tids: Vec<TidList>,
+    pub(crate) original_total: u64,
+    pub(crate) released_total: u64,
+    pub(crate) suppressed: u64,
+    /// Per item, how many of its occurrences were suppressed so far.
+    suppressed_per_item: Vec<u64>,
+    rng: ChaCha8Rng,
+    // Scratch space reused across checks.
+    counts: Vec<u32>,
+    touched: Vec<u32>,
+    scratch: Vec<u32>,
+}
+
+/// Antecedents of exact mode with their dirty marks.
+struct Antecedents {
+    m: usize,
+    /// Antecedents in checking order: by size, then lexicographically.
+    list: Vec<Box<[u32]>>,
+    ids: FxHashMap<Box<[u32]>, u32>,
+    /// Still to be checked in the current pass.
+    pending: Vec<bool>,
+    /// Marked for the next pass.
+    marked: Vec<bool>,
+    next: Vec<u32>,
+}
+
+impl Antecedents {
+    fn mark_containing(&mut self, record: &[u32], item: u32) {
+        let others: Vec<u32> = record.iter().copied().filter(|&i| i != item).collect();
+        let mut key: Vec<u32> = Vec::with_capacity(self.m);
+        let mark = |id: u32, this: &mut Self| {
+            let at = id as usize;
+            if !this.pending[at] && !this.marked[at] {
+                this.marked[at] = true;
+                this.next.push(id);
+            }
+        };
+        if let Some(&id) = self.ids.get(&[item][..]) {
+            mark(id, self);
+        }
+        let mut found = Vec::new();
+        for_each_subset(&others, self.m.saturating_sub(1), &mut |subset| {
+            key.clear();
+            let at = subset.partition_point(|&i| i < item);
+            key.extend_from_slice(&subset[..at]);
+            key.push(item);
+            key.extend_from_slice(&subset[at..]);
+            if let Some(&id) = self.ids.get(&key[..]) {
+                found.push(id);
+            }
+        });
+        for id in found {
+            mark(id, self);
+        }
+    }
+}
+
+/// Who a candidate consequent must be sensitive for, for the rule to count.
+enum Targets<'a> {
+    /// Exact mode: any holder of Q in the original window (tids of the original records ⊇ Q).
+    Holders(&'a [u32]),
+    /// Sampled mode: the sampled targets u of adversaries (u, Q).
+    Sampled(&'a [u32]),
+}
+
+/// One sampled adversary (u, Q), Q in dense ids.
+pub(crate) struct DenseAdversary {
+    pub(crate) user: u32,
+    pub(crate) knowledge: Vec<u32>,
+}
+
+/// Outcome counters of one run.
+pub(crate) struct RunStats {
+    pub(crate) rounds: u64,
+    pub(crate) violations: u64,
+    pub(crate) final_adversaries: Vec<DenseAdversary>,
+}
+
+impl Window {
+    pub(crate) fn new(
+        original: Vec<Vec<u32>>,
+        sensitive: Vec<Vec<u32>>,
+        item_count: usize,
+        rho: f64,
+        seed: u64,
+    ) -> Self {
+        let mut original_tids: Vec<TidList> = vec![Vec::new(); item_count];
+        let mut total = 0u64;
+        for (tid, record) in original.iter().enumerate() {
+            for &item in record {
+                original_tids[item as usize].push(tid as u32);
+            }
+            total += record.len() as u64;
+        }
+        Window {
+            rho,
+            released: original.clone(),
+            original,
+            sensitive,
+            released_tids: original_tids.clone(),
+            original_tids,
+            original_total: total,
+            released_total: total,
+            suppressed: 0,
+            suppressed_per_item: vec![0; item_count],
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            counts: vec![0; item_count],
+            touched: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    fn violates(&self, with_e: usize, support_q: usize) -> bool {
+        with_e as f64 > self.rho * support_q as f64
+    }
+
+    /// Sensitivity of `e` for the targets of the rule.
+    fn is_sensitive(&self, e: u32, targets: &Targets<'_>, sensitive_holders: &[TidList]) -> bool {
+        match targets {
+            Targets::Holders(holders) => intersects(holders, &sensitive_holders[e as usize]),
+            Targets::Sampled(users) => users
+                .iter()
+                .any(|&u| self.sensitive[u as usize].binary_search(&e).is_ok()),
+        }
+    }
+
+    /// Candidate consequents of `q`: items e ∉ Q, sensitive for the targets, with
+    /// supp'(Q ∪ e) > rho · supp'(Q), found by counting items over the released records `tids_q`.
+    fn candidate_consequents(
+        &mut self,
+        q: &[u32],
+        tids_q: &[u32],
+        targets: &Targets<'_>,
+        sensitive_holders: &[TidList],
+    ) -> Vec<u32> {
+        for &tid in tids_q {
+            for &item in &self.released[tid as usize] {
+                let slot = &mut self.counts[item as usize];
+                if *slot == 0 {
+                    self.touched.push(item);
+                }
+                *slot += 1;
+            }
+        }
+        let mut candidates = Vec::new();
+        let touched = std::mem::take(&mut self.touched);
+        for &item in &touched {
+            let count = self.counts[item as usize] as usize;
+            self.counts[item as usize] = 0;
+            if self.violates(count, tids_q.len())
+                && q.binary_search(&item).is_err()
+                && self.is_sensitive(item, targets, sensitive_holders)
+            {
+                candidates.push(item);
+            }
+        }
+        self.touched = touched;
+        self.touched.clear();
+        candidates.sort_unstable();
+        candidates
+    }
+
+    /// Drives antecedent `q` to a state where no rule Q → e is violated for its targets.
+    /// Returns the number of violated rules it fixed.
+    fn fix_antecedent(
+        &mut self,
+        q: &[u32],
+        targets: &Targets<'_>,
+        sensitive_holders: &[TidList],
+        mut antecedents: Option<&mut Antecedents>,
+    ) -> u64 {
+        let mut fixed = 0;
+        let mut tids_q = Vec::new();
+        let mut holding_rule = Vec::new();
+        loop {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
+            self.scratch = scratch;
+            if tids_q.is_empty() {
+                return fixed;
+            }
+            let candidates = self.candidate_consequents(q, &tids_q, targets, sensitive_holders);
+            if candidates.is_empty() {
+                return fixed;
+            }
+            let mut support_q_dropped = false;
+            for e in candidates {
+                loop {
+                    intersect_into(&tids_q, &self.released_tids[e as usize], &mut holding_rule);
+                    if !self.violates(holding_rule.len(), tids_q.len()) {
+                        break;
+                    }
+                    fixed += 1;
+                    let (d, count) = self.choose_item(q, e, holding_rule.len(), tids_q.len());
+                    let chosen = rand::seq::index::sample(&mut self.rng, holding_rule.len(), count);
+                    for index in chosen.iter() {
+                        let tid = holding_rule[index];
+                        self.suppress(tid, d, antecedents.as_deref_mut());
+                    }
+                    if d != e {
+                        support_q_dropped = true;
+                        let mut scratch = std::mem::take(&mut self.scratch);
+                        tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
+                        self.scratch = scratch;
+                        if tids_q.is_empty() {
+                            return fixed;
+                        }
+                    }
+                }
+            }
+            if !support_q_dropped {
+                // Only consequents were suppressed: supp(Q) and the other counts are unchanged.
+                return fixed;
+            }
+        }
+    }
+
+    /// The item d ∈ Q ∪ {e} to suppress and its suppression number N_s(d).
+    fn choose_item(&self, q: &[u32], e: u32, with_e: usize, support_q: usize) -> (u32, usize) {
+        let excess = with_e as f64 - self.rho * support_q as f64;
+        let clamp = |n: f64| -> usize { (n.ceil().max(1.0) as usize).min(with_e) };
+        let n_e = clamp(excess);
+        let n_q = clamp(excess / (1.0 - self.rho));
+        let score = |d: u32, n: usize| -> f64 {
+            let released = self.released_tids[d as usize].len() as f64 / self.released_total as f64;
+            let original = self.original_tids[d as usize].len() as f64 / self.original_total as f64;
+            released * (released / original).ln() / n as f64
+        };
+        let mut best = (e, n_e, score(e, n_e));
+        for &d in q {
+            let f = score(d, n_q);
+            // Strictly better F wins; on a tie the smaller N_s; e (already best) keeps ties otherwise,
+            // and items of Q come in ascending id order so the smaller id keeps ties among them.
+            if f > best.2 || (f == best.2 && n_q < best.1) {
+                best = (d, n_q, f);
+            }
+        }
+        (best.0, best.1)
+    }
+
+    /// Removes item `d` from record `tid` of the released window.
+    fn suppress(&mut self, tid: u32, d: u32, antecedents: Option<&mut Antecedents>) {
+        if let Some(antecedents) = antecedents {
+            antecedents.mark_containing(&self.released[tid as usize], d);
+        }
+        let record = &mut self.released[tid as usize];
+        if let Ok(at) = record.binary_search(&d) {
+            record.remove(at);
+            remove_tid(&mut self.released_tids[d as usize], tid);
+            self.released_total -= 1;
+            self.suppressed += 1;
+            self.suppressed_per_item[d as usize] += 1;
+        }
+    }
+
+    /// Transposed sensitive constraint: for each item, the sorted users u with the item in E_u.
+    fn sensitive_holders(&self) -> Vec<TidList> {
+        let mut holders: Vec<TidList> = vec![Vec::new(); self.original_tids.len()];
+        for (user, items) in self.sensitive.iter().enumerate() {
+            for &item in items {
+                holders[item as usize].push(user as u32);
+            }
+        }
+        holders
+    }
+
+    /// SUPPRESSOR restricted to |Q| <= m: personalized rho^m-uncertainty for every adversary.
+    pub(crate) fn suppress_exact(&mut self, m: usize) -> RunStats {
+        let sensitive_holders = self.sensitive_holders();
+        let mut keys: Vec<Box<[u32]>> = Vec::new();
+        {
+            let mut seen: FxHashMap<Box<[u32]>, ()> = FxHashMap::default();
+            for record in &self.original {
+                for_each_subset(record, m, &mut |subset| {
+                    if !seen.contains_key(subset) {
+                        seen.insert(subset.into(), ());
+                    }
+                });
+            }
+            keys.extend(seen.into_keys());
+        }
+        keys.sort_unstable_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+        let ids: FxHashMap<Box<[u32]>, u32> = keys
+            .iter()
+            .enumerate()
+            .map(|(id, key)| (key.clone(), id as u32))
+            .collect();
+        let count = keys.len();
+        let mut antecedents = Antecedents {
+            m,
+            list: keys,
+            ids,
+            pending: vec![false; count],
+            marked: vec![false; count],
+            next: (0..count as u32).collect(),
+        };
+        for id in &antecedents.next {
+            antecedents.marked[*id as usize] = true;
+        }
+        let mut stats = RunStats {
+            rounds: 0,
+            violations: 0,
+            final_adversaries: Vec::new(),
+        };
+        let mut holders = Vec::new();
+        let mut scratch = Vec::new();
+        while !antecedents.next.is_empty() {
+            stats.rounds += 1;
+            let mut pass = std::mem::take(&mut antecedents.next);
+            pass.sort_unstable();
+            for &id in &pass {
+                antecedents.marked[id as usize] = false;
+                antecedents.pending[id as usize] = true;
+            }
+            for &id in &pass {
+                antecedents.pending[id as usize] = false;
+                let q = antecedents.list[id as usize].clone();
+                tidset_into(&self.original_tids, &q, &mut holders, &mut scratch);
+                stats.violations += self.fix_antecedent(
+                    &q,
+                    &Targets::Holders(&holders),
+                    &sensitive_holders,
+                    Some(&mut antecedents),
+                );
+            }
+        }
+        stats
+    }
+
+    /// SAMPLESUPPRESSOR: n_S adversaries per level 1..=m, resampled each round, until a round finds
+    /// every sampled adversary safe.
+    pub(crate) fn suppress_sampled(&mut self, m: usize, samples_per_level: usize) -> RunStats {
+        let max_len = self.original.iter().map(Vec::len).max().unwrap_or(0);
+        let levels = m.min(max_len);
+        // users_by_level[l - 1] = users with at least l original items.
+        let users_by_level: Vec<Vec<u32>> = (1..=levels)
+            .map(|l| {
+                (0..self.original.len() as u32)
+                    .filter(|&u| self.original[u as usize].len() >= l)
+                    .collect()
+            })
+            .collect();
+        let mut stats = RunStats {
+            rounds: 0,
+            violations: 0,
+            final_adversaries: Vec::new(),
+        };
+        let no_holders: Vec<TidList> = Vec::new();
+        loop {
+            stats.rounds += 1;
+            let mut violated = false;
+            stats.final_adversaries.clear();
+            for (level_index, users) in users_by_level.iter().enumerate() {
+                let level = level_index + 1;
+                let mut by_knowledge: Vec<(Vec<u32>, u32)> = Vec::with_capacity(samples_per_level);
+                for _ in 0..samples_per_level {
+                    let user = users[self.rng.random_range(0..users.len())];
+                    let record = &self.original[user as usize];
+                    let mut picked =
+                        rand::seq::index::sample(&mut self.rng, record.len(), level).into_vec();
+                    picked.sort_unstable();
+                    let knowledge: Vec<u32> = picked.iter().map(|&at| record[at]).collect();
+                    by_knowledge.push((knowledge, user));
+                }
+                for (knowledge, user) in &by_knowledge {
+                    stats.final_adversaries.push(DenseAdversary {
+                        user: *user,
+                        knowledge: knowledge.clone(),
+                    });
+                }
+                by_knowledge.sort_unstable();
+                let mut start = 0;
+                while start < by_knowledge.len() {
+                    let q = by_knowledge[start].0.clone();
+                    let mut end = start;
+                    let mut users_of_q = Vec::new();
+                    while end < by_knowledge.len() && by_knowledge[end].0 == q {
+                        users_of_q.push(by_knowledge[end].1);
+                        end += 1;
+                    }
+                    users_of_q.dedup();
+                    let fixed =
+                        self.fix_antecedent(&q, &Targets::Sampled(&users_of_q), &no_holders, None);
+                    if fixed > 0 {
+                        violated = true;
+                        stats.violations += fixed;
+                    }
+                    start = end;
+                }
+            }
+            if !violated {
+                return stats;
+            }
+        }
+    }
+
+    /// Exact mode's antecedent count, for the size limit.
+    pub(crate) fn exact_antecedent_bound(original: &[Vec<u32>], m: usize) -> u64 {
+        original
+            .iter()
+            .map(|record| subset_count(record.len(), m))
+            .fold(0u64, u64::saturating_add)
+    }
+}
