@@ -1,6 +1,7 @@
 //! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`.
 use clap::{Parser, Subcommand};
 
+pub mod simulate;
 pub mod table;
 
 #[derive(Debug, Parser)]
@@ -18,6 +19,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon (on the embedded defaults unless --config / --listen say otherwise).
     Serve(ServeArgs),
+    /// Replay a mobility trace against a running daemon as many clients plus an LBS provider, and
+    /// report success rate, anonymity, resolution, throughput and latency.
+    Simulate(simulate::SimulateArgs),
     /// Batch table anonymization: `cloakd table anonymize JOB.toml --output OUT.csv`.
     Table(table::TableArgs),
 }
@@ -45,6 +49,7 @@ pub fn init_tracing() {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::Table(args) => table::run(args),
     }
 }
