@@ -32,7 +32,7 @@ impl Partitioning {
     pub fn whole_table(rows: usize) -> Partitioning {
         Partitioning {
             rows: (0..rows as u32).collect(),
-            classes: vec![0..rows],
+            classes: std::iter::once(0..rows).collect(),
         }
     }
 
@@ -112,7 +112,7 @@ pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsat
     let n = table.rows();
     let mut records = Records::new(table);
     let mut classes = Vec::new();
-    let mut pending = vec![0..n];
+    let mut pending: Vec<Range<usize>> = std::iter::once(0..n).collect();
     let mut scratch = Scratch {
         values: Vec::new(),
         part_of: Vec::new(),

@@ -16,6 +16,8 @@ use crate::relational::hierarchy::Hierarchy;
 use crate::relational::models::SensitiveDistribution;
 
 /// What a column is to the anonymizer.
+// One value per column of a schema: the size of a hierarchy inline does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum ColumnRole {
     /// A quasi-identifier, generalized on release.
@@ -29,6 +31,7 @@ pub enum ColumnRole {
 }
 
 /// How a quasi-identifier generalizes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum QuasiKind {
     /// Numbers, generalized to intervals `lo-hi`.
