@@ -20,6 +20,9 @@ pub mod release;
 pub mod report;
 pub mod table;
 
+#[cfg(test)]
+mod tests;
+
 use models::PrivacySpec;
 use release::{Release, ReleaseMethod};
 use report::Report;

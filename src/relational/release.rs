@@ -89,6 +89,47 @@ pub struct ReleasedTable {
 }
 
 impl ReleasedTable {
+    /// A released table from string rows (e.g. a published table read back from CSV); `roles` has one
+    /// entry per column of `header`.
+    pub fn from_rows<S: AsRef<str>>(
+        header: &[&str],
+        roles: &[ReleasedRole],
+        rows: &[Vec<S>],
+    ) -> ReleasedTable {
+        let mut columns: Vec<(ReleasedColumn, Dictionary)> = header
+            .iter()
+            .zip(roles)
+            .map(|(name, &role)| {
+                (
+                    ReleasedColumn {
+                        name: name.to_string(),
+                        role,
+                        dictionary: Vec::new(),
+                        codes: Vec::with_capacity(rows.len()),
+                    },
+                    Dictionary::default(),
+                )
+            })
+            .collect();
+        for row in rows {
+            for ((column, dictionary), value) in columns.iter_mut().zip(row) {
+                column
+                    .codes
+                    .push(dictionary.code(value.as_ref().to_string()));
+            }
+        }
+        ReleasedTable {
+            columns: columns
+                .into_iter()
+                .map(|(mut column, dictionary)| {
+                    column.dictionary = dictionary.values;
+                    column
+                })
+                .collect(),
+            rows: rows.len(),
+        }
+    }
+
     pub fn header(&self) -> Vec<&str> {
         self.columns.iter().map(|c| c.name.as_str()).collect()
     }

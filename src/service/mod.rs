@@ -3,6 +3,7 @@
 
 pub mod evaluation;
 pub mod location;
+pub mod table;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,0 +1,1032 @@
+//! Tests of the whole relational pipeline against an independent brute-force checker (written from
+//! the definitions in DESIGN.md §4, reading only the released CSV text and the original rows, sharing
+//! no code with the engine), over proptest-generated tables and jobs; and golden tests on the worked
+//! examples (tables 1-4) of Wiegand & Schallner, "Barriers to the implementation of k-anonymity".
+use std::collections::{BTreeMap, HashMap};
+
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::relational::anonymize;
+use crate::relational::hierarchy::Hierarchy;
+use crate::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
+use crate::relational::release::{
+    Release, ReleaseMethod, ReleasedRole, ReleasedTable, write_csv, write_sensitive_csv,
+};
+use crate::relational::report::evaluate;
+use crate::relational::table::{
+    ColumnRole, ColumnSchema, QuasiKind, TableSchema, Unlisted, read_csv,
+};
+
+// ------------------------------------------------------------------------------------------------
+// The brute-force checker
+// ------------------------------------------------------------------------------------------------
+
+/// A quasi-identifier as the checker understands it.
+#[derive(Debug, Clone)]
+enum CheckQuasi {
+    Numeric,
+    /// leaf -> every label on its hierarchy line (the leaf itself first).
+    Categorical(HashMap<String, Vec<String>>),
+}
+
+/// The original table, as strings.
+#[derive(Debug, Clone)]
+struct Original {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+    /// (column index, kind) of each quasi-identifier.
+    quasi: Vec<(usize, CheckQuasi)>,
+    sensitive: usize,
+    sensitive_numeric: bool,
+    /// The column that identifies rows (an insensitive unique id), if any.
+    id: Option<usize>,
+}
+
+fn parse_csv(text: &[u8]) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut reader = csv::ReaderBuilder::new().from_reader(text);
+    let header = reader.headers().unwrap().iter().map(String::from).collect();
+    let rows = reader
+        .records()
+        .map(|r| r.unwrap().iter().map(String::from).collect())
+        .collect();
+    (header, rows)
+}
+
+fn hierarchy_lines(text: &str) -> HashMap<String, Vec<String>> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let labels: Vec<String> = l.split(';').map(|s| s.trim().to_string()).collect();
+            (labels[0].clone(), labels)
+        })
+        .collect()
+}
+
+/// Whether a released QI value covers an original one.
+fn covers(kind: &CheckQuasi, released: &str, original: &str) -> bool {
+    if released == "*" {
+        return true;
+    }
+    match kind {
+        CheckQuasi::Numeric => {
+            let v: f64 = original.parse().unwrap();
+            if let Ok(x) = released.parse::<f64>() {
+                return x == v;
+            }
+            let (lo, hi) = released.split_once('-').unwrap();
+            lo.parse::<f64>().unwrap() <= v && v <= hi.parse::<f64>().unwrap()
+        }
+        CheckQuasi::Categorical(lines) => lines[original].iter().any(|l| l == released),
+    }
+}
+
+/// Sensitive multiset of one class: value -> count.
+type Multiset = BTreeMap<String, u64>;
+
+fn distribution(m: &Multiset, domain: &[String]) -> Vec<f64> {
+    let n: u64 = m.values().sum();
+    domain
+        .iter()
+        .map(|v| *m.get(v).unwrap_or(&0) as f64 / n as f64)
+        .collect()
+}
+
+/// Checks one class's multiset against the requested models; returns the violated model's name.
+fn brute_violation(
+    privacy: &PrivacySpec,
+    class: &Multiset,
+    table: &Multiset,
+    numeric: bool,
+) -> Option<&'static str> {
+    let size: u64 = class.values().sum();
+    let mut domain: Vec<String> = table.keys().cloned().collect();
+    if numeric {
+        domain.sort_by(|a, b| a.parse::<f64>().unwrap().total_cmp(&b.parse().unwrap()));
+    }
+    let p = distribution(class, &domain);
+    let q = distribution(table, &domain);
+    const EPS: f64 = 1e-9;
+    if let Some(k) = privacy.k
+        && size < k
+    {
+        return Some("k");
+    }
+    if let Some(l) = privacy.l {
+        let mut counts: Vec<u64> = class.values().copied().filter(|&c| c > 0).collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let ok = match l {
+            LDiversity::Distinct(l) => counts.len() as f64 >= l,
+            LDiversity::Entropy(l) => {
+                let h: f64 = counts
+                    .iter()
+                    .map(|&c| {
+                        let x = c as f64 / size as f64;
+                        -x * x.ln()
+                    })
+                    .sum();
+                h >= l.ln() - EPS
+            }
+            LDiversity::Probabilistic(l) => counts[0] as f64 / size as f64 <= 1.0 / l + EPS,
+            LDiversity::Recursive { l, c } => {
+                let tail: u64 = counts.iter().skip(l - 1).sum();
+                (counts[0] as f64) < c * tail as f64
+            }
+        };
+        if !ok {
+            return Some("l");
+        }
+    }
+    if let Some(t) = privacy.t {
+        let d = match t.distance {
+            Distance::Emd if numeric => {
+                // Ordered EMD: minimal work moving mass between adjacent values, normalized.
+                let mut work = 0.0;
+                let mut carry = 0.0;
+                for i in 0..domain.len() {
+                    carry += p[i] - q[i];
+                    work += f64::abs(carry);
+                }
+                if domain.len() > 1 {
+                    work / (domain.len() - 1) as f64
+                } else {
+                    0.0
+                }
+            }
+            Distance::Emd => p.iter().zip(&q).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0,
+            Distance::Js => {
+                let kl = |x: &[f64], y: &[f64]| -> f64 {
+                    x.iter()
+                        .zip(y)
+                        .filter(|(a, _)| **a > 0.0)
+                        .map(|(a, b)| a * (a / b).ln())
+                        .sum()
+                };
+                let m: Vec<f64> = p.iter().zip(&q).map(|(a, b)| (a + b) / 2.0).collect();
+                (kl(&p, &m) + kl(&q, &m)) / 2.0
+            }
+        };
+        if d > t.t + EPS {
+            return Some("t");
+        }
+    }
+    if let Some(delta) = privacy.delta {
+        for (i, &qi) in q.iter().enumerate() {
+            if p[i] == 0.0 || (p[i] / qi).ln().abs() >= delta {
+                return Some("delta");
+            }
+        }
+    }
+    None
+}
+
+fn multiset<'a>(values: impl IntoIterator<Item = &'a String>) -> Multiset {
+    let mut m = Multiset::new();
+    for v in values {
+        *m.entry(v.clone()).or_default() += 1;
+    }
+    m
+}
+
+/// Checks a release (as CSV text) against the original table and the requested models. Panics with
+/// the reason on any failure.
+fn check_release(original: &Original, privacy: &PrivacySpec, release: &Release) {
+    let table_multiset = multiset(original.rows.iter().map(|r| &r[original.sensitive]));
+    let quasi_names: Vec<&str> = original
+        .quasi
+        .iter()
+        .map(|(i, _)| original.header[*i].as_str())
+        .collect();
+    let sensitive_name = &original.header[original.sensitive];
+    match release {
+        Release::Generalized(table) => {
+            let mut text = Vec::new();
+            write_csv(table, &mut text).unwrap();
+            let (header, rows) = parse_csv(&text);
+            assert_eq!(rows.len(), original.rows.len(), "row count");
+            let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+            let qcols: Vec<usize> = quasi_names.iter().map(|n| col(n)).collect();
+            let scol = col(sensitive_name);
+            // Classes = released rows grouped by their released QI values.
+            let mut classes: BTreeMap<Vec<String>, Vec<&Vec<String>>> = BTreeMap::new();
+            for row in &rows {
+                let key = qcols.iter().map(|&c| row[c].clone()).collect();
+                classes.entry(key).or_default().push(row);
+            }
+            for (key, members) in &classes {
+                let m = multiset(members.iter().map(|r| &r[scol]));
+                if let Some(model) =
+                    brute_violation(privacy, &m, &table_multiset, original.sensitive_numeric)
+                {
+                    panic!("class {key:?} ({m:?}) violates {model}");
+                }
+            }
+            // Every original row lies in exactly one released region, and the originals inside each
+            // region carry exactly the class's sensitive values.
+            let mut contained: BTreeMap<&Vec<String>, Vec<&String>> = BTreeMap::new();
+            for row in &original.rows {
+                let regions: Vec<&Vec<String>> = classes
+                    .keys()
+                    .filter(|key| {
+                        original
+                            .quasi
+                            .iter()
+                            .zip(key.iter())
+                            .all(|((i, kind), released)| covers(kind, released, &row[*i]))
+                    })
+                    .collect();
+                assert_eq!(
+                    regions.len(),
+                    1,
+                    "original row {row:?} lies in regions {regions:?}"
+                );
+                contained
+                    .entry(regions[0])
+                    .or_default()
+                    .push(&row[original.sensitive]);
+            }
+            for (key, members) in &classes {
+                let released = multiset(members.iter().map(|r| &r[scol]));
+                let inside = multiset(contained.get(key).cloned().unwrap_or_default());
+                assert_eq!(released, inside, "region {key:?}");
+            }
+            // With a row id, each released row covers its own original row.
+            if let Some(id) = original.id {
+                let idcol = col(&original.header[id]);
+                let by_id: HashMap<&String, &Vec<String>> =
+                    original.rows.iter().map(|r| (&r[id], r)).collect();
+                for row in &rows {
+                    let o = by_id[&row[idcol]];
+                    assert_eq!(row[scol], o[original.sensitive]);
+                    for ((i, kind), &c) in original.quasi.iter().zip(&qcols) {
+                        assert!(covers(kind, &row[c], &o[*i]), "{row:?} vs {o:?}");
+                    }
+                }
+            }
+        }
+        Release::Bucketized {
+            quasi_table,
+            sensitive_table,
+        } => {
+            let mut text = Vec::new();
+            write_csv(quasi_table, &mut text).unwrap();
+            let (header, rows) = parse_csv(&text);
+            let mut text = Vec::new();
+            write_sensitive_csv(sensitive_table, &mut text).unwrap();
+            let (_, sens_rows) = parse_csv(&text);
+            assert_eq!(rows.len(), original.rows.len());
+            assert!(
+                !header.contains(sensitive_name),
+                "QI table leaks the sensitive column"
+            );
+            let gcol = header.len() - 1;
+            let mut sens: BTreeMap<String, Multiset> = BTreeMap::new();
+            for r in &sens_rows {
+                *sens
+                    .entry(r[0].clone())
+                    .or_default()
+                    .entry(r[1].clone())
+                    .or_default() += r[2].parse::<u64>().unwrap();
+            }
+            let mut groups: BTreeMap<String, Vec<&Vec<String>>> = BTreeMap::new();
+            for row in &rows {
+                groups.entry(row[gcol].clone()).or_default().push(row);
+            }
+            assert_eq!(groups.len(), sens.len(), "groups in both tables");
+            // The QI table holds the exact QI values (multiset of QI tuples unchanged).
+            let qcols: Vec<usize> = quasi_names
+                .iter()
+                .map(|n| header.iter().position(|h| h == n).unwrap())
+                .collect();
+            let released_qis = multiset_of_tuples(
+                rows.iter()
+                    .map(|r| qcols.iter().map(|&c| r[c].clone()).collect()),
+            );
+            let original_qis = multiset_of_tuples(
+                original
+                    .rows
+                    .iter()
+                    .map(|r| original.quasi.iter().map(|(i, _)| r[*i].clone()).collect()),
+            );
+            assert_eq!(released_qis, original_qis, "exact QIs");
+            for (g, members) in &groups {
+                let m = &sens[g];
+                assert_eq!(
+                    m.values().sum::<u64>(),
+                    members.len() as u64,
+                    "group {g} size"
+                );
+                if let Some(model) =
+                    brute_violation(privacy, m, &table_multiset, original.sensitive_numeric)
+                {
+                    panic!("group {g} ({m:?}) violates {model}");
+                }
+                if let Some(id) = original.id {
+                    let idcol = header
+                        .iter()
+                        .position(|h| *h == original.header[id])
+                        .unwrap();
+                    let by_id: HashMap<&String, &Vec<String>> =
+                        original.rows.iter().map(|r| (&r[id], r)).collect();
+                    let truth = multiset(
+                        members
+                            .iter()
+                            .map(|r| &by_id[&r[idcol]][original.sensitive]),
+                    );
+                    assert_eq!(
+                        &truth, m,
+                        "group {g}: sensitive table differs from its rows"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn multiset_of_tuples(tuples: impl Iterator<Item = Vec<String>>) -> BTreeMap<Vec<String>, u64> {
+    let mut m = BTreeMap::new();
+    for t in tuples {
+        *m.entry(t).or_default() += 1;
+    }
+    m
+}
+
+// ------------------------------------------------------------------------------------------------
+// Random tables and jobs
+// ------------------------------------------------------------------------------------------------
+
+struct Generated {
+    csv: String,
+    schema: TableSchema,
+    original: Original,
+}
+
+/// A random hierarchy over `leaves` leaves, `height` levels, nested groups of `branching`.
+fn random_hierarchy(column: usize, leaves: usize, height: usize, branching: usize) -> String {
+    let mut text = String::new();
+    for leaf in 0..leaves {
+        let mut labels = vec![format!("c{column}v{leaf}")];
+        for level in 1..height - 1 {
+            labels.push(format!(
+                "c{column}g{level}_{}",
+                leaf / branching.pow(level as u32)
+            ));
+        }
+        labels.push("*".to_string());
+        text.push_str(&labels.join(";"));
+        text.push('\n');
+    }
+    text
+}
+
+fn generate(seed: u64) -> Generated {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let rows = rng.random_range(1..80);
+    let quasi_count = rng.random_range(1..=3);
+    let sensitive_values = rng.random_range(1..=6);
+    let sensitive_numeric = rng.random_bool(0.3);
+    let mut header = vec!["id".to_string()];
+    let mut columns = vec![ColumnSchema {
+        name: "id".into(),
+        role: ColumnRole::Insensitive,
+    }];
+    let mut quasi = Vec::new();
+    let mut generators: Vec<Box<dyn Fn(&mut ChaCha8Rng) -> String>> = Vec::new();
+    for q in 0..quasi_count {
+        let name = format!("q{q}");
+        header.push(name.clone());
+        if rng.random_bool(0.5) {
+            let spread = rng.random_range(1..40u32);
+            let fractional = rng.random_bool(0.2);
+            columns.push(ColumnSchema {
+                name,
+                role: ColumnRole::Quasi(QuasiKind::Numeric),
+            });
+            quasi.push((header.len() - 1, CheckQuasi::Numeric));
+            generators.push(Box::new(move |r: &mut ChaCha8Rng| {
+                let v = r.random_range(0..spread);
+                if fractional {
+                    format!("{v}.5")
+                } else {
+                    v.to_string()
+                }
+            }));
+        } else {
+            let leaves = rng.random_range(1..12);
+            let height = rng.random_range(2..=4);
+            let branching = rng.random_range(2..=3);
+            let text = random_hierarchy(q, leaves, height, branching);
+            columns.push(ColumnSchema {
+                name,
+                role: ColumnRole::Quasi(QuasiKind::Categorical(
+                    Hierarchy::parse("h.csv", &text).unwrap(),
+                )),
+            });
+            quasi.push((
+                header.len() - 1,
+                CheckQuasi::Categorical(hierarchy_lines(&text)),
+            ));
+            // Use a random subset of the leaves.
+            let used = rng.random_range(1..=leaves);
+            generators.push(Box::new(move |r: &mut ChaCha8Rng| {
+                format!("c{q}v{}", r.random_range(0..used))
+            }));
+        }
+    }
+    header.push("s".into());
+    columns.push(ColumnSchema {
+        name: "s".into(),
+        role: ColumnRole::Sensitive {
+            numeric: sensitive_numeric,
+        },
+    });
+    let sensitive = header.len() - 1;
+    let skew = rng.random_bool(0.5);
+    let mut table_rows = Vec::new();
+    for row in 0..rows {
+        let mut values = vec![format!("r{row}")];
+        for g in &generators {
+            values.push(g(&mut rng));
+        }
+        let s = if skew {
+            rng.random_range(0..sensitive_values)
+                .min(rng.random_range(0..sensitive_values))
+        } else {
+            rng.random_range(0..sensitive_values)
+        };
+        values.push(if sensitive_numeric {
+            (s * 10).to_string()
+        } else {
+            format!("s{s}")
+        });
+        table_rows.push(values);
+    }
+    let mut csv = header.join(",");
+    csv.push('\n');
+    for r in &table_rows {
+        csv.push_str(&r.join(","));
+        csv.push('\n');
+    }
+    Generated {
+        csv,
+        schema: TableSchema {
+            columns,
+            unlisted: Unlisted::Drop,
+        },
+        original: Original {
+            header,
+            rows: table_rows,
+            quasi,
+            sensitive,
+            sensitive_numeric,
+            id: Some(0),
+        },
+    }
+}
+
+fn random_privacy(rng: &mut ChaCha8Rng) -> PrivacySpec {
+    loop {
+        let mut p = PrivacySpec::default();
+        if rng.random_bool(0.6) {
+            p.k = Some(rng.random_range(1..=6));
+        }
+        if rng.random_bool(0.4) {
+            let l = rng.random_range(1..=4);
+            p.l = Some(match rng.random_range(0..4) {
+                0 => LDiversity::Distinct(l as f64),
+                1 => LDiversity::Entropy(l as f64 * 0.8),
+                2 => LDiversity::Probabilistic(l as f64),
+                _ => LDiversity::Recursive {
+                    l,
+                    c: rng.random_range(1..=3) as f64,
+                },
+            });
+        }
+        if rng.random_bool(0.3) {
+            p.t = Some(TCloseness {
+                t: rng.random_range(0.05..1.0),
+                distance: if rng.random_bool(0.5) {
+                    Distance::Emd
+                } else {
+                    Distance::Js
+                },
+            });
+        }
+        if rng.random_bool(0.25) {
+            p.delta = Some(rng.random_range(0.2..3.0));
+        }
+        if p.validate().is_ok() {
+            return p;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    /// Every release satisfies every requested model (checked from the released rows) and covers the
+    /// original rows; the engine refuses only when the whole table violates a model.
+    #[test]
+    fn releases_satisfy_the_requested_models(seed in any::<u64>(), method in 0..3usize) {
+        let generated = generate(seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+        let privacy = random_privacy(&mut rng);
+        let method = [ReleaseMethod::Generalization, ReleaseMethod::Bucketization, ReleaseMethod::Trivial][method];
+        let table = read_csv(generated.schema, generated.csv.as_bytes(), "gen.csv", b',').unwrap();
+        match anonymize(&table, &privacy, method, seed) {
+            Ok((release, report)) => {
+                check_release(&generated.original, &privacy, &release);
+                prop_assert!(report.satisfied());
+                prop_assert_eq!(report.rows as usize, generated.original.rows.len());
+                if method == ReleaseMethod::Trivial {
+                    prop_assert_eq!(report.classes, 1);
+                }
+            }
+            Err(e) => {
+                let o = &generated.original;
+                let whole = multiset(o.rows.iter().map(|r| &r[o.sensitive]));
+                prop_assert!(
+                    brute_violation(&privacy, &whole, &whole, o.sensitive_numeric).is_some(),
+                    "engine refused a satisfiable job: {}", e
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_release_other_seed_other_order() {
+    let generated = generate(42);
+    let table = read_csv(generated.schema, generated.csv.as_bytes(), "g.csv", b',').unwrap();
+    let privacy = PrivacySpec {
+        k: Some(2),
+        ..Default::default()
+    };
+    let text = |seed| {
+        let (release, _) =
+            anonymize(&table, &privacy, ReleaseMethod::Generalization, seed).unwrap();
+        let Release::Generalized(t) = release else {
+            panic!()
+        };
+        let mut out = Vec::new();
+        write_csv(&t, &mut out).unwrap();
+        out
+    };
+    assert_eq!(text(1), text(1));
+    assert_ne!(text(1), text(2));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Golden tests: Wiegand & Schallner, tables 1-4
+// ------------------------------------------------------------------------------------------------
+
+fn run(
+    csv: &str,
+    columns: Vec<(&str, ColumnRole)>,
+    privacy: PrivacySpec,
+) -> BTreeMap<Vec<String>, Multiset> {
+    let schema = TableSchema {
+        columns: columns
+            .into_iter()
+            .map(|(name, role)| ColumnSchema {
+                name: name.to_string(),
+                role,
+            })
+            .collect(),
+        unlisted: Unlisted::Drop,
+    };
+    let table = read_csv(schema, csv.as_bytes(), "paper.csv", b',').unwrap();
+    let (release, _) = anonymize(&table, &privacy, ReleaseMethod::Generalization, 1).unwrap();
+    let Release::Generalized(t) = release else {
+        panic!("generalization expected")
+    };
+    let sensitive = t
+        .columns
+        .iter()
+        .position(|c| matches!(c.role, ReleasedRole::Sensitive { .. }))
+        .unwrap();
+    let mut classes: BTreeMap<Vec<String>, Multiset> = BTreeMap::new();
+    for row in 0..t.rows {
+        let key: Vec<String> = t
+            .columns
+            .iter()
+            .filter(|c| c.role == ReleasedRole::Quasi)
+            .map(|c| c.value(row).to_string())
+            .collect();
+        *classes
+            .entry(key)
+            .or_default()
+            .entry(t.columns[sensitive].value(row).to_string())
+            .or_default() += 1;
+    }
+    classes
+}
+
+fn categorical(text: &str) -> ColumnRole {
+    ColumnRole::Quasi(QuasiKind::Categorical(
+        Hierarchy::parse("h.csv", text).unwrap(),
+    ))
+}
+
+fn expected(classes: &[(&[&str], &[&str])]) -> BTreeMap<Vec<String>, Multiset> {
+    classes
+        .iter()
+        .map(|(key, values)| {
+            (
+                key.iter().map(|s| s.to_string()).collect(),
+                multiset(
+                    values
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>()
+                        .iter(),
+                ),
+            )
+        })
+        .collect()
+}
+
+const TABLE_1: &str = "SSN,Age,Postcode,Problem
+680-90-2665,25,4568,procrastination
+008-07-4179,34,4567,stress
+391-05-7998,48,4569,stomach cancer
+078-36-3853,39,4568,obesity
+411-71-9290,42,4561,stomach ulcers
+527-59-1948,27,4568,stress
+";
+const AGE_DECADES: &str = "25;2*;*\n27;2*;*\n34;3*;*\n39;3*;*\n42;4*;*\n48;4*;*\n";
+const POSTCODE: &str = "4561;456*;*\n4567;456*;*\n4568;456*;*\n4569;456*;*\n";
+
+/// Table 1 -> 2-anonymous with decade hierarchies: the partition of the paper's Table 2 (2*, 3*, 4*),
+/// but Mondrian recodes locally, so the 2* class keeps its common postcode 4568 instead of 456*.
+#[test]
+fn golden_table_1_decades_k2() {
+    let classes = run(
+        TABLE_1,
+        vec![
+            ("SSN", ColumnRole::Identifier),
+            ("Age", categorical(AGE_DECADES)),
+            ("Postcode", categorical(POSTCODE)),
+            ("Problem", ColumnRole::Sensitive { numeric: false }),
+        ],
+        PrivacySpec {
+            k: Some(2),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        classes,
+        expected(&[
+            (&["2*", "4568"], &["procrastination", "stress"]),
+            (&["3*", "456*"], &["stress", "obesity"]),
+            (&["4*", "456*"], &["stomach cancer", "stomach ulcers"]),
+        ])
+    );
+}
+
+/// Table 1 with a numeric age: ages and postcodes both span their whole range (tie -> Age first);
+/// the median cut at 34 gives two classes of 3 that neither attribute can split further for k = 2.
+#[test]
+fn golden_table_1_numeric_age_k2() {
+    let classes = run(
+        TABLE_1,
+        vec![
+            ("SSN", ColumnRole::Identifier),
+            ("Age", ColumnRole::Quasi(QuasiKind::Numeric)),
+            ("Postcode", categorical(POSTCODE)),
+            ("Problem", ColumnRole::Sensitive { numeric: false }),
+        ],
+        PrivacySpec {
+            k: Some(2),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        classes,
+        expected(&[
+            (&["25-34", "456*"], &["procrastination", "stress", "stress"]),
+            (
+                &["39-48", "456*"],
+                &["obesity", "stomach ulcers", "stomach cancer"]
+            ),
+        ])
+    );
+}
+
+/// The paper's Table 2 as a published release: 2-anonymous, but its 2* class is homogeneous.
+#[test]
+fn golden_table_2_report() {
+    let rows: Vec<Vec<&str>> = vec![
+        vec!["2*", "456*", "stress"],
+        vec!["3*", "456*", "stress"],
+        vec!["4*", "456*", "stomach cancer"],
+        vec!["3*", "456*", "obesity"],
+        vec!["4*", "456*", "stomach ulcers"],
+        vec!["2*", "456*", "stress"],
+    ];
+    let table = ReleasedTable::from_rows(
+        &["Age", "Postcode", "Problem"],
+        &[
+            ReleasedRole::Quasi,
+            ReleasedRole::Quasi,
+            ReleasedRole::Sensitive { numeric: false },
+        ],
+        &rows,
+    );
+    let models = PrivacySpec {
+        k: Some(2),
+        l: Some(LDiversity::Distinct(2.0)),
+        ..Default::default()
+    }
+    .models();
+    let report = evaluate(&Release::Generalized(table), "paper", &models).unwrap();
+    assert_eq!((report.rows, report.classes, report.k), (6, 3, 2));
+    assert_eq!(report.l_distinct, 1);
+    assert_eq!(report.models[0].violating_classes, 0);
+    assert_eq!(report.models[1].violating_classes, 1);
+    assert_eq!(report.discernibility, 12.0);
+}
+
+const TABLE_3A: &str = "Birthday,Gender,Problem
+13.08.1962,male,stress
+28.10.1967,male,obesity
+20.01.1977,male,stress
+15.09.1973,female,obesity
+15.03.1985,female,stress
+28.05.1986,female,obesity
+";
+/// Birthday hierarchy {D/M/Y, M/Y, Y, 10Y, C/T/G/P, *} of the paper (everyone is a grown-up).
+const BIRTHDAY: &str = "13.08.1962;08.1962;1962;196*;Grownup;*
+28.10.1967;10.1967;1967;196*;Grownup;*
+20.01.1977;01.1977;1977;197*;Grownup;*
+15.09.1973;09.1973;1973;197*;Grownup;*
+15.03.1985;03.1985;1985;198*;Grownup;*
+28.05.1986;05.1986;1986;198*;Grownup;*
+";
+const GENDER: &str = "male;*\nfemale;*\n";
+
+/// Table 3a with k = 2 gives the partition of the paper's domain generalization (Table 3c: decades),
+/// keeping the gender where a class has only one.
+#[test]
+fn golden_table_3_birthday_first() {
+    let classes = run(
+        TABLE_3A,
+        vec![
+            ("Birthday", categorical(BIRTHDAY)),
+            ("Gender", categorical(GENDER)),
+            ("Problem", ColumnRole::Sensitive { numeric: false }),
+        ],
+        PrivacySpec {
+            k: Some(2),
+            l: Some(LDiversity::Distinct(2.0)),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        classes,
+        expected(&[
+            (&["196*", "male"], &["stress", "obesity"]),
+            (&["197*", "*"], &["stress", "obesity"]),
+            (&["198*", "female"], &["stress", "obesity"]),
+        ])
+    );
+}
+
+/// With gender first (tie on the normalized width), the first cut is by gender, and no birthday cut
+/// of either half leaves 2 records on each side.
+#[test]
+fn golden_table_3_gender_first() {
+    let csv = "Gender,Birthday,Problem\nmale,13.08.1962,stress\nmale,28.10.1967,obesity\nmale,20.01.1977,stress\nfemale,15.09.1973,obesity\nfemale,15.03.1985,stress\nfemale,28.05.1986,obesity\n";
+    let classes = run(
+        csv,
+        vec![
+            ("Gender", categorical(GENDER)),
+            ("Birthday", categorical(BIRTHDAY)),
+            ("Problem", ColumnRole::Sensitive { numeric: false }),
+        ],
+        PrivacySpec {
+            k: Some(2),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        classes,
+        expected(&[
+            (&["male", "Grownup"], &["stress", "obesity", "stress"]),
+            (&["female", "Grownup"], &["obesity", "stress", "obesity"]),
+        ])
+    );
+}
+
+/// Tables 3b (local recoding) and 3c (domain generalization) as published releases: 3b leaves four
+/// unique records (k = 1), 3c is 2-anonymous and 2-diverse.
+#[test]
+fn golden_table_3_reports() {
+    let roles = [
+        ReleasedRole::Quasi,
+        ReleasedRole::Quasi,
+        ReleasedRole::Sensitive { numeric: false },
+    ];
+    let b: Vec<Vec<&str>> = vec![
+        vec!["male", "13.08.1962", "stress"],
+        vec!["male", "28.10.1967", "obesity"],
+        vec!["*", "197*", "stress"],
+        vec!["*", "197*", "obesity"],
+        vec!["female", "15.03.1985", "stress"],
+        vec!["female", "28.05.1986", "obesity"],
+    ];
+    let c: Vec<Vec<&str>> = vec![
+        vec!["*", "196*", "stress"],
+        vec!["*", "196*", "obesity"],
+        vec!["*", "197*", "stress"],
+        vec!["*", "197*", "obesity"],
+        vec!["*", "198*", "stress"],
+        vec!["*", "198*", "obesity"],
+    ];
+    let models = PrivacySpec {
+        k: Some(2),
+        ..Default::default()
+    }
+    .models();
+    let header = ["Gender", "Birthday", "Problem"];
+    let rb = evaluate(
+        &Release::Generalized(ReleasedTable::from_rows(&header, &roles, &b)),
+        "3b",
+        &models,
+    )
+    .unwrap();
+    assert_eq!((rb.classes, rb.k), (5, 1));
+    assert_eq!(rb.models[0].violating_classes, 4);
+    let rc = evaluate(
+        &Release::Generalized(ReleasedTable::from_rows(&header, &roles, &c)),
+        "3c",
+        &models,
+    )
+    .unwrap();
+    assert_eq!((rc.classes, rc.k, rc.l_distinct), (3, 2, 2));
+    assert!(
+        (rc.t_emd).abs() < 1e-12,
+        "each class has the table's distribution"
+    );
+    assert_eq!(rc.delta, Some(0.0));
+}
+
+const TABLE_4: &str = "Nationality,Age,ZIP,Problem
+American,42,02135,Viral Infect
+Japanese,41,02133,Hearth disease
+Germany,38,02238,Hearth disease
+Japanese,29,02139,Fever
+Indina,37,02232,Viral Infection
+Native-american,34,02236,Cancer
+Russia,53,02138,Viral Infection
+China,23,02139,Cancer
+American,23,02141,Short of breath
+Indian,46,02139,Viral Infection
+American,31,02239,Vomiting
+American,28,02130,Viral Infection
+";
+const ZIP: &str = "02135;0213*;021**;*
+02133;0213*;021**;*
+02139;0213*;021**;*
+02138;0213*;021**;*
+02130;0213*;021**;*
+02141;0214*;021**;*
+02238;0223*;022**;*
+02232;0223*;022**;*
+02236;0223*;022**;*
+02239;0223*;022**;*
+";
+
+/// The paper's Table 4 (right) as published: 4-anonymous, yet the 3* class is all Cancer — the
+/// homogeneity attack; the report shows l_distinct = 1 and distinct 2-diversity flags that class.
+#[test]
+fn golden_table_4_homogeneity_report() {
+    let published: Vec<Vec<&str>> = vec![
+        vec![">= 40", "021**", "Viral Infect"],
+        vec![">= 40", "021**", "Hearth disease"],
+        vec!["3*", "0223*", "Cancer"],
+        vec!["<= 30", "021**", "Fever"],
+        vec!["3*", "0223*", "Cancer"],
+        vec!["3*", "0223*", "Cancer"],
+        vec![">= 40", "021**", "Viral Infection"],
+        vec!["<= 30", "021**", "Cancer"],
+        vec!["<= 30", "021**", "Short of breath"],
+        vec![">= 40", "021**", "Viral Infection"],
+        vec!["3*", "0223*", "Cancer"],
+        vec!["<= 30", "021**", "Viral Infection"],
+    ];
+    let models = PrivacySpec {
+        k: Some(4),
+        l: Some(LDiversity::Distinct(2.0)),
+        ..Default::default()
+    }
+    .models();
+    let report = evaluate(
+        &Release::Generalized(ReleasedTable::from_rows(
+            &["Age", "ZIP", "Problem"],
+            &[
+                ReleasedRole::Quasi,
+                ReleasedRole::Quasi,
+                ReleasedRole::Sensitive { numeric: false },
+            ],
+            &published,
+        )),
+        "table 4",
+        &models,
+    )
+    .unwrap();
+    assert_eq!((report.classes, report.k, report.l_distinct), (3, 4, 1));
+    assert_eq!(report.models[1].violating_classes, 1);
+    assert_eq!(report.delta, None, "a class lacks a value of the table");
+}
+
+/// Table 4 (left) with k = 4 over Age and ZIP (nationality suppressed as in the paper): the median
+/// age cut (34) gives two halves of 6; in each, the ZIP cut (021** / 022**) leaves 2 on one side and
+/// the age cut leaves 3, so both halves are final.
+#[test]
+fn golden_table_4_k4() {
+    let classes = run(
+        TABLE_4,
+        vec![
+            ("Nationality", ColumnRole::Identifier),
+            ("Age", ColumnRole::Quasi(QuasiKind::Numeric)),
+            ("ZIP", categorical(ZIP)),
+            ("Problem", ColumnRole::Sensitive { numeric: false }),
+        ],
+        PrivacySpec {
+            k: Some(4),
+            l: Some(LDiversity::Distinct(3.0)),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        classes,
+        expected(&[
+            (
+                &["23-34", "*"],
+                &[
+                    "Cancer",
+                    "Short of breath",
+                    "Viral Infection",
+                    "Fever",
+                    "Vomiting",
+                    "Cancer"
+                ]
+            ),
+            (
+                &["37-53", "*"],
+                &[
+                    "Viral Infection",
+                    "Hearth disease",
+                    "Hearth disease",
+                    "Viral Infect",
+                    "Viral Infection",
+                    "Viral Infection"
+                ]
+            ),
+        ])
+    );
+}
+
+/// A model the whole table cannot meet is refused with the reason.
+#[test]
+fn unsatisfiable_models_are_refused_with_the_reason() {
+    let schema = TableSchema {
+        columns: vec![
+            ColumnSchema {
+                name: "SSN".into(),
+                role: ColumnRole::Identifier,
+            },
+            ColumnSchema {
+                name: "Age".into(),
+                role: ColumnRole::Quasi(QuasiKind::Numeric),
+            },
+            ColumnSchema {
+                name: "Problem".into(),
+                role: ColumnRole::Sensitive { numeric: false },
+            },
+        ],
+        unlisted: Unlisted::Drop,
+    };
+    let table = read_csv(schema, TABLE_1.as_bytes(), "t1.csv", b',').unwrap();
+    let too_big = PrivacySpec {
+        k: Some(7),
+        ..Default::default()
+    };
+    let err = anonymize(&table, &too_big, ReleaseMethod::Generalization, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("k-anonymity (k=7) cannot be met") && err.contains("6 records"),
+        "{err}"
+    );
+    let too_diverse = PrivacySpec {
+        l: Some(LDiversity::Distinct(6.0)),
+        ..Default::default()
+    };
+    let err = anonymize(&table, &too_diverse, ReleaseMethod::Trivial, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("5 distinct sensitive values < l=6"), "{err}");
+}
