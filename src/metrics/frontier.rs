@@ -137,7 +137,7 @@ pub fn efficient_set(points: &[(f64, f64)]) -> Vec<bool> {
             j += 1;
         }
         for &p in &order[i..j] {
-            efficient[p] = !(points[p].1 > best_y);
+            efficient[p] = points[p].1 <= best_y || points[p].1.is_nan();
         }
         for &p in &order[i..j] {
             best_y = best_y.min(points[p].1);

@@ -325,11 +325,14 @@ impl ReleaseView {
     }
 }
 
+/// A released QI column: its codes per row and the region of each dictionary entry.
+type QuasiRegions<'a> = (&'a [u32], Vec<Region>);
+
 /// For each QI of the table: the released column's codes and the region of each dictionary entry.
 fn quasi_regions<'a>(
     table: &Table,
     released: &'a ReleasedTable,
-) -> Result<Vec<(&'a [u32], Vec<Region>)>, ViewError> {
+) -> Result<Vec<QuasiRegions<'a>>, ViewError> {
     let mut out = Vec::with_capacity(table.quasi.len());
     for q in &table.quasi {
         let column = released
