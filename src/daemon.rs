@@ -10,11 +10,14 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::server::NamedService;
 
 use crate::config::Config;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
+use crate::proto::table_anonymizer_server::TableAnonymizerServer;
 use crate::service::location::LocationServices;
+use crate::service::table::TableService;
 
 /// Serves every cloakd service on `listener` until `shutdown` completes, then drains: health turns
 /// NOT_SERVING, the engines' actors finish (pending location requests are told they were not
@@ -37,15 +40,23 @@ pub async fn serve(
         .context("building the reflection service")?;
 
     let location = LocationServices::start(config.location.clone(), stop_rx.clone());
-    health
-        .set_serving::<LocationBrokerServer<LocationServices>>()
-        .await;
-    health
-        .set_serving::<LbsGatewayServer<LocationServices>>()
-        .await;
-    health
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
+    let table = crate::service::table::table_anonymizer(&config.tables);
+    let evaluator = crate::service::evaluation::table_evaluator(&config.tables);
+    // Health names every service ("" is the daemon as a whole).
+    let served: Vec<&'static str> = vec![
+        "",
+        <LocationBrokerServer<LocationServices> as NamedService>::NAME,
+        <LbsGatewayServer<LocationServices> as NamedService>::NAME,
+        <TableAnonymizerServer<TableService> as NamedService>::NAME,
+        <crate::proto::table_evaluator_server::TableEvaluatorServer<
+            crate::service::evaluation::Evaluator,
+        > as NamedService>::NAME,
+    ];
+    for name in &served {
+        health
+            .set_service_status(*name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
 
     let grace = config.server.shutdown_grace;
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -54,15 +65,11 @@ pub async fn serve(
         async move {
             shutdown.await;
             tracing::info!("shutting down");
-            health
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
-            health
-                .set_not_serving::<LocationBrokerServer<LocationServices>>()
-                .await;
-            health
-                .set_not_serving::<LbsGatewayServer<LocationServices>>()
-                .await;
+            for name in &served {
+                health
+                    .set_service_status(*name, tonic_health::ServingStatus::NotServing)
+                    .await;
+            }
             let _ = stop_tx.send(true);
             let _ = server_stop_tx.send(());
         }
@@ -77,6 +84,8 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(location.broker_server())
         .add_service(location.gateway_server())
+        .add_service(table)
+        .add_service(evaluator)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             let _ = server_stop_rx.await;
         });

@@ -10,7 +10,12 @@ use tonic_health::pb::health_client::HealthClient;
 async fn health_reports_every_service_serving() {
     let daemon = TestDaemon::start_default().await;
     let mut health = HealthClient::new(daemon.channel().await);
-    for service in ["", "cloakd.v1.LocationBroker", "cloakd.v1.LbsGateway"] {
+    for service in [
+        "",
+        "cloakd.v1.LocationBroker",
+        "cloakd.v1.LbsGateway",
+        "cloakd.v1.TableAnonymizer",
+    ] {
         let status = health
             .check(HealthCheckRequest {
                 service: service.to_string(),

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 pub mod evaluate;
 pub mod frontier;
+pub mod simulate;
 pub mod table;
 
 #[derive(Debug, Parser)]
@@ -20,6 +21,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon (on the embedded defaults unless --config / --listen say otherwise).
     Serve(ServeArgs),
+    /// Replay a mobility trace against a running daemon as many clients plus an LBS provider, and
+    /// report success rate, anonymity, resolution, throughput and latency.
+    Simulate(simulate::SimulateArgs),
     /// Batch table anonymization: `cloakd table anonymize JOB.toml --output OUT.csv`.
     Table(table::TableArgs),
 }
@@ -47,6 +51,7 @@ pub fn init_tracing() {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::Table(args) => table::run(args),
     }
 }

@@ -19,8 +19,11 @@
 //! The engine is pure: no clock (time is an argument), no I/O, randomness from a seeded RNG, so for a
 //! given input order and seed its output is deterministic.
 
+#[cfg(test)]
+mod checker;
 pub mod engine;
 pub mod geo;
+pub mod replay;
 
 pub use engine::Engine;
 pub use geo::GeoBox;

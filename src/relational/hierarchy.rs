@@ -289,6 +289,9 @@ impl Hierarchy {
         let first = leaves.next()?;
         let mut level = 0;
         for leaf in leaves {
+            if leaf == first {
+                continue;
+            }
             while self.ancestor(leaf, level) != self.ancestor(first, level) {
                 level += 1;
             }

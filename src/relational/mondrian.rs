@@ -32,7 +32,7 @@ impl Partitioning {
     pub fn whole_table(rows: usize) -> Partitioning {
         Partitioning {
             rows: (0..rows as u32).collect(),
-            classes: vec![0..rows],
+            classes: std::iter::once(0..rows).collect(),
         }
     }
 
@@ -75,14 +75,44 @@ struct Scratch {
     sizes: Vec<u64>,
 }
 
+/// The rows as a row-major record array `[qi_0, .., qi_{d-1}, sensitive, row]` per row, partitioned
+/// in place: every pass over a partition reads memory sequentially (column lookups through a row
+/// permutation would miss the cache on every access on large tables).
+struct Records {
+    cells: Vec<u32>,
+    stride: usize,
+    quasi: usize,
+}
+
+impl Records {
+    fn new(table: &Table) -> Records {
+        let quasi = table.quasi.len();
+        let stride = quasi + 2;
+        let n = table.rows();
+        let mut cells = vec![0u32; n * stride];
+        for (r, record) in cells.chunks_exact_mut(stride).enumerate() {
+            for (q, column) in table.quasi.iter().enumerate() {
+                record[q] = column.codes[r];
+            }
+            record[quasi] = table.sensitive.codes[r];
+            record[quasi + 1] = r as u32;
+        }
+        Records {
+            cells,
+            stride,
+            quasi,
+        }
+    }
+}
+
 /// Runs Mondrian. Fails only when the whole table violates a model.
 pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsatisfiable> {
     let distribution = table.sensitive_distribution();
     check_whole_table(table, models, &distribution)?;
     let n = table.rows();
-    let mut rows: Vec<u32> = (0..n as u32).collect();
+    let mut records = Records::new(table);
     let mut classes = Vec::new();
-    let mut pending = vec![0..n];
+    let mut pending: Vec<Range<usize>> = std::iter::once(0..n).collect();
     let mut scratch = Scratch {
         values: Vec::new(),
         part_of: Vec::new(),
@@ -101,6 +131,7 @@ pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsat
             QuasiAttribute::Categorical(h) => h.leaf_count() as f64,
         })
         .collect();
+    let stride = records.stride;
     let mut cuts = Vec::new();
     while let Some(range) = pending.pop() {
         cuts.clear();
@@ -110,7 +141,8 @@ pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsat
             models,
             &distribution,
             &spans,
-            &mut rows[range.clone()],
+            &mut records.cells[range.start * stride..range.end * stride],
+            records.quasi,
             &mut scratch,
             &mut cuts,
         );
@@ -126,6 +158,11 @@ pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsat
         }
     }
     classes.sort_by_key(|r| r.start);
+    let rows = records
+        .cells
+        .chunks_exact(stride)
+        .map(|record| record[stride - 1])
+        .collect();
     Ok(Partitioning { rows, classes })
 }
 
@@ -135,26 +172,31 @@ enum Candidate {
     Categorical { q: usize, level: usize, node: u32 },
 }
 
-/// Tries to split `part`; on success reorders it and pushes the interior cut offsets into `cuts`.
+/// Tries to split `part` (records of `quasi + 2` cells); on success reorders it and pushes the
+/// interior cut offsets (in records) into `cuts`.
+#[allow(clippy::too_many_arguments)]
 fn split(
     table: &Table,
     models: &ModelSet,
     distribution: &SensitiveDistribution,
     spans: &[f64],
     part: &mut [u32],
+    quasi: usize,
     scratch: &mut Scratch,
     cuts: &mut Vec<usize>,
 ) {
-    if part.len() < 2 {
+    let stride = quasi + 2;
+    let len = part.len() / stride;
+    if len < 2 {
         return;
     }
-    let mut candidates: Vec<(f64, Candidate)> = Vec::with_capacity(table.quasi.len());
+    let mut candidates: Vec<(f64, Candidate)> = Vec::with_capacity(quasi);
     for (q, column) in table.quasi.iter().enumerate() {
+        let codes = part.iter().skip(q).step_by(stride).copied();
         match &column.attribute {
             QuasiAttribute::Numeric(domain) => {
                 let (mut min, mut max) = (u32::MAX, 0);
-                for &r in part.iter() {
-                    let c = column.codes[r as usize];
+                for c in codes {
                     min = min.min(c);
                     max = max.max(c);
                 }
@@ -165,8 +207,7 @@ fn split(
                 }
             }
             QuasiAttribute::Categorical(h) => {
-                let leaves = part.iter().map(|&r| column.codes[r as usize]);
-                if let Some((level, node)) = h.lowest_common_ancestor(leaves)
+                if let Some((level, node)) = h.lowest_common_ancestor(codes)
                     && level > 0
                 {
                     let width = h.leaves_under(node) as f64 / spans[q];
@@ -178,16 +219,14 @@ fn split(
     // Widest first; the sort is stable, so ties keep column order.
     candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
     let m = distribution.counts.len();
-    let sensitive = &table.sensitive.codes;
     for (_, candidate) in candidates {
-        // Assign each row of the part to a sub-part.
+        // Assign each record of the part to a sub-part.
         let parts = match candidate {
-            Candidate::Numeric { q, max, .. } => {
-                let codes = &table.quasi[q].codes;
+            Candidate::Numeric { q, max } => {
                 scratch.values.clear();
                 scratch
                     .values
-                    .extend(part.iter().map(|&r| codes[r as usize]));
+                    .extend(part.iter().skip(q).step_by(stride).copied());
                 let mid = (scratch.values.len() - 1) / 2;
                 let (_, &mut median, _) = scratch.values.select_nth_unstable(mid);
                 let threshold = if median < max {
@@ -205,19 +244,22 @@ fn split(
                 scratch.part_of.clear();
                 scratch.part_of.extend(
                     part.iter()
-                        .map(|&r| u32::from(codes[r as usize] > threshold)),
+                        .skip(q)
+                        .step_by(stride)
+                        .map(|&c| u32::from(c > threshold)),
                 );
                 2
             }
             Candidate::Categorical { q, level, node } => {
-                let column = &table.quasi[q];
-                let QuasiAttribute::Categorical(h) = &column.attribute else {
+                let QuasiAttribute::Categorical(h) = &table.quasi[q].attribute else {
                     continue;
                 };
                 scratch.part_of.clear();
                 scratch.part_of.extend(
                     part.iter()
-                        .map(|&r| h.child_rank(h.ancestor(column.codes[r as usize], level - 1))),
+                        .skip(q)
+                        .step_by(stride)
+                        .map(|&leaf| h.child_rank(h.ancestor(leaf, level - 1))),
                 );
                 h.child_count(node) as usize
             }
@@ -226,9 +268,9 @@ fn split(
         scratch.histograms.resize(parts * m, 0);
         scratch.sizes.clear();
         scratch.sizes.resize(parts, 0);
-        for (i, &r) in part.iter().enumerate() {
-            let p = scratch.part_of[i] as usize;
-            scratch.histograms[p * m + sensitive[r as usize] as usize] += 1;
+        for (record, &p) in part.chunks_exact(stride).zip(&scratch.part_of) {
+            let p = p as usize;
+            scratch.histograms[p * m + record[quasi] as usize] += 1;
             scratch.sizes[p] += 1;
         }
         let admitted = (0..parts).all(|p| {
@@ -244,7 +286,7 @@ fn split(
         if !admitted {
             continue;
         }
-        // Counting sort of the part's rows by sub-part.
+        // Counting sort of the part's records by sub-part.
         let mut offsets = vec![0usize; parts + 1];
         for p in 0..parts {
             offsets[p + 1] = offsets[p] + scratch.sizes[p] as usize;
@@ -253,15 +295,16 @@ fn split(
             offsets[1..parts]
                 .iter()
                 .copied()
-                .filter(|&o| o > 0 && o < part.len()),
+                .filter(|&o| o > 0 && o < len),
         );
         cuts.dedup();
         scratch.reordered.clear();
         scratch.reordered.resize(part.len(), 0);
         let mut next = offsets;
-        for (i, &r) in part.iter().enumerate() {
-            let p = scratch.part_of[i] as usize;
-            scratch.reordered[next[p]] = r;
+        for (record, &p) in part.chunks_exact(stride).zip(&scratch.part_of) {
+            let p = p as usize;
+            let at = next[p] * stride;
+            scratch.reordered[at..at + stride].copy_from_slice(record);
             next[p] += 1;
         }
         part.copy_from_slice(&scratch.reordered);

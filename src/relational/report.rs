@@ -120,25 +120,56 @@ fn classes_of_generalized(table: &ReleasedTable) -> Result<Classes, ReportError>
         .map(|c| c.codes.as_slice())
         .collect();
     let m = sensitive.dictionary.len();
-    let mut class_of_key: HashMap<Vec<u32>, usize> = HashMap::new();
-    let mut sizes = Vec::new();
-    let mut histograms = Vec::new();
-    let mut key = Vec::with_capacity(quasi.len());
-    for row in 0..table.rows {
-        key.clear();
-        key.extend(quasi.iter().map(|codes| codes[row]));
-        let class = match class_of_key.get(key.as_slice()) {
-            Some(&c) => c,
-            None => {
-                let c = sizes.len();
-                class_of_key.insert(key.clone(), c);
-                sizes.push(0);
-                histograms.resize(histograms.len() + m, 0);
-                c
-            }
-        };
+    let mut sizes: Vec<u64> = Vec::new();
+    let mut histograms: Vec<u32> = Vec::new();
+    let mut add = |class: usize, row: usize, sizes: &mut Vec<u64>| {
+        if class == sizes.len() {
+            sizes.push(0);
+            histograms.resize(histograms.len() + m, 0);
+        }
         sizes[class] += 1;
         histograms[class * m + position[sensitive.codes[row] as usize] as usize] += 1;
+    };
+    // The released QI tuple as one mixed-radix number when it fits in 64 bits, else as a vector.
+    let radices: Option<Vec<u64>> = table
+        .columns
+        .iter()
+        .filter(|c| c.role == ReleasedRole::Quasi)
+        .try_fold((Vec::new(), 1u64), |(mut radices, product), c| {
+            radices.push(product);
+            product
+                .checked_mul(c.dictionary.len().max(1) as u64)
+                .map(|p| (radices, p))
+        })
+        .map(|(radices, _)| radices);
+    if let Some(radices) = radices {
+        let mut class_of_key: HashMap<u64, usize> = HashMap::new();
+        for row in 0..table.rows {
+            let key: u64 = quasi
+                .iter()
+                .zip(&radices)
+                .map(|(codes, radix)| codes[row] as u64 * radix)
+                .sum();
+            let next = class_of_key.len();
+            let class = *class_of_key.entry(key).or_insert(next);
+            add(class, row, &mut sizes);
+        }
+    } else {
+        let mut class_of_key: HashMap<Vec<u32>, usize> = HashMap::new();
+        let mut key = Vec::with_capacity(quasi.len());
+        for row in 0..table.rows {
+            key.clear();
+            key.extend(quasi.iter().map(|codes| codes[row]));
+            let class = match class_of_key.get(key.as_slice()) {
+                Some(&c) => c,
+                None => {
+                    let c = class_of_key.len();
+                    class_of_key.insert(key.clone(), c);
+                    c
+                }
+            };
+            add(class, row, &mut sizes);
+        }
     }
     Ok(Classes {
         sizes,

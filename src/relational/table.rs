@@ -16,6 +16,8 @@ use crate::relational::hierarchy::Hierarchy;
 use crate::relational::models::SensitiveDistribution;
 
 /// What a column is to the anonymizer.
+// One value per column of a schema: the size of a hierarchy inline does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum ColumnRole {
     /// A quasi-identifier, generalized on release.
@@ -29,6 +31,7 @@ pub enum ColumnRole {
 }
 
 /// How a quasi-identifier generalizes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum QuasiKind {
     /// Numbers, generalized to intervals `lo-hi`.
@@ -376,6 +379,7 @@ impl TableBuilder {
         }
         let mut found = 0;
         for (i, value) in fields.into_iter().enumerate() {
+            let value = value.trim();
             found = i + 1;
             if i >= self.header_len {
                 continue;
@@ -582,7 +586,6 @@ pub fn read_csv(
         .delimiter(delimiter)
         .flexible(true)
         .has_headers(false)
-        .trim(csv::Trim::All)
         .from_reader(reader);
     let mut record = csv::StringRecord::new();
     let csv_error = |e: csv::Error, line: u64| TableError::Csv {
@@ -596,7 +599,7 @@ pub fn read_csv(
             source_name: source_name.to_string(),
         });
     }
-    let header: Vec<&str> = record.iter().collect();
+    let header: Vec<&str> = record.iter().map(str::trim).collect();
     let mut builder = TableBuilder::new(schema, &header, source_name, 1)?;
     let mut line = 1;
     loop {

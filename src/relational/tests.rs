@@ -380,6 +380,9 @@ fn random_hierarchy(column: usize, leaves: usize, height: usize, branching: usiz
     text
 }
 
+/// Draws one cell of a generated column.
+type ValueGenerator = Box<dyn Fn(&mut ChaCha8Rng) -> String>;
+
 fn generate(seed: u64) -> Generated {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let rows = rng.random_range(1..80);
@@ -392,7 +395,7 @@ fn generate(seed: u64) -> Generated {
         role: ColumnRole::Insensitive,
     }];
     let mut quasi = Vec::new();
-    let mut generators: Vec<Box<dyn Fn(&mut ChaCha8Rng) -> String>> = Vec::new();
+    let mut generators: Vec<ValueGenerator> = Vec::new();
     for q in 0..quasi_count {
         let name = format!("q{q}");
         header.push(name.clone());

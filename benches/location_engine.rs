@@ -1,0 +1,202 @@
+//! Throughput of the CliqueCloak engine alone (one core), replaying the Oldenburg 10k trace
+//! (`../shared/data/mobility/oldenburg_10k.csv.gz`, relative to the repository; falls back to the
+//! in-repo slice `tests/data/oldenburg_60s.csv.gz` when absent) as location requests: each point a
+//! request at its timestamp (spread within the second), k uniform in [2, 10] (seeded), dx = dy = 500 m,
+//! dt = 10 s. One iteration = a fresh engine fed the first `PREFIX` requests, then a final expiry.
+//! Prints the cloaking quality of one run (success rate, mean relative anonymity, mean relative
+//! spatial resolution) once per search mode.
+//!
+//! Two measurements: wall-clock time (criterion's default, group `location_engine`) and the CPU time
+//! of the benchmarking thread (group `location_engine_cpu`, read from `/proc/thread-self/schedstat`,
+//! Linux only), which stays meaningful when other processes compete for the cores.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+
+use cloakd::location::replay::{CloakingQuality, ReplayParams, requests_from_trace};
+use cloakd::location::{CloakRequest, Engine, SearchMode};
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+/// Requests per iteration (about 55 s of the 10k trace).
+const PREFIX: usize = 300_000;
+
+fn trace_path() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let full = root.join("../shared/data/mobility/oldenburg_10k.csv.gz");
+    if full.exists() {
+        full
+    } else {
+        root.join("tests/data/oldenburg_60s.csv.gz")
+    }
+}
+
+fn replay(mode: SearchMode, requests: &[CloakRequest]) -> usize {
+    let mut engine = Engine::new(mode, 7);
+    let mut out = Vec::with_capacity(64);
+    let mut outcomes = 0;
+    for req in requests {
+        if engine.submit(req.clone(), &mut out).is_ok() {
+            outcomes += out.len();
+        }
+        out.clear();
+    }
+    engine.expire(i64::MAX, &mut out);
+    outcomes + out.len()
+}
+
+fn quality(mode: SearchMode, requests: &[CloakRequest]) -> CloakingQuality {
+    let mut engine = Engine::new(mode, 7);
+    let mut out = Vec::new();
+    for req in requests {
+        let _ = engine.submit(req.clone(), &mut out);
+    }
+    engine.expire(i64::MAX, &mut out);
+    let mut quality = CloakingQuality::default();
+    quality.add(&out, |id| {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| requests.get(i))
+            .cloned()
+    });
+    quality
+}
+
+fn requests() -> Option<Vec<CloakRequest>> {
+    let path = trace_path();
+    let points = match cloakd::workload::read_trace_file(&path, Some(PREFIX)) {
+        Ok(points) => points,
+        Err(e) => {
+            eprintln!(
+                "location_engine: cannot read {}: {e}; skipping",
+                path.display()
+            );
+            return None;
+        }
+    };
+    eprintln!(
+        "location_engine: {} requests from {} ({} s of trace)",
+        points.len(),
+        path.display(),
+        points.last().map_or(0, |p| p.timestamp) - points.first().map_or(0, |p| p.timestamp) + 1
+    );
+    Some(requests_from_trace(
+        &points,
+        &ReplayParams {
+            k_min: 2,
+            k_max: 10,
+            dx_m: 500.0,
+            dy_m: 500.0,
+            dt_ms: 10_000,
+            seed: 2024,
+        },
+    ))
+}
+
+const MODES: [(&str, SearchMode); 2] =
+    [("local_k", SearchMode::LocalK), ("nbr_k", SearchMode::NbrK)];
+
+fn bench_group<M: Measurement>(c: &mut Criterion<M>, name: &str, print_quality: bool) {
+    let Some(requests) = requests() else { return };
+    let mut group = c.benchmark_group(name);
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(requests.len() as u64));
+    for (mode_name, mode) in MODES {
+        if print_quality {
+            let q = quality(mode, &requests);
+            eprintln!(
+                "location_engine/{mode_name}: success rate {:.4} ({} cloaked, {} expired), mean relative anonymity {:.3}, mean relative spatial resolution {:.3}",
+                q.success_rate(),
+                q.cloaked,
+                q.expired,
+                q.mean_relative_anonymity(),
+                q.mean_relative_spatial_resolution()
+            );
+        }
+        group.bench_function(mode_name, |b| b.iter(|| black_box(replay(mode, &requests))));
+    }
+    group.finish();
+}
+
+fn wall(c: &mut Criterion) {
+    bench_group(c, "location_engine", true);
+}
+
+fn cpu(c: &mut Criterion<ThreadCpuTime>) {
+    bench_group(c, "location_engine_cpu", false);
+}
+
+/// CPU time consumed by the calling thread, in nanoseconds.
+struct ThreadCpuTime;
+
+fn thread_cpu_ns() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = f64;
+    type Value = f64;
+    fn start(&self) -> f64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: f64) -> f64 {
+        thread_cpu_ns() - start
+    }
+    fn add(&self, a: &f64, b: &f64) -> f64 {
+        a + b
+    }
+    fn zero(&self) -> f64 {
+        0.0
+    }
+    fn to_f64(&self, value: &f64) -> f64 {
+        *value
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuFormatter
+    }
+}
+
+struct CpuFormatter;
+
+impl ValueFormatter for CpuFormatter {
+    fn scale_values(&self, typical_ns: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if typical_ns >= 1e9 {
+            (1e-9, "s cpu")
+        } else if typical_ns >= 1e6 {
+            (1e-6, "ms cpu")
+        } else {
+            (1e-3, "us cpu")
+        };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        throughput: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
+        let elements = match throughput {
+            Throughput::Elements(n) => *n as f64,
+            _ => 1.0,
+        };
+        values
+            .iter_mut()
+            .for_each(|v| *v = elements * 1e9 / *v / 1e3);
+        "Kelem/s (cpu)"
+    }
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+criterion_group!(wall_time, wall);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = cpu
+}
+criterion_main!(wall_time, cpu_time);

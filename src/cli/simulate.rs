@@ -1,0 +1,527 @@
+//! `cloakd simulate`: a load generator that replays a mobility trace against a running daemon as many
+//! mobile clients, and acts as the LBS provider that answers every cloaked request.
+//!
+//! Each trace row becomes one request of its user (users are spread over `--clients` Submit streams),
+//! sent at its trace time divided by `--speedup`, or at a fixed `--rate`. k is drawn uniformly from
+//! [`--k-min`, `--k-max`], tolerances from uniform ranges. It reports Gedik & Liu's measures: success rate,
+//! relative anonymity (group size / k), relative spatial resolution sqrt(area(Bcn) / area(cloaking box))
+//! and relative temporal resolution (2 dt / cloaking interval), both with each side of the cloak floored at
+//! 1 m / 1 ms; throughput; latency percentiles from send to Cloaked and to the provider's reply; and the
+//! broker overhead, which excludes the wait for peers: for each group, the time from sending the member
+//! that completed the group (the last one sent) to receiving its Cloaked event.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::location::geo::METRES_PER_DEGREE_LAT;
+use crate::proto::lbs_gateway_client::LbsGatewayClient;
+use crate::proto::location_broker_client::LocationBrokerClient;
+use crate::proto::location_event::Outcome;
+use crate::proto::{LbsAnswer, LbsSubscription, LocationEvent, LocationRequest};
+use crate::workload::{TracePoint, read_trace_file};
+
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// The daemon to load, as a URL.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+    /// Trace file (`user_id,timestamp_unix,lat,lon[,...]`, optionally .gz), e.g. from shared/data/mobility/.
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+    /// Replay at most this many trace rows.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Number of concurrent Submit streams the users are spread over.
+    #[arg(long, default_value_t = 32)]
+    pub clients: usize,
+    /// Time compression: trace seconds per wall-clock second.
+    #[arg(long, default_value_t = 1.0, conflicts_with = "rate")]
+    pub speedup: f64,
+    /// Send at this fixed rate (requests/s) instead of trace time.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// k is drawn uniformly from [k_min, k_max].
+    #[arg(long, default_value_t = 2)]
+    pub k_min: u32,
+    #[arg(long, default_value_t = 10)]
+    pub k_max: u32,
+    /// Spatial tolerances in metres, drawn uniformly from [min, max] (equal bounds: a constant).
+    #[arg(long, default_value_t = 500.0)]
+    pub dx_min: f64,
+    #[arg(long, default_value_t = 500.0)]
+    pub dx_max: f64,
+    #[arg(long, default_value_t = 500.0)]
+    pub dy_min: f64,
+    #[arg(long, default_value_t = 500.0)]
+    pub dy_max: f64,
+    /// Temporal tolerance in milliseconds, drawn uniformly from [min, max].
+    #[arg(long, default_value_t = 10_000)]
+    pub dt_min_ms: u64,
+    #[arg(long, default_value_t = 10_000)]
+    pub dt_max_ms: u64,
+    /// Service the requests address (and the simulated provider serves).
+    #[arg(long, default_value = "poi")]
+    pub service: String,
+    /// Seed of the k and tolerance draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Stop waiting for outstanding outcomes this long after the last request was sent.
+    #[arg(long, default_value_t = 30)]
+    pub drain_secs: u64,
+    /// Also write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// The measured outcome of a run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SimulationReport {
+    pub requests: u64,
+    pub cloaked: u64,
+    pub expired: u64,
+    pub rejected: u64,
+    pub undelivered: u64,
+    pub missing: u64,
+    pub replies: u64,
+    pub success_rate: f64,
+    pub mean_relative_anonymity: f64,
+    pub median_relative_spatial_resolution: f64,
+    pub median_relative_temporal_resolution: f64,
+    pub seconds: f64,
+    pub throughput_per_s: f64,
+    pub cloak_latency_ms: Percentiles,
+    pub reply_latency_ms: Percentiles,
+    pub broker_overhead_ms: Percentiles,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Percentiles {
+        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        Percentiles {
+            p50: ms(0.5),
+            p90: ms(0.9),
+            p99: ms(0.99),
+            max: h.max() as f64 / 1000.0,
+        }
+    }
+}
+
+struct Planned {
+    request: LocationRequest,
+    stream: usize,
+    /// Offset from the start at which to send.
+    due: Duration,
+}
+
+fn uniform_f(rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> f64 {
+    if hi > lo {
+        rng.random_range(lo..=hi)
+    } else {
+        lo
+    }
+}
+
+fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planned>> {
+    anyhow::ensure!(args.clients >= 1, "--clients: must be at least 1");
+    anyhow::ensure!(
+        args.k_min >= 1 && args.k_min <= args.k_max,
+        "--k-min/--k-max: need 1 <= k_min <= k_max"
+    );
+    anyhow::ensure!(
+        args.speedup > 0.0 && args.speedup.is_finite(),
+        "--speedup: must be > 0"
+    );
+    if let Some(rate) = args.rate {
+        anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate: must be > 0");
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let t0 = points.first().map(|p| p.timestamp).unwrap_or(0);
+    let mut streams: HashMap<&str, usize> = HashMap::new();
+    let mut planned = Vec::with_capacity(points.len());
+    for (index, point) in points.iter().enumerate() {
+        let next = streams.len();
+        let stream = *streams.entry(point.user_id.as_str()).or_insert(next) % args.clients;
+        let due = match args.rate {
+            Some(rate) => Duration::from_secs_f64(index as f64 / rate),
+            // Spread the rows of one trace second evenly over that second.
+            None => Duration::from_secs_f64(((point.timestamp - t0) as f64) / args.speedup),
+        };
+        let request = LocationRequest {
+            user_id: point.user_id.clone(),
+            request_no: index as u64,
+            lat: point.lat,
+            lon: point.lon,
+            k: Some(rng.random_range(args.k_min..=args.k_max)),
+            dx_m: Some(uniform_f(&mut rng, args.dx_min, args.dx_max)),
+            dy_m: Some(uniform_f(&mut rng, args.dy_min, args.dy_max)),
+            dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
+                rng.random_range(args.dt_min_ms..=args.dt_max_ms)
+            } else {
+                args.dt_min_ms
+            }),
+            payload: b"nearest cafe".to_vec(),
+            service: args.service.clone(),
+        };
+        planned.push(Planned {
+            request,
+            stream,
+            due,
+        });
+    }
+    if args.rate.is_none() {
+        // Rows of the same trace second go out evenly spread over the (compressed) second.
+        let mut start = 0;
+        while start < planned.len() {
+            let mut end = start;
+            while end < planned.len() && planned[end].due == planned[start].due {
+                end += 1;
+            }
+            let width = Duration::from_secs_f64(1.0 / args.speedup);
+            let n = (end - start) as u32;
+            for (i, p) in planned[start..end].iter_mut().enumerate() {
+                p.due += width * i as u32 / n.max(1);
+            }
+            start = end;
+        }
+    }
+    Ok(planned)
+}
+
+/// A cloaked group as the clients see it: its shared box (as bits) and interval.
+type GroupKey = (u64, u64, u64, u64, i64, i64);
+/// Latest send time among the members seen (ns since start), when that member's Cloaked arrived,
+/// members seen, group size.
+type GroupSeen = (u64, Instant, u32, u32);
+
+enum Observation {
+    Event(LocationEvent, Instant),
+}
+
+/// Runs the simulation (blocking), printing progress and the report.
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let points = read_trace_file(&args.trace, args.limit)?;
+    anyhow::ensure!(
+        !points.is_empty(),
+        "{}: the trace has no rows",
+        args.trace.display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(simulate(&args, &points))?;
+    print_report(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<SimulationReport> {
+    let planned = plan(args, points)?;
+    let total = planned.len();
+    let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())
+        .context("--addr: not a URL")?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to {}", args.addr))?;
+
+    // The provider: answers every cloaked request at once.
+    let mut gateway = LbsGatewayClient::new(channel.clone());
+    let mut cloaked_feed = gateway
+        .subscribe(LbsSubscription {
+            service: args.service.clone(),
+        })
+        .await
+        .context("Subscribe")?
+        .into_inner();
+    let (answer_tx, answer_rx) = mpsc::channel::<LbsAnswer>(65_536);
+    let answer_task =
+        tokio::spawn(async move { gateway.answer(ReceiverStream::new(answer_rx)).await });
+    let provider_task = tokio::spawn(async move {
+        while let Ok(Some(cloaked)) = cloaked_feed.message().await {
+            let answer = LbsAnswer {
+                pseudonym: cloaked.pseudonym,
+                payload: b"cafe at the corner".to_vec(),
+            };
+            if answer_tx.send(answer).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    // Per-stream request lists; the send instants are recorded per request_no.
+    let mut per_stream: Vec<Vec<(Duration, LocationRequest)>> = vec![Vec::new(); args.clients];
+    let mut requested = Vec::with_capacity(total);
+    for p in planned {
+        requested.push((
+            p.request.k.unwrap_or(1),
+            p.request.dx_m.unwrap_or(0.0),
+            p.request.dy_m.unwrap_or(0.0),
+            p.request.dt_ms.unwrap_or(0),
+        ));
+        per_stream[p.stream].push((p.due, p.request));
+    }
+    let sent_at: Arc<Vec<std::sync::atomic::AtomicU64>> = Arc::new(
+        (0..total)
+            .map(|_| std::sync::atomic::AtomicU64::new(u64::MAX))
+            .collect(),
+    );
+    let (obs_tx, mut obs_rx) = mpsc::channel::<Observation>(65_536);
+    let start = Instant::now();
+    let tokio_start = tokio::time::Instant::now();
+    let mut senders = Vec::new();
+    for requests in per_stream.into_iter().filter(|r| !r.is_empty()) {
+        let mut broker = LocationBrokerClient::new(channel.clone());
+        let (tx, rx) = mpsc::channel::<LocationRequest>(4096);
+        let mut events = broker
+            .submit(ReceiverStream::new(rx))
+            .await
+            .context("Submit")?
+            .into_inner();
+        let obs = obs_tx.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(event)) = events.message().await {
+                if obs
+                    .send(Observation::Event(event, Instant::now()))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let sent_at = Arc::clone(&sent_at);
+        senders.push(tokio::spawn(async move {
+            for (due, request) in requests {
+                let now = tokio::time::Instant::now();
+                if tokio_start + due > now + Duration::from_millis(1) {
+                    tokio::time::sleep_until(tokio_start + due).await;
+                }
+                let no = request.request_no as usize;
+                sent_at[no].store(
+                    start.elapsed().as_nanos() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                if tx.send(request).await.is_err() {
+                    break;
+                }
+            }
+            // Keep the stream open (replies still come) until the run ends.
+            tx
+        }));
+    }
+    drop(obs_tx);
+
+    let progress = indicatif::ProgressBar::new(total as u64);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} outcomes ({per_sec}) {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+
+    let mut outcome_seen = vec![false; total];
+    let mut outcomes = 0usize;
+    let (mut cloaked, mut expired, mut rejected, mut undelivered, mut replies) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut anonymity_sum = 0.0;
+    let mut spatial = Vec::new();
+    let mut temporal = Vec::new();
+    let mut cloak_latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    let mut reply_latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    let mut overhead = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    // Groups: identified by their shared box and interval; value = (latest send ns, its request, recv).
+    let mut groups: HashMap<GroupKey, GroupSeen> = HashMap::new();
+    let mut last_outcome = start;
+    let mut senders_done = false;
+    let mut replies_expected = 0u64;
+    loop {
+        if outcomes >= total && replies >= replies_expected {
+            break;
+        }
+        let wait = if senders_done {
+            Duration::from_secs(args.drain_secs)
+        } else {
+            Duration::from_secs(3600)
+        };
+        let observation = match tokio::time::timeout(wait, obs_rx.recv()).await {
+            Ok(Some(o)) => o,
+            Ok(None) | Err(_) => break,
+        };
+        if !senders_done && senders.iter().all(|s| s.is_finished()) {
+            senders_done = true;
+        }
+        let Observation::Event(event, at) = observation;
+        let no = event.request_no as usize;
+        if no >= total {
+            continue;
+        }
+        let sent_ns = sent_at[no].load(std::sync::atomic::Ordering::Relaxed);
+        let since_send_us = at
+            .duration_since(start)
+            .as_nanos()
+            .saturating_sub(sent_ns as u128)
+            / 1000;
+        let since_send_us = u64::try_from(since_send_us).unwrap_or(u64::MAX).max(1);
+        match event.outcome {
+            Some(Outcome::Reply(_)) => {
+                replies += 1;
+                reply_latency.saturating_record(since_send_us);
+                continue;
+            }
+            Some(Outcome::Undelivered(_)) => {
+                undelivered += 1;
+                replies_expected = replies_expected.saturating_sub(1);
+                continue;
+            }
+            _ => {}
+        }
+        if std::mem::replace(&mut outcome_seen[no], true) {
+            continue;
+        }
+        outcomes += 1;
+        last_outcome = at;
+        progress.inc(1);
+        let (k, dx, dy, dt) = requested[no];
+        match event.outcome {
+            Some(Outcome::Cloaked(c)) => {
+                cloaked += 1;
+                replies_expected += 1;
+                cloak_latency.saturating_record(since_send_us);
+                anonymity_sum += f64::from(c.group_size) / f64::from(k.max(1));
+                if let Some(b) = c.r#box {
+                    let centre = 0.5 * (b.min_lat + b.max_lat);
+                    let w = ((b.max_lon - b.min_lon)
+                        * METRES_PER_DEGREE_LAT
+                        * centre.to_radians().cos())
+                    .max(1.0);
+                    let h = ((b.max_lat - b.min_lat) * METRES_PER_DEGREE_LAT).max(1.0);
+                    spatial.push(((4.0 * dx * dy) / (w * h)).sqrt());
+                    let interval = ((c.t_end_ms - c.t_start_ms) as f64).max(1.0);
+                    temporal.push(2.0 * dt as f64 / interval);
+                    let key = (
+                        b.min_lat.to_bits(),
+                        b.min_lon.to_bits(),
+                        b.max_lat.to_bits(),
+                        b.max_lon.to_bits(),
+                        c.t_start_ms,
+                        c.t_end_ms,
+                    );
+                    let entry = groups.entry(key).or_insert((0, at, 0, c.group_size));
+                    entry.2 += 1;
+                    if sent_ns >= entry.0 {
+                        entry.0 = sent_ns;
+                        entry.1 = at;
+                    }
+                }
+            }
+            Some(Outcome::Expired(_)) => expired += 1,
+            Some(Outcome::Rejected(_)) => rejected += 1,
+            _ => {}
+        }
+        if outcomes.is_multiple_of(4096) {
+            progress.set_message(format!(
+                "{cloaked} cloaked, {expired} expired, {replies} replies"
+            ));
+        }
+    }
+    progress.finish_and_clear();
+    let seconds = last_outcome.duration_since(start).as_secs_f64().max(1e-9);
+    for ((..), (latest_ns, at, members, size)) in &groups {
+        if members == size {
+            let us = at
+                .duration_since(start)
+                .as_nanos()
+                .saturating_sub(u128::from(*latest_ns))
+                / 1000;
+            overhead.saturating_record(u64::try_from(us).unwrap_or(u64::MAX).max(1));
+        }
+    }
+    for s in senders {
+        drop(s.await);
+    }
+    provider_task.abort();
+    answer_task.abort();
+    let median = |v: &mut Vec<f64>| {
+        if v.is_empty() {
+            return 0.0;
+        }
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(SimulationReport {
+        requests: total as u64,
+        cloaked,
+        expired,
+        rejected,
+        undelivered,
+        missing: (total - outcomes) as u64,
+        replies,
+        success_rate: cloaked as f64 / total as f64,
+        mean_relative_anonymity: if cloaked > 0 {
+            anonymity_sum / cloaked as f64
+        } else {
+            0.0
+        },
+        median_relative_spatial_resolution: median(&mut spatial),
+        median_relative_temporal_resolution: median(&mut temporal),
+        seconds,
+        throughput_per_s: outcomes as f64 / seconds,
+        cloak_latency_ms: Percentiles::of(&cloak_latency),
+        reply_latency_ms: Percentiles::of(&reply_latency),
+        broker_overhead_ms: Percentiles::of(&overhead),
+    })
+}
+
+fn print_report(r: &SimulationReport) {
+    println!("requests             {}", r.requests);
+    println!(
+        "outcomes             {} cloaked, {} expired, {} rejected, {} missing ({} undelivered, {} replies)",
+        r.cloaked, r.expired, r.rejected, r.missing, r.undelivered, r.replies
+    );
+    println!("success rate         {:.2} %", 100.0 * r.success_rate);
+    println!(
+        "relative anonymity   {:.3} (mean group size / k)",
+        r.mean_relative_anonymity
+    );
+    println!(
+        "rel. spatial res.    {:.3} (median sqrt(area Bcn / area cloak))",
+        r.median_relative_spatial_resolution
+    );
+    println!(
+        "rel. temporal res.   {:.3} (median 2 dt / cloak interval)",
+        r.median_relative_temporal_resolution
+    );
+    println!(
+        "throughput           {:.0} requests/s over {:.2} s",
+        r.throughput_per_s, r.seconds
+    );
+    for (name, p) in [
+        ("cloak latency", &r.cloak_latency_ms),
+        ("reply latency", &r.reply_latency_ms),
+        ("broker overhead", &r.broker_overhead_ms),
+    ] {
+        println!(
+            "{name:<20} p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            p.p50, p.p90, p.p99, p.max
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! Replaying a mobility trace as location requests, and the cloaking quality measures of Gedik & Liu
+//! (success rate, relative anonymity, relative spatial resolution), for the engine benchmark and the
+//! realistic tests.
+//!
+//! Each trace point becomes one request at its timestamp; the points of one timestamp are spread evenly
+//! over that second (`arrival = timestamp * 1000 + i * 1000 / n` for the i-th of n points), in trace
+//! order. k is drawn uniformly from `k_min..=k_max` with a seeded RNG; tolerances are fixed.
+
+use std::collections::BTreeMap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{CloakRequest, GeoBox, Outcome, RequestId};
+use crate::workload::TracePoint;
+
+/// How trace points are turned into requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayParams {
+    pub k_min: u32,
+    pub k_max: u32,
+    pub dx_m: f64,
+    pub dy_m: f64,
+    pub dt_ms: u64,
+    pub seed: u64,
+}
+
+/// The requests of a trace, in trace order, with ids 0, 1, 2, ... and one user key per trace user id.
+pub fn requests_from_trace(points: &[TracePoint], params: &ReplayParams) -> Vec<CloakRequest> {
+    let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+    let mut user_keys: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut requests = Vec::with_capacity(points.len());
+    let mut start = 0;
+    while start < points.len() {
+        let timestamp = points[start].timestamp;
+        let end = start
+            + points[start..]
+                .iter()
+                .take_while(|p| p.timestamp == timestamp)
+                .count();
+        let n = (end - start) as i64;
+        for (i, point) in points[start..end].iter().enumerate() {
+            let next_key = user_keys.len() as u64;
+            let user = *user_keys.entry(point.user_id.as_str()).or_insert(next_key);
+            let k_max = params.k_max.max(params.k_min);
+            requests.push(CloakRequest {
+                id: requests.len() as RequestId,
+                user,
+                lat: point.lat,
+                lon: point.lon,
+                k: rng.random_range(params.k_min..=k_max),
+                dx_m: params.dx_m,
+                dy_m: params.dy_m,
+                dt_ms: params.dt_ms,
+                arrival_ms: timestamp.saturating_mul(1000) + (i as i64) * 1000 / n,
+            });
+        }
+        start = end;
+    }
+    requests
+}
+
+/// Relative spatial resolution sqrt(area(Bcn) / area(cloaking box)) (Gedik & Liu); each side of the
+/// cloaking box is counted as at least 1 m so that groups of (nearly) co-located points stay finite.
+pub fn relative_spatial_resolution(constraint_box: &GeoBox, cloaking_box: &GeoBox) -> f64 {
+    let (cw, ch) = constraint_box.size_m();
+    let (w, h) = cloaking_box.size_m();
+    ((cw * ch) / (w.max(1.0) * h.max(1.0))).sqrt()
+}
+
+/// Accumulates the quality measures over the outcomes of a replay.
+#[derive(Debug, Clone, Default)]
+pub struct CloakingQuality {
+    pub cloaked: usize,
+    pub expired: usize,
+    sum_relative_anonymity: f64,
+    sum_relative_spatial_resolution: f64,
+}
+
+impl CloakingQuality {
+    /// Adds outcomes; `request` looks a request up by id (the ids of [`requests_from_trace`] are
+    /// indices, so a slice works).
+    pub fn add(
+        &mut self,
+        outcomes: &[Outcome],
+        request: impl Fn(RequestId) -> Option<CloakRequest>,
+    ) {
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Expired { .. } => self.expired += 1,
+                Outcome::Cloaked(group) => {
+                    let size = group.members.len() as f64;
+                    for (id, _) in &group.members {
+                        let Some(req) = request(*id) else { continue };
+                        self.cloaked += 1;
+                        self.sum_relative_anonymity += size / f64::from(req.k.max(1));
+                        self.sum_relative_spatial_resolution +=
+                            relative_spatial_resolution(&req.constraint_box(), &group.cloaking_box);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cloaked / (cloaked + expired).
+    pub fn success_rate(&self) -> f64 {
+        ratio(self.cloaked as f64, (self.cloaked + self.expired) as f64)
+    }
+
+    /// Mean over cloaked requests of group size / k.
+    pub fn mean_relative_anonymity(&self) -> f64 {
+        ratio(self.sum_relative_anonymity, self.cloaked as f64)
+    }
+
+    /// Mean over cloaked requests of [`relative_spatial_resolution`].
+    pub fn mean_relative_spatial_resolution(&self) -> f64 {
+        ratio(self.sum_relative_spatial_resolution, self.cloaked as f64)
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}

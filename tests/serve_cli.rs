@@ -1,0 +1,110 @@
+//! `cloakd serve` as an operator runs it: the real binary on its embedded defaults (with --listen), health
+//! over gRPC, graceful exit on SIGTERM, and configuration errors that name the key.
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn serve_answers_health_and_exits_cleanly_on_sigterm() {
+    let port = free_port();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("CLOAKD_TRANSACTIONS__DATA_DIR", data.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let channel = loop {
+        match tonic::transport::Endpoint::from_shared(endpoint.clone())
+            .unwrap()
+            .connect()
+            .await
+        {
+            Ok(channel) => break channel,
+            Err(_) if started.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(err) => panic!("daemon never listened: {err}"),
+        }
+    };
+    let status = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "daemon did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "exit status {exit:?}");
+}
+
+#[test]
+fn bad_configuration_is_refused_with_the_key_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[location]\nmin_k = 0\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("location.min_k: must be at least 1"),
+        "{stderr}"
+    );
+
+    std::fs::write(&path, "[location]\ndefault_kk = 3\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("default_kk"), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        .args(["serve"])
+        .env("CLOAKD_SERVER__LISTEN", "not-an-address")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("server.listen"), "{stderr}");
+}
