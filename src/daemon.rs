@@ -47,6 +47,7 @@ pub async fn serve(
         .await
         .context("opening the transaction store (transactions.data_dir)")?;
     let table = crate::service::table::table_anonymizer(&config.tables);
+    let evaluator = crate::service::evaluation::table_evaluator(&config.tables);
     // Health names every service ("" is the daemon as a whole).
     let served: Vec<&'static str> = vec![
         "",
@@ -55,6 +56,9 @@ pub async fn serve(
         <TransactionIngestServer<TransactionServices> as NamedService>::NAME,
         <ReleaseFeedServer<TransactionServices> as NamedService>::NAME,
         <TableAnonymizerServer<TableService> as NamedService>::NAME,
+        <crate::proto::table_evaluator_server::TableEvaluatorServer<
+            crate::service::evaluation::Evaluator,
+        > as NamedService>::NAME,
     ];
     for name in &served {
         health
@@ -91,6 +95,7 @@ pub async fn serve(
         .add_service(transactions.ingest_server())
         .add_service(transactions.feed_server())
         .add_service(table)
+        .add_service(evaluator)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             let _ = server_stop_rx.await;
         });

@@ -1,6 +1,8 @@
 //! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`.
 use clap::{Parser, Subcommand};
 
+pub mod evaluate;
+pub mod frontier;
 pub mod simulate;
 pub mod table;
 

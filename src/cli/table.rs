@@ -36,6 +36,10 @@ pub enum TableCommand {
     /// Write a synthetic table with the Adult examples' schema (for benchmarks).
     #[command(hide = true)]
     Synth(SynthArgs),
+    /// Measure a release against its original table: Ploss, Uloss, A_know, A_acc, query error.
+    Evaluate(crate::cli::evaluate::EvaluateArgs),
+    /// Sweep privacy models and parameters, measure each release, plot the efficient frontier.
+    Frontier(crate::cli::frontier::FrontierArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -87,6 +91,8 @@ pub fn run(args: TableArgs) -> anyhow::Result<()> {
     match args.command {
         TableCommand::Anonymize(a) => anonymize(a),
         TableCommand::Synth(a) => synth(a),
+        TableCommand::Evaluate(a) => crate::cli::evaluate::run(a),
+        TableCommand::Frontier(a) => crate::cli::frontier::run(a),
     }
 }
 

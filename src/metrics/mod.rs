@@ -1,2 +1,13 @@
-//! Privacy and utility measures shared by the engines and the reports (DESIGN.md §4).
+//! Privacy and utility measures shared by the engines and the reports (DESIGN.md §4): the distances,
+//! reading a published release back ([`released`]), the release as the measures see it ([`view`]),
+//! Ploss / A_know / A_acc ([`privacy`]), Uloss over large populations ([`populations`]), COUNT query
+//! error ([`queries`]), the whole evaluation of one release ([`evaluate`]) and the privacy/utility
+//! frontier with its plots ([`frontier`]).
 pub mod distance;
+pub mod evaluate;
+pub mod frontier;
+pub mod populations;
+pub mod privacy;
+pub mod queries;
+pub mod released;
+pub mod view;

@@ -1,6 +1,7 @@
 //! gRPC adapters: proto <-> domain conversion, validation and status codes. Services hold no science;
 //! they hand validated domain values to the engines (directly, or through the actor that owns one).
 
+pub mod evaluation;
 pub mod location;
 pub mod table;
 pub mod transactions;

@@ -1,0 +1,125 @@
+//! `cloakd table evaluate JOB.toml --release OUT.csv [--sensitive-table OUT.sensitive.csv]
+//! [--report EVAL.json] [--input FILE]`: measures a published release (made by `cloakd table
+//! anonymize` or any other tool, or the original table itself) against the job's original table:
+//! Ploss, Uloss, A_know, A_acc, COUNT query error, discernibility and average class size
+//! ([`crate::metrics::evaluate`]). The report is JSON, on stdout unless `--report` names a file.
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+use crate::cli::table::{load_table, open_maybe_gzip};
+use crate::metrics::evaluate::{Baseline, EvaluationOptions, evaluate};
+use crate::metrics::released::read_release;
+use crate::relational::job::JobSpec;
+
+/// Options of the utility measures, shared by `evaluate` and `frontier`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MeasureArgs {
+    /// Minimum support of a large population (fraction of the table) for Uloss.
+    #[arg(long, default_value_t = 0.05)]
+    pub min_support: f64,
+    /// Number of random COUNT queries.
+    #[arg(long, default_value_t = 1000)]
+    pub queries: usize,
+    /// QI predicates per COUNT query.
+    #[arg(long, default_value_t = 4)]
+    pub qd: usize,
+    /// Fraction of each attribute's values a query predicate selects.
+    #[arg(long, default_value_t = 0.05)]
+    pub sel: f64,
+    /// Seed of the query workload.
+    #[arg(long, default_value_t = 1)]
+    pub query_seed: u64,
+}
+
+impl MeasureArgs {
+    pub fn options(&self) -> EvaluationOptions {
+        EvaluationOptions {
+            min_support: self.min_support,
+            queries: self.queries,
+            qd: self.qd,
+            sel: self.sel,
+            seed: self.query_seed,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EvaluateArgs {
+    /// The job file (TOML) describing the original table (input, column roles, hierarchies).
+    pub job: PathBuf,
+    /// The released table (generalized CSV, bucketization's QI CSV, or the original table).
+    #[arg(long, value_name = "OUT.csv")]
+    pub release: PathBuf,
+    /// Bucketization's sensitive table (`group,<sensitive>,count`).
+    #[arg(long, value_name = "OUT.sensitive.csv")]
+    pub sensitive_table: Option<PathBuf>,
+    /// Where to write the JSON report (default: stdout).
+    #[arg(long, value_name = "EVAL.json")]
+    pub report: Option<PathBuf>,
+    /// Original table (plain or gzip CSV), overriding the job's `input`.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    #[command(flatten)]
+    pub measures: MeasureArgs,
+}
+
+/// Reads and parses a job file.
+pub fn read_job(path: &Path) -> anyhow::Result<JobSpec> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read the job file", path.display()))?;
+    Ok(JobSpec::parse(&path.display().to_string(), &text)?)
+}
+
+pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
+    let options = args.measures.options();
+    options.validate()?;
+    let job = read_job(&args.job)?;
+    let table = load_table(&job, &args.job, args.input.as_deref())?;
+    let release_reader = open_maybe_gzip(&args.release, None)?;
+    let mut sensitive_reader: Option<Box<dyn Read>> = match &args.sensitive_table {
+        Some(path) => Some(open_maybe_gzip(path, None)?),
+        None => None,
+    };
+    let sensitive_name = args
+        .sensitive_table
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let release = read_release(
+        &table,
+        release_reader,
+        &args.release.display().to_string(),
+        sensitive_reader
+            .as_mut()
+            .map(|r| (r.as_mut() as &mut dyn Read, sensitive_name.as_str())),
+        job.delimiter,
+    )?;
+    if matches!(release, crate::relational::release::Release::Generalized(_))
+        && args.sensitive_table.is_none()
+        && !release_has_sensitive(&release, &table.sensitive.name)
+    {
+        bail!(
+            "the release has no sensitive column: for a bucketized release pass --sensitive-table"
+        );
+    }
+    let baseline = Baseline::new(&table, options)?;
+    let evaluation = evaluate(&table, &baseline, &release)?;
+    let json = serde_json::to_string_pretty(&evaluation)?;
+    match &args.report {
+        Some(path) => std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("{}: cannot write the report", path.display()))?,
+        None => println!("{json}"),
+    }
+    Ok(())
+}
+
+fn release_has_sensitive(release: &crate::relational::release::Release, name: &str) -> bool {
+    match release {
+        crate::relational::release::Release::Generalized(t) => {
+            t.columns.iter().any(|c| c.name == name)
+        }
+        crate::relational::release::Release::Bucketized { .. } => true,
+    }
+}

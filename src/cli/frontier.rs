@@ -1,0 +1,235 @@
+//! `cloakd table frontier JOB.toml --out DIR [--input FILE]`: anonymizes the job's table under a sweep
+//! of privacy models and parameters (Li & Li's sets by default; `--k`, `--l`, `--t`, `--delta` take
+//! comma-separated lists, an empty list drops the model) with each release method, measures every
+//! release ([`crate::metrics::evaluate`]) and writes `DIR/frontier.csv` and the SVG plots of
+//! [`crate::metrics::frontier::plots`]. Releases run on all cores (`--threads`, default the
+//! machine's parallelism), one release per thread at a time, sharing the table and the measurement
+//! baseline read-only; a progress bar on stderr counts finished releases. A model a parameter makes
+//! unsatisfiable is reported and left out.
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::evaluate::{MeasureArgs, read_job};
+use crate::cli::table::load_table;
+use crate::metrics::evaluate::{Baseline, evaluate};
+use crate::metrics::frontier::{
+    FrontierPoint, SweepItem, SweptModel, mark_efficient, plots, sweep, write_csv,
+};
+use crate::relational::release::ReleaseMethod;
+
+#[derive(Debug, clap::Args)]
+pub struct FrontierArgs {
+    /// The job file (TOML): input and column roles (its [privacy] is ignored).
+    pub job: PathBuf,
+    /// Directory for frontier.csv and the plots (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Original table (plain or gzip CSV), overriding the job's `input`.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// k values (k-anonymity).
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub k: Option<Vec<f64>>,
+    /// l values (probabilistic l-diversity).
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub l: Option<Vec<f64>>,
+    /// t values (t-closeness with the JS divergence).
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub t: Option<Vec<f64>>,
+    /// delta values (delta-disclosure).
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub delta: Option<Vec<f64>>,
+    /// Release methods.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "generalization,bucketization"
+    )]
+    pub methods: Vec<String>,
+    /// Worker threads (default: available parallelism).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seed of each release's row order and group ids.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub measures: MeasureArgs,
+}
+
+pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let options = args.measures.options();
+    options.validate()?;
+    let methods: Vec<ReleaseMethod> = args
+        .methods
+        .iter()
+        .map(|m| m.parse::<ReleaseMethod>().map_err(anyhow::Error::msg))
+        .collect::<Result<_, _>>()
+        .context("--methods")?;
+    let chosen = |model: SweptModel, given: &Option<Vec<f64>>| {
+        (
+            model,
+            given.clone().unwrap_or_else(|| model.default_parameters()),
+        )
+    };
+    let parameters = vec![
+        chosen(SweptModel::K, &args.k),
+        chosen(SweptModel::L, &args.l),
+        chosen(SweptModel::T, &args.t),
+        chosen(SweptModel::Delta, &args.delta),
+    ];
+    let items = sweep(&parameters, &methods);
+    if items.is_empty() {
+        bail!("the sweep is empty (rule: at least one parameter and one method)");
+    }
+    for item in &items {
+        item.model
+            .spec(item.parameter)
+            .validate()
+            .with_context(|| format!("--{} {}", flag(item.model), item.parameter))?;
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("{}: cannot create the output directory", args.out.display()))?;
+    let job = read_job(&args.job)?;
+    let table = load_table(&job, &args.job, args.input.as_deref())?;
+    let baseline_started = Instant::now();
+    let baseline = Baseline::new(&table, options)?;
+    eprintln!(
+        "cloakd: {} rows; {} large populations (minSup {}), {} COUNT queries (qd {}, sel {}) in {:.2}s; {} releases",
+        table.rows(),
+        baseline.populations.len(),
+        options.min_support,
+        baseline.workload.queries.len(),
+        baseline.workload.qd,
+        baseline.workload.sel,
+        baseline_started.elapsed().as_secs_f64(),
+        items.len()
+    );
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, items.len());
+    let progress =
+        ProgressBar::with_draw_target(Some(items.len() as u64), ProgressDrawTarget::stderr());
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed_precise} {bar:30} {pos}/{len} releases  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<FrontierPoint, String>>>> =
+        Mutex::new(vec![None; items.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&item) = items.get(i) else { break };
+                    let outcome = measure(&table, &baseline, item, args.seed);
+                    progress.set_message(format!(
+                        "{} {} {}",
+                        item.model.name(),
+                        item.parameter,
+                        item.method
+                    ));
+                    progress.inc(1);
+                    if let Ok(mut r) = results.lock() {
+                        r[i] = Some(outcome);
+                    }
+                }
+            });
+        }
+    });
+    progress.finish_and_clear();
+    let results = results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a worker thread panicked"))?;
+    let mut points = Vec::new();
+    for (item, outcome) in items.iter().zip(results) {
+        match outcome {
+            Some(Ok(point)) => points.push(point),
+            Some(Err(reason)) => eprintln!(
+                "cloakd: {} {} {}: left out: {reason}",
+                item.model.name(),
+                item.parameter,
+                item.method
+            ),
+            None => eprintln!(
+                "cloakd: {} {} {}: not measured",
+                item.model.name(),
+                item.parameter,
+                item.method
+            ),
+        }
+    }
+    mark_efficient(&mut points);
+    let csv_path = args.out.join("frontier.csv");
+    let file = std::fs::File::create(&csv_path)
+        .with_context(|| format!("{}: cannot create", csv_path.display()))?;
+    write_csv(&points, std::io::BufWriter::new(file))
+        .with_context(|| format!("{}: cannot write", csv_path.display()))?;
+    for (name, svg) in plots(&points) {
+        let path = args.out.join(name);
+        std::fs::write(&path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+    }
+    println!(
+        "{:<17} {:>9} {:<15} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  efficient",
+        "model", "parameter", "method", "ploss", "uloss", "a_know", "a_acc", "q_error", "seconds"
+    );
+    for p in &points {
+        let e = &p.evaluation;
+        println!(
+            "{:<17} {:>9} {:<15} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>7.2}  {}",
+            p.item.model.name(),
+            p.item.parameter,
+            p.item.method.to_string(),
+            e.ploss,
+            e.uloss,
+            e.a_know,
+            e.a_acc,
+            e.query_error,
+            p.seconds,
+            if p.efficient { "*" } else { "" }
+        );
+    }
+    eprintln!(
+        "cloakd: {} releases measured on {threads} threads in {:.2}s; wrote {} and 3 plots",
+        points.len(),
+        started.elapsed().as_secs_f64(),
+        csv_path.display()
+    );
+    Ok(())
+}
+
+fn flag(model: SweptModel) -> &'static str {
+    match model {
+        SweptModel::K => "k",
+        SweptModel::L => "l",
+        SweptModel::T => "t",
+        SweptModel::Delta => "delta",
+    }
+}
+
+/// Anonymizes and measures one release of the sweep.
+fn measure(
+    table: &crate::relational::table::Table,
+    baseline: &Baseline,
+    item: SweepItem,
+    seed: u64,
+) -> Result<FrontierPoint, String> {
+    let started = Instant::now();
+    let (release, _) =
+        crate::relational::anonymize(table, &item.model.spec(item.parameter), item.method, seed)
+            .map_err(|e| e.to_string())?;
+    let evaluation = evaluate(table, baseline, &release).map_err(|e| e.to_string())?;
+    Ok(FrontierPoint {
+        item,
+        evaluation,
+        seconds: started.elapsed().as_secs_f64(),
+        efficient: false,
+    })
+}

@@ -1,0 +1,175 @@
+//! The privacy/utility evaluation of one release against its original table: Ploss, A_know, A_acc
+//! (over the release's classes), Uloss (large populations), aggregate COUNT query error, and the
+//! syntactic measures discernibility and average class size (taken from the release report, the one
+//! place they are defined).
+//!
+//! Invariants: the [`Baseline`] (large populations with their true distributions, the query workload
+//! with its true answers) depends only on the original table and the options, so it is computed once
+//! and shared by every release measured against the same table (the frontier); measuring a release
+//! reads nothing but the release and the baseline.
+use serde::Serialize;
+
+use crate::metrics::populations::LargePopulations;
+use crate::metrics::privacy::privacy_loss;
+use crate::metrics::queries::QueryWorkload;
+use crate::metrics::view::{ReleaseView, ViewError};
+use crate::relational::models::PrivacySpec;
+use crate::relational::release::Release;
+use crate::relational::report::{self, ReportError};
+use crate::relational::table::Table;
+
+/// Parameters of the utility measures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvaluationOptions {
+    /// Minimum support of a large population, as a fraction of the table (Li & Li: 0.05).
+    pub min_support: f64,
+    /// Number of COUNT queries.
+    pub queries: usize,
+    /// QI predicates per query.
+    pub qd: usize,
+    /// Fraction of each attribute's values a predicate selects.
+    pub sel: f64,
+    /// Seed of the query workload.
+    pub seed: u64,
+}
+
+impl Default for EvaluationOptions {
+    fn default() -> EvaluationOptions {
+        EvaluationOptions {
+            min_support: 0.05,
+            queries: 1000,
+            qd: 4,
+            sel: 0.05,
+            seed: 1,
+        }
+    }
+}
+
+/// Why options were rejected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{option} = {value}: {rule}")]
+pub struct OptionsError {
+    pub option: &'static str,
+    pub value: String,
+    pub rule: &'static str,
+}
+
+impl EvaluationOptions {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if !(self.min_support > 0.0 && self.min_support <= 1.0) {
+            return Err(OptionsError {
+                option: "min_support",
+                value: self.min_support.to_string(),
+                rule: "a fraction of the table in (0, 1]",
+            });
+        }
+        if !(self.sel > 0.0 && self.sel <= 1.0) {
+            return Err(OptionsError {
+                option: "sel",
+                value: self.sel.to_string(),
+                rule: "a fraction of the values in (0, 1]",
+            });
+        }
+        if self.qd == 0 {
+            return Err(OptionsError {
+                option: "qd",
+                value: "0".into(),
+                rule: "at least one QI predicate per query",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What the measures need from the original table, computed once.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    pub options: EvaluationOptions,
+    pub populations: LargePopulations,
+    pub workload: QueryWorkload,
+}
+
+impl Baseline {
+    pub fn new(table: &Table, options: EvaluationOptions) -> Result<Baseline, OptionsError> {
+        options.validate()?;
+        Ok(Baseline {
+            options,
+            populations: LargePopulations::mine(table, options.min_support),
+            workload: QueryWorkload::generate(
+                table,
+                options.queries,
+                options.qd,
+                options.sel,
+                options.seed,
+            ),
+        })
+    }
+}
+
+/// The evaluation of one release (the JSON report of `cloakd table evaluate`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Evaluation {
+    /// Worst-case JS divergence between Q and a class's sensitive distribution (natural log).
+    pub ploss: f64,
+    /// Mean JS divergence over the large populations.
+    pub uloss: f64,
+    pub a_know: f64,
+    pub a_acc: f64,
+    /// Mean relative error of the COUNT queries (a fraction; Li & Li plot it × 100).
+    pub query_error: f64,
+    pub discernibility: f64,
+    pub avg_class_size: f64,
+    pub rows: u64,
+    pub classes: u64,
+    pub large_populations: u64,
+    pub min_support: f64,
+    pub queries: u64,
+    pub qd: u64,
+    pub sel: f64,
+}
+
+/// Why a release could not be measured.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvaluateError {
+    #[error(transparent)]
+    View(#[from] ViewError),
+    #[error("release: {0}")]
+    Report(#[from] ReportError),
+    #[error(
+        "the release has {release} rows but the original table {table} (rule: a release publishes every row of its table)"
+    )]
+    RowCount { release: u64, table: u64 },
+}
+
+/// Measures a release against its original table.
+pub fn evaluate(
+    table: &Table,
+    baseline: &Baseline,
+    release: &Release,
+) -> Result<Evaluation, EvaluateError> {
+    let view = ReleaseView::new(table, release)?;
+    if view.rows() != table.rows() as u64 {
+        return Err(EvaluateError::RowCount {
+            release: view.rows(),
+            table: table.rows() as u64,
+        });
+    }
+    let report = report::evaluate(release, "evaluated", &PrivacySpec::default().models())?;
+    let privacy = privacy_loss(&view.class_histograms, view.domain);
+    Ok(Evaluation {
+        ploss: privacy.ploss,
+        uloss: baseline.populations.uloss(table, &view),
+        a_know: privacy.a_know,
+        a_acc: privacy.a_acc,
+        query_error: baseline.workload.relative_error(table, &view),
+        discernibility: report.discernibility,
+        avg_class_size: report.avg_class_size,
+        rows: view.rows(),
+        classes: view.classes() as u64,
+        large_populations: baseline.populations.len() as u64,
+        min_support: baseline.options.min_support,
+        queries: baseline.workload.queries.len() as u64,
+        qd: baseline.workload.qd as u64,
+        sel: baseline.workload.sel,
+    })
+}

@@ -1,0 +1,483 @@
+//! Utility loss Uloss (Li & Li, KDD'09 §4.2): the mean, over all *large populations* y, of
+//! JS(P_y, P̄_y), where P_y is y's true sensitive distribution in the original table and P̄_y the one
+//! estimated from the release under the uniform assumption (every value of a released region equally
+//! likely; every sensitive value of a bucket equally likely per row).
+//!
+//! A large population is a conjunction of QI predicates, at most one per attribute, whose support in
+//! the original table is at least `min_support` × |T|. A predicate is an *item*: a value of a QI or a
+//! generalized value of it — a non-root node of a categorical QI's hierarchy, or a non-root interval of
+//! a numeric QI's quantile tree (the sorted distinct values split recursively at the row median, so
+//! intervals at depth d hold about |T| / 2^d rows). Large populations are mined by pattern growth
+//! (FP-growth's divide and conquer over conditional databases; each conditional database is kept as a
+//! list of merged, weighted prefix paths — the paths an FP-tree would store — rather than as a linked
+//! tree), with every transaction carrying a sensitive histogram so the mining yields each
+//! population's distribution directly. The release's estimates are mined the same way over *virtual
+//! transactions*: each released cell split into the pieces of its region that fall under different
+//! items, weighted by their share of the region's equally likely values, mining only the itemsets of
+//! the original's large populations.
+//!
+//! Invariants: a population is reported once (its items sorted by global item order); populations
+//! are downward closed, so mining the release restricted to them visits all of them; the original
+//! table as its own release gives P̄_y = P_y for every y (Uloss 0); the trivial release gives
+//! P̄_y = Q. A population the release gives no mass at all counts as the maximum ln 2.
+use std::collections::{HashMap, HashSet};
+
+use crate::metrics::distance::js_divergence;
+use crate::metrics::view::{Region, ReleaseView};
+use crate::relational::table::{QuasiAttribute, Table};
+
+/// An item id; lower ids are more frequent in the original table.
+pub type Item = u32;
+
+/// The items of each QI and, for every equally likely value of a QI, the items it belongs to.
+#[derive(Debug, Clone)]
+pub struct ItemCatalog {
+    /// Per QI, per value unit (hierarchy leaf or numeric domain index): its piece.
+    piece_of: Vec<Vec<u32>>,
+    /// Per QI, per piece: its items (ascending ids).
+    pieces: Vec<Vec<Vec<Item>>>,
+    /// The QI of each item.
+    item_quasi: Vec<u32>,
+    /// A readable label of each item (`age=17-25`, `education=Higher education`).
+    pub item_labels: Vec<String>,
+    /// Support of each item in the original table.
+    pub item_support: Vec<u64>,
+}
+
+/// Chains of candidate item keys (top to bottom, root excluded) per value unit of one QI, with the
+/// label of each key.
+struct Candidates {
+    chains: Vec<Vec<u64>>,
+    labels: HashMap<u64, String>,
+}
+
+fn numeric_candidates(domain: &[f64], texts: &[String], counts: &[u64]) -> Candidates {
+    let d = domain.len();
+    let mut chains = vec![Vec::new(); d];
+    let mut labels = HashMap::new();
+    // Recursive median split of [lo, hi] (domain indices); node key = lo * d + hi.
+    let mut stack = vec![(0usize, d.saturating_sub(1), 0usize)];
+    while let Some((lo, hi, depth)) = stack.pop() {
+        if depth > 0 {
+            let key = (lo * d + hi) as u64;
+            for chain in &mut chains[lo..=hi] {
+                chain.push(key);
+            }
+            let label = if lo == hi {
+                texts[lo].clone()
+            } else {
+                format!("{}-{}", texts[lo], texts[hi])
+            };
+            labels.insert(key, label);
+        }
+        if lo >= hi {
+            continue;
+        }
+        let total: u64 = counts[lo..=hi].iter().sum();
+        let mut cumulative = 0;
+        let mut split = lo;
+        for (i, &c) in counts.iter().enumerate().take(hi).skip(lo) {
+            cumulative += c;
+            split = i;
+            if 2 * cumulative >= total {
+                break;
+            }
+        }
+        stack.push((split + 1, hi, depth + 1));
+        stack.push((lo, split, depth + 1));
+    }
+    Candidates { chains, labels }
+}
+
+impl ItemCatalog {
+    /// Items with support >= `min_count` in `table`.
+    fn build(table: &Table, min_count: u64) -> ItemCatalog {
+        let mut frequent: Vec<(u64, u32, u64, String)> = Vec::new(); // (support, qi, key, label)
+        let mut chains_per_quasi = Vec::new();
+        for (q, column) in table.quasi.iter().enumerate() {
+            let candidates = match &column.attribute {
+                QuasiAttribute::Numeric(domain) => {
+                    let mut counts = vec![0u64; domain.values.len()];
+                    for &c in &column.codes {
+                        counts[c as usize] += 1;
+                    }
+                    numeric_candidates(&domain.values, &domain.texts, &counts)
+                }
+                QuasiAttribute::Categorical(h) => {
+                    let mut labels = HashMap::new();
+                    let chains = (0..h.leaf_count() as u32)
+                        .map(|leaf| {
+                            (0..h.height() - 1)
+                                .rev()
+                                .map(|level| {
+                                    let node = h.ancestor(leaf, level);
+                                    labels.insert(node as u64, h.label(node).to_string());
+                                    node as u64
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    Candidates { chains, labels }
+                }
+            };
+            let mut support: HashMap<u64, u64> = HashMap::new();
+            let mut unit_rows = vec![0u64; candidates.chains.len()];
+            for &c in &column.codes {
+                unit_rows[c as usize] += 1;
+            }
+            for (unit, chain) in candidates.chains.iter().enumerate() {
+                for &key in chain {
+                    *support.entry(key).or_default() += unit_rows[unit];
+                }
+            }
+            for (&key, &s) in &support {
+                if s >= min_count && s > 0 {
+                    let label = format!("{}={}", column.name, candidates.labels[&key]);
+                    frequent.push((s, q as u32, key, label));
+                }
+            }
+            chains_per_quasi.push(candidates.chains);
+        }
+        frequent.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let id_of: HashMap<(u32, u64), Item> = frequent
+            .iter()
+            .enumerate()
+            .map(|(i, f)| ((f.1, f.2), i as Item))
+            .collect();
+        let mut piece_of = Vec::new();
+        let mut pieces = Vec::new();
+        for (q, chains) in chains_per_quasi.into_iter().enumerate() {
+            let mut index: HashMap<Vec<Item>, u32> = HashMap::new();
+            let mut list: Vec<Vec<Item>> = Vec::new();
+            let of: Vec<u32> = chains
+                .into_iter()
+                .map(|chain| {
+                    let mut items: Vec<Item> = chain
+                        .iter()
+                        .filter_map(|&key| id_of.get(&(q as u32, key)).copied())
+                        .collect();
+                    items.sort_unstable();
+                    *index.entry(items.clone()).or_insert_with(|| {
+                        list.push(items);
+                        (list.len() - 1) as u32
+                    })
+                })
+                .collect();
+            piece_of.push(of);
+            pieces.push(list);
+        }
+        ItemCatalog {
+            piece_of,
+            pieces,
+            item_quasi: frequent.iter().map(|f| f.1).collect(),
+            item_labels: frequent.iter().map(|f| f.3.clone()).collect(),
+            item_support: frequent.iter().map(|f| f.0).collect(),
+        }
+    }
+
+    fn items_of(&self, pieces: &[u32]) -> Vec<Item> {
+        let mut items: Vec<Item> = pieces
+            .iter()
+            .enumerate()
+            .flat_map(|(q, &p)| self.pieces[q][p as usize].iter().copied())
+            .collect();
+        items.sort_unstable();
+        items
+    }
+
+    /// The pieces of a released region with their probability (uniform over the region's values).
+    fn region_pieces(&self, table: &Table, q: usize, region: Region) -> Vec<(u32, f64)> {
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        let mut total = 0u32;
+        match (region, &table.quasi[q].attribute) {
+            (Region::Interval { lo, hi }, _) => {
+                for unit in lo..=hi {
+                    *counts.entry(self.piece_of[q][unit as usize]).or_default() += 1;
+                    total += 1;
+                }
+            }
+            (Region::Node(node), QuasiAttribute::Categorical(h)) => {
+                for leaf in 0..h.leaf_count() as u32 {
+                    if h.covers(node, leaf) {
+                        *counts.entry(self.piece_of[q][leaf as usize]).or_default() += 1;
+                        total += 1;
+                    }
+                }
+            }
+            (Region::Node(node), QuasiAttribute::Numeric(_)) => {
+                counts.insert(self.piece_of[q][node as usize], 1);
+                total = 1;
+            }
+        }
+        let mut out: Vec<(u32, f64)> = counts
+            .into_iter()
+            .map(|(p, c)| (p, c as f64 / total.max(1) as f64))
+            .collect();
+        out.sort_by_key(|&(p, _)| p);
+        out
+    }
+}
+
+/// A weighted transaction: its items (ascending) and its sensitive histogram (weighted counts).
+type Transaction = (Vec<Item>, Vec<f64>);
+
+/// Pattern growth over weighted transactions. `accept(itemset, support)` decides whether an itemset
+/// (sorted) is reported and grown further. Returns every accepted itemset with its histogram.
+fn pattern_growth(
+    transactions: Vec<Transaction>,
+    m: usize,
+    item_quasi: &[u32],
+    accept: &dyn Fn(&[Item], f64) -> bool,
+) -> Vec<(Vec<Item>, Vec<f64>)> {
+    let mut out = Vec::new();
+    let mut suffix = Vec::new();
+    grow(&transactions, m, item_quasi, accept, &mut suffix, &mut out);
+    out
+}
+
+fn grow(
+    database: &[Transaction],
+    m: usize,
+    item_quasi: &[u32],
+    accept: &dyn Fn(&[Item], f64) -> bool,
+    suffix: &mut Vec<Item>,
+    out: &mut Vec<(Vec<Item>, Vec<f64>)>,
+) {
+    let n_items = item_quasi.len();
+    let mut sums = vec![0.0; n_items * m];
+    let mut present = vec![false; n_items];
+    for (items, histogram) in database {
+        for &i in items {
+            present[i as usize] = true;
+            for (s, h) in sums[i as usize * m..(i as usize + 1) * m]
+                .iter_mut()
+                .zip(histogram)
+            {
+                *s += h;
+            }
+        }
+    }
+    for item in (0..n_items).rev().filter(|&i| present[i]) {
+        let histogram = &sums[item * m..(item + 1) * m];
+        let support: f64 = histogram.iter().sum();
+        suffix.push(item as Item);
+        let mut itemset = suffix.clone();
+        itemset.sort_unstable();
+        if accept(&itemset, support) {
+            out.push((itemset, histogram.to_vec()));
+            // The conditional database of `item`: the prefixes (more frequent items, other QIs).
+            let quasi = item_quasi[item];
+            let mut merged: HashMap<Vec<Item>, Vec<f64>> = HashMap::new();
+            for (items, h) in database {
+                let Ok(position) = items.binary_search(&(item as Item)) else {
+                    continue;
+                };
+                let prefix: Vec<Item> = items[..position]
+                    .iter()
+                    .copied()
+                    .filter(|&j| item_quasi[j as usize] != quasi)
+                    .collect();
+                if prefix.is_empty() {
+                    continue;
+                }
+                let entry = merged.entry(prefix).or_insert_with(|| vec![0.0; m]);
+                for (e, x) in entry.iter_mut().zip(h) {
+                    *e += x;
+                }
+            }
+            if !merged.is_empty() {
+                let conditional: Vec<Transaction> = merged.into_iter().collect();
+                grow(&conditional, m, item_quasi, accept, suffix, out);
+            }
+        }
+        suffix.pop();
+    }
+}
+
+/// The large populations of a table with their true sensitive distributions.
+#[derive(Debug, Clone)]
+pub struct LargePopulations {
+    pub catalog: ItemCatalog,
+    pub min_support: f64,
+    /// Itemsets (sorted item ids).
+    pub populations: Vec<Vec<Item>>,
+    /// True sensitive counts of each population, `m` each.
+    pub truths: Vec<Vec<f64>>,
+    index: HashSet<Vec<Item>>,
+    m: usize,
+}
+
+impl LargePopulations {
+    /// Mines every population with support >= `min_support` × |T| (`min_support` in (0, 1]).
+    pub fn mine(table: &Table, min_support: f64) -> LargePopulations {
+        let n = table.rows() as f64;
+        let min_count = (min_support * n).ceil().max(1.0) as u64;
+        let catalog = ItemCatalog::build(table, min_count);
+        let m = table.sensitive.domain.len();
+        let mut merged: HashMap<Vec<u32>, Vec<f64>> = HashMap::new();
+        let mut key = Vec::with_capacity(table.quasi.len());
+        for row in 0..table.rows() {
+            key.clear();
+            key.extend(
+                table
+                    .quasi
+                    .iter()
+                    .enumerate()
+                    .map(|(q, c)| catalog.piece_of[q][c.codes[row] as usize]),
+            );
+            let entry = match merged.get_mut(key.as_slice()) {
+                Some(e) => e,
+                None => merged.entry(key.clone()).or_insert_with(|| vec![0.0; m]),
+            };
+            entry[table.sensitive.codes[row] as usize] += 1.0;
+        }
+        let transactions: Vec<Transaction> = merged
+            .into_iter()
+            .map(|(pieces, h)| (catalog.items_of(&pieces), h))
+            .filter(|(items, _)| !items.is_empty())
+            .collect();
+        let threshold = min_count as f64 - 1e-6;
+        let found = pattern_growth(transactions, m, &catalog.item_quasi, &|_, support| {
+            support >= threshold
+        });
+        let mut populations = Vec::with_capacity(found.len());
+        let mut truths = Vec::with_capacity(found.len());
+        for (itemset, histogram) in found {
+            populations.push(itemset);
+            truths.push(histogram);
+        }
+        let index = populations.iter().cloned().collect();
+        LargePopulations {
+            catalog,
+            min_support,
+            populations,
+            truths,
+            index,
+            m,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.populations.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.populations.is_empty()
+    }
+
+    /// The release's estimated sensitive counts of every population (absent: no mass).
+    pub fn estimates(&self, table: &Table, view: &ReleaseView) -> HashMap<Vec<Item>, Vec<f64>> {
+        let m = self.m;
+        let qn = table.quasi.len();
+        let mut cache: HashMap<(usize, Region), Vec<(u32, f64)>> = HashMap::new();
+        let mut merged: HashMap<Vec<u32>, Vec<f64>> = HashMap::new();
+        let mut partial: Vec<(Vec<u32>, f64)> = Vec::new();
+        let mut next: Vec<(Vec<u32>, f64)> = Vec::new();
+        for c in 0..view.cells() {
+            let (regions, histogram) = view.cell(c);
+            partial.clear();
+            partial.push((Vec::with_capacity(qn), 1.0));
+            for (q, &region) in regions.iter().enumerate() {
+                let pieces = cache
+                    .entry((q, region))
+                    .or_insert_with(|| self.catalog.region_pieces(table, q, region));
+                next.clear();
+                for (prefix, w) in &partial {
+                    for &(p, pw) in pieces.iter() {
+                        let mut key = prefix.clone();
+                        key.push(p);
+                        next.push((key, w * pw));
+                    }
+                }
+                std::mem::swap(&mut partial, &mut next);
+            }
+            for (key, w) in partial.drain(..) {
+                let entry = merged.entry(key).or_insert_with(|| vec![0.0; m]);
+                for (e, h) in entry.iter_mut().zip(histogram) {
+                    *e += w * h;
+                }
+            }
+        }
+        let transactions: Vec<Transaction> = merged
+            .into_iter()
+            .map(|(pieces, h)| (self.catalog.items_of(&pieces), h))
+            .filter(|(items, _)| !items.is_empty())
+            .collect();
+        pattern_growth(transactions, m, &self.catalog.item_quasi, &|itemset, _| {
+            self.index.contains(itemset)
+        })
+        .into_iter()
+        .collect()
+    }
+
+    /// Uloss of a release: mean over the populations of JS(P_y, P̄_y); 0 when there are none.
+    pub fn uloss(&self, table: &Table, view: &ReleaseView) -> f64 {
+        if self.populations.is_empty() {
+            return 0.0;
+        }
+        let estimates = self.estimates(table, view);
+        let mut sum = 0.0;
+        for (itemset, truth) in self.populations.iter().zip(&self.truths) {
+            sum += population_loss(truth, estimates.get(itemset).map(Vec::as_slice));
+        }
+        sum / self.populations.len() as f64
+    }
+}
+
+/// JS(P_y, P̄_y) from counts; ln 2 when the estimate has no mass.
+pub fn population_loss(truth: &[f64], estimate: Option<&[f64]>) -> f64 {
+    let normalize = |h: &[f64]| -> Option<Vec<f64>> {
+        let total: f64 = h.iter().sum();
+        (total > 1e-12).then(|| h.iter().map(|x| x / total).collect())
+    };
+    match (normalize(truth), estimate.and_then(normalize)) {
+        (Some(p), Some(e)) => js_divergence(&p, &e),
+        _ => std::f64::consts::LN_2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantile_tree_splits_at_the_row_median() {
+        let texts: Vec<String> = ["1", "2", "3", "4"].iter().map(|s| s.to_string()).collect();
+        let c = numeric_candidates(&[1.0, 2.0, 3.0, 4.0], &texts, &[1, 1, 1, 1]);
+        // Root children [1,2] and [3,4], then the single values.
+        assert_eq!(c.chains[0].len(), 2);
+        assert_eq!(c.labels[&c.chains[0][0]], "1-2");
+        assert_eq!(c.labels[&c.chains[3][0]], "3-4");
+        assert_eq!(c.labels[&c.chains[3][1]], "4");
+    }
+
+    #[test]
+    fn pattern_growth_counts_like_brute_force() {
+        // Items 0,1 of QI 0; 2,3 of QI 1. Transactions with histograms over 2 values.
+        let quasi = [0u32, 0, 1, 1];
+        let db: Vec<Transaction> = vec![
+            (vec![0, 2], vec![1.0, 0.0]),
+            (vec![0, 3], vec![0.0, 2.0]),
+            (vec![1, 2], vec![1.0, 1.0]),
+            (vec![0, 1, 2], vec![3.0, 0.0]),
+        ];
+        let found = pattern_growth(db.clone(), 2, &quasi, &|_, s| s >= 1.0);
+        let all: HashMap<Vec<Item>, Vec<f64>> = found.into_iter().collect();
+        for (itemset, h) in &all {
+            let mut expected = [0.0, 0.0];
+            for (items, th) in &db {
+                if itemset.iter().all(|i| items.contains(i)) {
+                    expected[0] += th[0];
+                    expected[1] += th[1];
+                }
+            }
+            assert_eq!(h.as_slice(), expected.as_slice(), "{itemset:?}");
+            // At most one item per QI.
+            let qs: HashSet<u32> = itemset.iter().map(|&i| quasi[i as usize]).collect();
+            assert_eq!(qs.len(), itemset.len());
+        }
+        // Singletons 0..3, pairs {0,2},{0,3},{1,2}; {0,1} excluded (same QI).
+        assert_eq!(all.len(), 7, "{all:?}");
+        assert_eq!(all[&vec![0, 2]], vec![4.0, 0.0]);
+    }
+}
