@@ -1,6 +1,8 @@
 //! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`.
 use clap::{Parser, Subcommand};
 
+pub mod transactions;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cloakd",
@@ -16,6 +18,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon (on the embedded defaults unless --config / --listen say otherwise).
     Serve(ServeArgs),
+    /// Batch anonymization of set-valued records (personalized rho-uncertainty).
+    Transactions(transactions::TransactionsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -41,6 +45,7 @@ pub fn init_tracing() {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Transactions(args) => transactions::run(args),
     }
 }
 
