@@ -6,7 +6,6 @@
 //! record i (possibly empty), so it must have exactly as many lines as the records file. Outputs are
 //! written to a temporary file beside the target and renamed into place, so a failed run never
 //! leaves a partial file. Bad input is refused with `file:line: rule`.
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,6 +15,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
+use crate::transactions::support::FxHashMap;
 use crate::transactions::{
     AnonymizeError, ItemId, Mode, Params, PersonalizedPlus, Record, UtilityReport, anonymize,
 };
@@ -132,7 +132,7 @@ struct BatchReport<'a> {
 /// Interned item names: name → dense id, and back.
 #[derive(Default)]
 struct ItemNames {
-    ids: HashMap<Box<str>, ItemId>,
+    ids: FxHashMap<Box<str>, ItemId>,
     names: Vec<Box<str>>,
 }
 

@@ -66,6 +66,9 @@ pub(crate) struct Window {
     counts: Vec<u32>,
     touched: Vec<u32>,
     scratch: Vec<u32>,
+    /// Items e ∉ Q with supp'(Q ∪ e) > rho · supp'(Q) at the last scan of an antecedent, sensitive
+    /// or not: a superset of them for as long as no item of Q is suppressed.
+    last_count_violating: Vec<u32>,
 }
 
 /// Antecedents of exact mode with their dirty marks.
@@ -114,8 +117,9 @@ impl Antecedents {
 
 /// Who a candidate consequent must be sensitive for, for the rule to count.
 enum Targets<'a> {
-    /// Exact mode: any holder of Q in the original window (tids of the original records ⊇ Q).
-    Holders(&'a [u32]),
+    /// Exact mode: any holder of Q in the original window (tids of the original records ⊇ Q),
+    /// computed on first need.
+    Holders(Option<Vec<u32>>),
     /// Sampled mode: the sampled targets u of adversaries (u, Q).
     Sampled(&'a [u32]),
 }
@@ -164,6 +168,7 @@ impl Window {
             counts: vec![0; item_count],
             touched: Vec::new(),
             scratch: Vec::new(),
+            last_count_violating: Vec::new(),
         }
     }
 
@@ -172,9 +177,22 @@ impl Window {
     }
 
     /// Sensitivity of `e` for the targets of the rule.
-    fn is_sensitive(&self, e: u32, targets: &Targets<'_>, sensitive_holders: &[TidList]) -> bool {
+    fn is_sensitive(
+        &mut self,
+        q: &[u32],
+        e: u32,
+        targets: &mut Targets<'_>,
+        sensitive_holders: &[TidList],
+    ) -> bool {
         match targets {
-            Targets::Holders(holders) => intersects(holders, &sensitive_holders[e as usize]),
+            Targets::Holders(holders) => {
+                let holders = holders.get_or_insert_with(|| {
+                    let mut out = Vec::new();
+                    tidset_into(&self.original_tids, q, &mut out, &mut self.scratch);
+                    out
+                });
+                intersects(holders, &sensitive_holders[e as usize])
+            }
             Targets::Sampled(users) => users
                 .iter()
                 .any(|&u| self.sensitive[u as usize].binary_search(&e).is_ok()),
@@ -187,7 +205,7 @@ impl Window {
         &mut self,
         q: &[u32],
         tids_q: &[u32],
-        targets: &Targets<'_>,
+        targets: &mut Targets<'_>,
         sensitive_holders: &[TidList],
     ) -> Vec<u32> {
         for &tid in tids_q {
@@ -204,15 +222,15 @@ impl Window {
         for &item in &touched {
             let count = self.counts[item as usize] as usize;
             self.counts[item as usize] = 0;
-            if self.violates(count, tids_q.len())
-                && q.binary_search(&item).is_err()
-                && self.is_sensitive(item, targets, sensitive_holders)
-            {
+            if self.violates(count, tids_q.len()) && q.binary_search(&item).is_err() {
                 candidates.push(item);
             }
         }
         self.touched = touched;
         self.touched.clear();
+        self.last_count_violating.clear();
+        self.last_count_violating.extend_from_slice(&candidates);
+        candidates.retain(|&e| self.is_sensitive(q, e, targets, sensitive_holders));
         candidates.sort_unstable();
         candidates
     }
@@ -222,7 +240,7 @@ impl Window {
     fn fix_antecedent(
         &mut self,
         q: &[u32],
-        targets: &Targets<'_>,
+        targets: &mut Targets<'_>,
         sensitive_holders: &[TidList],
         mut antecedents: Option<&mut Antecedents>,
     ) -> u64 {
@@ -234,6 +252,7 @@ impl Window {
             tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
             self.scratch = scratch;
             if tids_q.is_empty() {
+                self.last_count_violating.clear();
                 return fixed;
             }
             let candidates = self.candidate_consequents(q, &tids_q, targets, sensitive_holders);
@@ -260,6 +279,7 @@ impl Window {
                         tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
                         self.scratch = scratch;
                         if tids_q.is_empty() {
+                            self.last_count_violating.clear();
                             return fixed;
                         }
                     }
@@ -308,6 +328,13 @@ impl Window {
             self.suppressed += 1;
             self.suppressed_per_item[d as usize] += 1;
         }
+    }
+
+    /// Suppressions so far of the items of `q` (grows exactly when some item of Q is suppressed).
+    fn version(&self, q: &[u32]) -> u64 {
+        q.iter()
+            .map(|&i| self.suppressed_per_item[i as usize])
+            .sum()
     }
 
     /// Transposed sensitive constraint: for each item, the sorted users u with the item in E_u.
@@ -359,8 +386,6 @@ impl Window {
             violations: 0,
             final_adversaries: Vec::new(),
         };
-        let mut holders = Vec::new();
-        let mut scratch = Vec::new();
         while !antecedents.next.is_empty() {
             stats.rounds += 1;
             let mut pass = std::mem::take(&mut antecedents.next);
@@ -372,10 +397,9 @@ impl Window {
             for &id in &pass {
                 antecedents.pending[id as usize] = false;
                 let q = antecedents.list[id as usize].clone();
-                tidset_into(&self.original_tids, &q, &mut holders, &mut scratch);
                 stats.violations += self.fix_antecedent(
                     &q,
-                    &Targets::Holders(&holders),
+                    &mut Targets::Holders(None),
                     &sensitive_holders,
                     Some(&mut antecedents),
                 );
@@ -403,6 +427,7 @@ impl Window {
             final_adversaries: Vec::new(),
         };
         let no_holders: Vec<TidList> = Vec::new();
+        let mut safety_cache: FxHashMap<Vec<u32>, (u64, Vec<u32>)> = FxHashMap::default();
         loop {
             stats.rounds += 1;
             let mut violated = false;
@@ -436,13 +461,33 @@ impl Window {
                         end += 1;
                     }
                     users_of_q.dedup();
-                    let fixed =
-                        self.fix_antecedent(&q, &Targets::Sampled(&users_of_q), &no_holders, None);
+                    start = end;
+                    // An antecedent none of whose items was suppressed since its last check can only
+                    // violate through consequents that already had too high a count then.
+                    let version = self.version(&q);
+                    if let Some((checked, count_violating)) = safety_cache.get(&q) {
+                        if *checked == version
+                            && !count_violating.iter().any(|e| {
+                                users_of_q
+                                    .iter()
+                                    .any(|&u| self.sensitive[u as usize].binary_search(e).is_ok())
+                            })
+                        {
+                            continue;
+                        }
+                    }
+                    let fixed = self.fix_antecedent(
+                        &q,
+                        &mut Targets::Sampled(&users_of_q),
+                        &no_holders,
+                        None,
+                    );
+                    let version = self.version(&q);
+                    safety_cache.insert(q, (version, self.last_count_violating.clone()));
                     if fixed > 0 {
                         violated = true;
                         stats.violations += fixed;
                     }
-                    start = end;
                 }
             }
             if !violated {
