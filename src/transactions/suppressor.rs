@@ -465,16 +465,16 @@ impl Window {
                     // An antecedent none of whose items was suppressed since its last check can only
                     // violate through consequents that already had too high a count then.
                     let version = self.version(&q);
-                    if let Some((checked, count_violating)) = safety_cache.get(&q) {
-                        if *checked == version
-                            && !count_violating.iter().any(|e| {
+                    let still_safe = safety_cache.get(&q).is_some_and(|(checked, violating)| {
+                        *checked == version
+                            && !violating.iter().any(|e| {
                                 users_of_q
                                     .iter()
                                     .any(|&u| self.sensitive[u as usize].binary_search(e).is_ok())
                             })
-                        {
-                            continue;
-                        }
+                    });
+                    if still_safe {
+                        continue;
                     }
                     let fixed = self.fix_antecedent(
                         &q,
