@@ -45,6 +45,9 @@ use super::support::{
 /// Largest number of antecedents (Σ_u Σ_{k<=m} C(|D_u|, k)) exact mode will enumerate.
 pub const MAX_EXACT_ANTECEDENTS: u64 = 50_000_000;
 
+/// Longest sampled knowledge whose check result is cached across rounds.
+const MAX_CACHED_KNOWLEDGE: usize = 2;
+
 /// The window under suppression, over dense item ids 0..item_count.
 pub(crate) struct Window {
     rho: f64,
@@ -482,8 +485,12 @@ impl Window {
                         &no_holders,
                         None,
                     );
-                    let version = self.version(&q);
-                    safety_cache.insert(q, (version, self.last_count_violating.clone()));
+                    // Knowledge of one or two items recurs across rounds; longer knowledge rarely
+                    // does and would only grow the cache.
+                    if q.len() <= MAX_CACHED_KNOWLEDGE {
+                        let version = self.version(&q);
+                        safety_cache.insert(q, (version, self.last_count_violating.clone()));
+                    }
                     if fixed > 0 {
                         violated = true;
                         stats.violations += fixed;
