@@ -72,6 +72,8 @@ pub(crate) struct Window {
     /// Items e ∉ Q with supp'(Q ∪ e) > rho · supp'(Q) at the last scan of an antecedent, sensitive
     /// or not: a superset of them for as long as no item of Q is suppressed.
     last_count_violating: Vec<u32>,
+    tids_q_buffer: Vec<u32>,
+    holding_rule_buffer: Vec<u32>,
 }
 
 /// Antecedents of exact mode with their dirty marks.
@@ -172,6 +174,8 @@ impl Window {
             touched: Vec::new(),
             scratch: Vec::new(),
             last_count_violating: Vec::new(),
+            tids_q_buffer: Vec::new(),
+            holding_rule_buffer: Vec::new(),
         }
     }
 
@@ -245,27 +249,50 @@ impl Window {
         q: &[u32],
         targets: &mut Targets<'_>,
         sensitive_holders: &[TidList],
+        antecedents: Option<&mut Antecedents>,
+    ) -> u64 {
+        // Reuse the tid buffers across calls (millions of calls in sampled mode).
+        let mut tids_q = std::mem::take(&mut self.tids_q_buffer);
+        let mut holding_rule = std::mem::take(&mut self.holding_rule_buffer);
+        let fixed = self.fix_antecedent_into(
+            q,
+            targets,
+            sensitive_holders,
+            antecedents,
+            &mut tids_q,
+            &mut holding_rule,
+        );
+        self.tids_q_buffer = tids_q;
+        self.holding_rule_buffer = holding_rule;
+        fixed
+    }
+
+    fn fix_antecedent_into(
+        &mut self,
+        q: &[u32],
+        targets: &mut Targets<'_>,
+        sensitive_holders: &[TidList],
         mut antecedents: Option<&mut Antecedents>,
+        tids_q: &mut Vec<u32>,
+        holding_rule: &mut Vec<u32>,
     ) -> u64 {
         let mut fixed = 0;
-        let mut tids_q = Vec::new();
-        let mut holding_rule = Vec::new();
         loop {
             let mut scratch = std::mem::take(&mut self.scratch);
-            tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
+            tidset_into(&self.released_tids, q, tids_q, &mut scratch);
             self.scratch = scratch;
             if tids_q.is_empty() {
                 self.last_count_violating.clear();
                 return fixed;
             }
-            let candidates = self.candidate_consequents(q, &tids_q, targets, sensitive_holders);
+            let candidates = self.candidate_consequents(q, tids_q, targets, sensitive_holders);
             if candidates.is_empty() {
                 return fixed;
             }
             let mut support_q_dropped = false;
             for e in candidates {
                 loop {
-                    intersect_into(&tids_q, &self.released_tids[e as usize], &mut holding_rule);
+                    intersect_into(tids_q, &self.released_tids[e as usize], holding_rule);
                     if !self.violates(holding_rule.len(), tids_q.len()) {
                         break;
                     }
@@ -279,7 +306,7 @@ impl Window {
                     if d != e {
                         support_q_dropped = true;
                         let mut scratch = std::mem::take(&mut self.scratch);
-                        tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
+                        tidset_into(&self.released_tids, q, tids_q, &mut scratch);
                         self.scratch = scratch;
                         if tids_q.is_empty() {
                             self.last_count_violating.clear();
