@@ -38,8 +38,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::support::{
-    FxHashMap, TidList, for_each_subset, intersect_into, intersects, remove_tid, subset_count,
-    tidset_into,
+    FxHashMap, TidList, for_each_subset, intersect_into, intersection_len, intersects, remove_tid,
+    subset_count, tidset_into,
 };
 
 /// Largest number of antecedents (Σ_u Σ_{k<=m} C(|D_u|, k)) exact mode will enumerate.
@@ -72,6 +72,9 @@ pub(crate) struct Window {
     /// Items e ∉ Q with supp'(Q ∪ e) > rho · supp'(Q) at the last scan of an antecedent, sensitive
     /// or not: a superset of them for as long as no item of Q is suppressed.
     last_count_violating: Vec<u32>,
+    /// Whether `last_count_violating` came from a full scan (not from the vertical test of the
+    /// sampled targets' items only).
+    last_scan_complete: bool,
     tids_q_buffer: Vec<u32>,
     holding_rule_buffer: Vec<u32>,
 }
@@ -174,6 +177,7 @@ impl Window {
             touched: Vec::new(),
             scratch: Vec::new(),
             last_count_violating: Vec::new(),
+            last_scan_complete: true,
             tids_q_buffer: Vec::new(),
             holding_rule_buffer: Vec::new(),
         }
@@ -215,6 +219,38 @@ impl Window {
         targets: &mut Targets<'_>,
         sensitive_holders: &[TidList],
     ) -> Vec<u32> {
+        let support_q = tids_q.len();
+        if let Targets::Sampled(users) = targets {
+            // Few targets and a popular Q: test the targets' sensitive items vertically instead of
+            // scanning every record holding Q; an item whose own support is <= rho · supp(Q)
+            // cannot violate, which prunes all but the popular ones.
+            let users: &[u32] = users;
+            let sensitive_total: usize = users
+                .iter()
+                .map(|&u| self.sensitive[u as usize].len())
+                .sum();
+            let scan_cost =
+                support_q as f64 * self.released_total as f64 / self.released.len().max(1) as f64;
+            if (sensitive_total as f64) < scan_cost {
+                self.last_scan_complete = false;
+                let mut candidates = Vec::new();
+                for &u in users {
+                    for &e in &self.sensitive[u as usize] {
+                        let holders_e = &self.released_tids[e as usize];
+                        if self.violates(holders_e.len(), support_q)
+                            && q.binary_search(&e).is_err()
+                            && self.violates(intersection_len(tids_q, holders_e), support_q)
+                        {
+                            candidates.push(e);
+                        }
+                    }
+                }
+                candidates.sort_unstable();
+                candidates.dedup();
+                return candidates;
+            }
+        }
+        self.last_scan_complete = true;
         for &tid in tids_q {
             for &item in &self.released[tid as usize] {
                 let slot = &mut self.counts[item as usize];
@@ -283,6 +319,7 @@ impl Window {
             self.scratch = scratch;
             if tids_q.is_empty() {
                 self.last_count_violating.clear();
+                self.last_scan_complete = true;
                 return fixed;
             }
             let candidates = self.candidate_consequents(q, tids_q, targets, sensitive_holders);
@@ -310,6 +347,7 @@ impl Window {
                         self.scratch = scratch;
                         if tids_q.is_empty() {
                             self.last_count_violating.clear();
+                            self.last_scan_complete = true;
                             return fixed;
                         }
                     }
@@ -514,7 +552,7 @@ impl Window {
                     );
                     // Knowledge of one or two items recurs across rounds; longer knowledge rarely
                     // does and would only grow the cache.
-                    if q.len() <= MAX_CACHED_KNOWLEDGE {
+                    if q.len() <= MAX_CACHED_KNOWLEDGE && self.last_scan_complete {
                         let version = self.version(&q);
                         safety_cache.insert(q, (version, self.last_count_violating.clone()));
                     }
