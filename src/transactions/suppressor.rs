@@ -231,7 +231,8 @@ impl Window {
                 .sum();
             let scan_cost =
                 support_q as f64 * self.released_total as f64 / self.released.len().max(1) as f64;
-            if (sensitive_total as f64) < scan_cost {
+            // Short knowledge is scanned fully so its result can be cached across rounds.
+            if q.len() > MAX_CACHED_KNOWLEDGE && (sensitive_total as f64) < scan_cost {
                 self.last_scan_complete = false;
                 let mut candidates = Vec::new();
                 for &u in users {
