@@ -274,13 +274,13 @@ fn checker_rejects_an_unsafe_release() {
     assert!(check_suppression_only(&window, &added).is_err());
 }
 
-/// A popular antecedent with few sensitive items per target (the engine tests those vertically
-/// rather than scanning every record holding Q): the release must still pass the checker.
+/// Popular 3-item knowledge {0, 5, 6} with few sensitive items per target (the engine tests those
+/// vertically rather than scanning every record holding Q): the release must pass the checker.
 #[test]
 fn sampled_mode_popular_antecedent_is_made_safe() {
     let window: Vec<Record> = (0..200u32)
         .map(|i| {
-            let mut items = vec![0, 2 + i % 5];
+            let mut items = vec![0, 5, 6, 2 + i % 3];
             if i % 10 < 8 {
                 items.push(1);
             }
@@ -293,7 +293,7 @@ fn sampled_mode_popular_antecedent_is_made_safe() {
         .collect();
     let params = Params {
         rho: 0.5,
-        m: 2,
+        m: 3,
         mode: Mode::Sampled {
             epsilon: 0.1,
             delta: 0.1,
