@@ -252,17 +252,20 @@ impl Window {
             }
         }
         self.last_scan_complete = true;
+        // Local buffers: lets the compiler keep them in registers through the hot loop.
+        let mut counts = std::mem::take(&mut self.counts);
+        let mut touched = std::mem::take(&mut self.touched);
         for &tid in tids_q {
             for &item in &self.released[tid as usize] {
-                let slot = &mut self.counts[item as usize];
+                let slot = &mut counts[item as usize];
                 if *slot == 0 {
-                    self.touched.push(item);
+                    touched.push(item);
                 }
                 *slot += 1;
             }
         }
+        self.counts = counts;
         let mut candidates = Vec::new();
-        let touched = std::mem::take(&mut self.touched);
         for &item in &touched {
             let count = self.counts[item as usize] as usize;
             self.counts[item as usize] = 0;
