@@ -5,6 +5,7 @@ pub mod evaluate;
 pub mod frontier;
 pub mod simulate;
 pub mod table;
+pub mod transactions;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,6 +27,8 @@ pub enum Command {
     Simulate(simulate::SimulateArgs),
     /// Batch table anonymization: `cloakd table anonymize JOB.toml --output OUT.csv`.
     Table(table::TableArgs),
+    /// Batch anonymization of set-valued records (personalized rho-uncertainty).
+    Transactions(transactions::TransactionsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Table(args) => table::run(args),
+        Command::Transactions(args) => transactions::run(args),
     }
 }
 

@@ -108,6 +108,22 @@ pub(crate) fn intersect_into(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
     }
 }
 
+/// |a ∩ b| (both sorted), galloping through the longer list.
+pub(crate) fn intersection_len(a: &[u32], b: &[u32]) -> usize {
+    let (small, mut big) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let mut count = 0;
+    for &x in small {
+        let at = big.partition_point(|&y| y < x);
+        big = &big[at..];
+        match big.first() {
+            None => break,
+            Some(&y) if y == x => count += 1,
+            Some(_) => {}
+        }
+    }
+    count
+}
+
 /// Whether a ∩ b is non-empty (both sorted); stops at the first common tid.
 pub(crate) fn intersects(a: &[u32], b: &[u32]) -> bool {
     let (small, big) = if a.len() <= b.len() { (a, b) } else { (b, a) };
@@ -268,6 +284,7 @@ mod tests {
             intersect_into(x, y, &mut out);
             assert_eq!(out, naive);
             assert_eq!(intersects(x, y), !naive.is_empty());
+            assert_eq!(intersection_len(x, y), naive.len());
         }
     }
 

@@ -38,12 +38,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::support::{
-    FxHashMap, TidList, for_each_subset, intersect_into, intersects, remove_tid, subset_count,
-    tidset_into,
+    FxHashMap, TidList, for_each_subset, intersect_into, intersection_len, intersects, remove_tid,
+    subset_count, tidset_into,
 };
 
 /// Largest number of antecedents (Σ_u Σ_{k<=m} C(|D_u|, k)) exact mode will enumerate.
 pub const MAX_EXACT_ANTECEDENTS: u64 = 50_000_000;
+
+/// Longest sampled knowledge whose check result is cached across rounds.
+const MAX_CACHED_KNOWLEDGE: usize = 2;
 
 /// The window under suppression, over dense item ids 0..item_count.
 pub(crate) struct Window {
@@ -66,6 +69,14 @@ pub(crate) struct Window {
     counts: Vec<u32>,
     touched: Vec<u32>,
     scratch: Vec<u32>,
+    /// Items e ∉ Q with supp'(Q ∪ e) > rho · supp'(Q) at the last scan of an antecedent, sensitive
+    /// or not: a superset of them for as long as no item of Q is suppressed.
+    last_count_violating: Vec<u32>,
+    /// Whether `last_count_violating` came from a full scan (not from the vertical test of the
+    /// sampled targets' items only).
+    last_scan_complete: bool,
+    tids_q_buffer: Vec<u32>,
+    holding_rule_buffer: Vec<u32>,
 }
 
 /// Antecedents of exact mode with their dirty marks.
@@ -114,8 +125,9 @@ impl Antecedents {
 
 /// Who a candidate consequent must be sensitive for, for the rule to count.
 enum Targets<'a> {
-    /// Exact mode: any holder of Q in the original window (tids of the original records ⊇ Q).
-    Holders(&'a [u32]),
+    /// Exact mode: any holder of Q in the original window (tids of the original records ⊇ Q),
+    /// computed on first need.
+    Holders(Option<Vec<u32>>),
     /// Sampled mode: the sampled targets u of adversaries (u, Q).
     Sampled(&'a [u32]),
 }
@@ -164,6 +176,10 @@ impl Window {
             counts: vec![0; item_count],
             touched: Vec::new(),
             scratch: Vec::new(),
+            last_count_violating: Vec::new(),
+            last_scan_complete: true,
+            tids_q_buffer: Vec::new(),
+            holding_rule_buffer: Vec::new(),
         }
     }
 
@@ -172,9 +188,22 @@ impl Window {
     }
 
     /// Sensitivity of `e` for the targets of the rule.
-    fn is_sensitive(&self, e: u32, targets: &Targets<'_>, sensitive_holders: &[TidList]) -> bool {
+    fn is_sensitive(
+        &mut self,
+        q: &[u32],
+        e: u32,
+        targets: &mut Targets<'_>,
+        sensitive_holders: &[TidList],
+    ) -> bool {
         match targets {
-            Targets::Holders(holders) => intersects(holders, &sensitive_holders[e as usize]),
+            Targets::Holders(holders) => {
+                let holders = holders.get_or_insert_with(|| {
+                    let mut out = Vec::new();
+                    tidset_into(&self.original_tids, q, &mut out, &mut self.scratch);
+                    out
+                });
+                intersects(holders, &sensitive_holders[e as usize])
+            }
             Targets::Sampled(users) => users
                 .iter()
                 .any(|&u| self.sensitive[u as usize].binary_search(&e).is_ok()),
@@ -187,32 +216,68 @@ impl Window {
         &mut self,
         q: &[u32],
         tids_q: &[u32],
-        targets: &Targets<'_>,
+        targets: &mut Targets<'_>,
         sensitive_holders: &[TidList],
     ) -> Vec<u32> {
+        let support_q = tids_q.len();
+        if let Targets::Sampled(users) = targets {
+            // Few targets and a popular Q: test the targets' sensitive items vertically instead of
+            // scanning every record holding Q; an item whose own support is <= rho · supp(Q)
+            // cannot violate, which prunes all but the popular ones.
+            let users: &[u32] = users;
+            let sensitive_total: usize = users
+                .iter()
+                .map(|&u| self.sensitive[u as usize].len())
+                .sum();
+            let scan_cost =
+                support_q as f64 * self.released_total as f64 / self.released.len().max(1) as f64;
+            // Short knowledge is scanned fully so its result can be cached across rounds.
+            if q.len() > MAX_CACHED_KNOWLEDGE && (sensitive_total as f64) < scan_cost {
+                self.last_scan_complete = false;
+                let mut candidates = Vec::new();
+                for &u in users {
+                    for &e in &self.sensitive[u as usize] {
+                        let holders_e = &self.released_tids[e as usize];
+                        if self.violates(holders_e.len(), support_q)
+                            && q.binary_search(&e).is_err()
+                            && self.violates(intersection_len(tids_q, holders_e), support_q)
+                        {
+                            candidates.push(e);
+                        }
+                    }
+                }
+                candidates.sort_unstable();
+                candidates.dedup();
+                return candidates;
+            }
+        }
+        self.last_scan_complete = true;
+        // Local buffers: lets the compiler keep them in registers through the hot loop.
+        let mut counts = std::mem::take(&mut self.counts);
+        let mut touched = std::mem::take(&mut self.touched);
         for &tid in tids_q {
             for &item in &self.released[tid as usize] {
-                let slot = &mut self.counts[item as usize];
+                let slot = &mut counts[item as usize];
                 if *slot == 0 {
-                    self.touched.push(item);
+                    touched.push(item);
                 }
                 *slot += 1;
             }
         }
+        self.counts = counts;
         let mut candidates = Vec::new();
-        let touched = std::mem::take(&mut self.touched);
         for &item in &touched {
             let count = self.counts[item as usize] as usize;
             self.counts[item as usize] = 0;
-            if self.violates(count, tids_q.len())
-                && q.binary_search(&item).is_err()
-                && self.is_sensitive(item, targets, sensitive_holders)
-            {
+            if self.violates(count, tids_q.len()) && q.binary_search(&item).is_err() {
                 candidates.push(item);
             }
         }
         self.touched = touched;
         self.touched.clear();
+        self.last_count_violating.clear();
+        self.last_count_violating.extend_from_slice(&candidates);
+        candidates.retain(|&e| self.is_sensitive(q, e, targets, sensitive_holders));
         candidates.sort_unstable();
         candidates
     }
@@ -222,28 +287,53 @@ impl Window {
     fn fix_antecedent(
         &mut self,
         q: &[u32],
-        targets: &Targets<'_>,
+        targets: &mut Targets<'_>,
+        sensitive_holders: &[TidList],
+        antecedents: Option<&mut Antecedents>,
+    ) -> u64 {
+        // Reuse the tid buffers across calls (millions of calls in sampled mode).
+        let mut tids_q = std::mem::take(&mut self.tids_q_buffer);
+        let mut holding_rule = std::mem::take(&mut self.holding_rule_buffer);
+        let fixed = self.fix_antecedent_into(
+            q,
+            targets,
+            sensitive_holders,
+            antecedents,
+            &mut tids_q,
+            &mut holding_rule,
+        );
+        self.tids_q_buffer = tids_q;
+        self.holding_rule_buffer = holding_rule;
+        fixed
+    }
+
+    fn fix_antecedent_into(
+        &mut self,
+        q: &[u32],
+        targets: &mut Targets<'_>,
         sensitive_holders: &[TidList],
         mut antecedents: Option<&mut Antecedents>,
+        tids_q: &mut Vec<u32>,
+        holding_rule: &mut Vec<u32>,
     ) -> u64 {
         let mut fixed = 0;
-        let mut tids_q = Vec::new();
-        let mut holding_rule = Vec::new();
         loop {
             let mut scratch = std::mem::take(&mut self.scratch);
-            tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
+            tidset_into(&self.released_tids, q, tids_q, &mut scratch);
             self.scratch = scratch;
             if tids_q.is_empty() {
+                self.last_count_violating.clear();
+                self.last_scan_complete = true;
                 return fixed;
             }
-            let candidates = self.candidate_consequents(q, &tids_q, targets, sensitive_holders);
+            let candidates = self.candidate_consequents(q, tids_q, targets, sensitive_holders);
             if candidates.is_empty() {
                 return fixed;
             }
             let mut support_q_dropped = false;
             for e in candidates {
                 loop {
-                    intersect_into(&tids_q, &self.released_tids[e as usize], &mut holding_rule);
+                    intersect_into(tids_q, &self.released_tids[e as usize], holding_rule);
                     if !self.violates(holding_rule.len(), tids_q.len()) {
                         break;
                     }
@@ -257,9 +347,11 @@ impl Window {
                     if d != e {
                         support_q_dropped = true;
                         let mut scratch = std::mem::take(&mut self.scratch);
-                        tidset_into(&self.released_tids, q, &mut tids_q, &mut scratch);
+                        tidset_into(&self.released_tids, q, tids_q, &mut scratch);
                         self.scratch = scratch;
                         if tids_q.is_empty() {
+                            self.last_count_violating.clear();
+                            self.last_scan_complete = true;
                             return fixed;
                         }
                     }
@@ -308,6 +400,13 @@ impl Window {
             self.suppressed += 1;
             self.suppressed_per_item[d as usize] += 1;
         }
+    }
+
+    /// Suppressions so far of the items of `q` (grows exactly when some item of Q is suppressed).
+    fn version(&self, q: &[u32]) -> u64 {
+        q.iter()
+            .map(|&i| self.suppressed_per_item[i as usize])
+            .sum()
     }
 
     /// Transposed sensitive constraint: for each item, the sorted users u with the item in E_u.
@@ -359,8 +458,6 @@ impl Window {
             violations: 0,
             final_adversaries: Vec::new(),
         };
-        let mut holders = Vec::new();
-        let mut scratch = Vec::new();
         while !antecedents.next.is_empty() {
             stats.rounds += 1;
             let mut pass = std::mem::take(&mut antecedents.next);
@@ -372,10 +469,9 @@ impl Window {
             for &id in &pass {
                 antecedents.pending[id as usize] = false;
                 let q = antecedents.list[id as usize].clone();
-                tidset_into(&self.original_tids, &q, &mut holders, &mut scratch);
                 stats.violations += self.fix_antecedent(
                     &q,
-                    &Targets::Holders(&holders),
+                    &mut Targets::Holders(None),
                     &sensitive_holders,
                     Some(&mut antecedents),
                 );
@@ -403,6 +499,7 @@ impl Window {
             final_adversaries: Vec::new(),
         };
         let no_holders: Vec<TidList> = Vec::new();
+        let mut safety_cache: FxHashMap<Vec<u32>, (u64, Vec<u32>)> = FxHashMap::default();
         loop {
             stats.rounds += 1;
             let mut violated = false;
@@ -436,13 +533,37 @@ impl Window {
                         end += 1;
                     }
                     users_of_q.dedup();
-                    let fixed =
-                        self.fix_antecedent(&q, &Targets::Sampled(&users_of_q), &no_holders, None);
+                    start = end;
+                    // An antecedent none of whose items was suppressed since its last check can only
+                    // violate through consequents that already had too high a count then.
+                    let version = self.version(&q);
+                    let still_safe = safety_cache.get(&q).is_some_and(|(checked, violating)| {
+                        *checked == version
+                            && !violating.iter().any(|e| {
+                                users_of_q
+                                    .iter()
+                                    .any(|&u| self.sensitive[u as usize].binary_search(e).is_ok())
+                            })
+                    });
+                    if still_safe {
+                        continue;
+                    }
+                    let fixed = self.fix_antecedent(
+                        &q,
+                        &mut Targets::Sampled(&users_of_q),
+                        &no_holders,
+                        None,
+                    );
+                    // Knowledge of one or two items recurs across rounds; longer knowledge rarely
+                    // does and would only grow the cache.
+                    if q.len() <= MAX_CACHED_KNOWLEDGE && self.last_scan_complete {
+                        let version = self.version(&q);
+                        safety_cache.insert(q, (version, self.last_count_violating.clone()));
+                    }
                     if fixed > 0 {
                         violated = true;
                         stats.violations += fixed;
                     }
-                    start = end;
                 }
             }
             if !violated {
