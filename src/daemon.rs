@@ -88,6 +88,8 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(config.server.max_concurrent_streams)
         .tcp_nodelay(true)
+        // BDP-based flow control: one busy stream must not stall on the 64 KiB default window.
+        .http2_adaptive_window(Some(true))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(location.broker_server())
