@@ -72,39 +72,38 @@ async fn serve_answers_health_and_exits_cleanly_on_sigterm() {
     assert!(exit.success(), "exit status {exit:?}");
 }
 
+/// Runs `cloakd serve` with `args` and `env`, expects it to refuse to start, and returns its stderr.
+fn refused(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        .arg("serve")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "serve started with {args:?} {env:?}"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[test]
 fn bad_configuration_is_refused_with_the_key_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
+    let with_file = [std::ffi::OsStr::new("--config"), path.as_os_str()];
+
     std::fs::write(&path, "[location]\nmin_k = 0\n").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&with_file, &[]);
     assert!(
         stderr.contains("location.min_k: must be at least 1"),
         "{stderr}"
     );
 
     std::fs::write(&path, "[location]\ndefault_kk = 3\n").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&with_file, &[]);
     assert!(stderr.contains("default_kk"), "{stderr}");
 
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(["serve"])
-        .env("CLOAKD_SERVER__LISTEN", "not-an-address")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&[], &[("CLOAKD_SERVER__LISTEN", "not-an-address")]);
     assert!(stderr.contains("server.listen"), "{stderr}");
 }
