@@ -407,6 +407,13 @@ impl RawLocation {
                 format!("must be >= location.min_k ({})", self.min_k),
             ));
         }
+        let largest_group = crate::location::engine::MAX_NEIGHBOURS + 1;
+        if self.max_k as usize > largest_group {
+            return Err(invalid(
+                "location.max_k",
+                format!("must be at most {largest_group}, the largest group the engine forms"),
+            ));
+        }
         if !(self.min_k..=self.max_k).contains(&self.default_k) {
             return Err(invalid(
                 "location.default_k",
@@ -643,6 +650,7 @@ mod tests {
                 "transactions.defaults.rho",
             ),
             ("CLOAKD_LOCATION__MAX_DX_M", "-1.0", "location.max_dx_m"),
+            ("CLOAKD_LOCATION__MAX_K", "500", "location.max_k"),
         ];
         for (var, value, key) in cases {
             let err = Config::load_with_env(None, env(&[(var, value)]))
