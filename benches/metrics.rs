@@ -3,35 +3,22 @@
 //! and measuring one release (Ploss, A_know, A_acc, Uloss, COUNT query error) for generalization
 //! with k = 10 and k = 1000 and bucketization with k = 10. Run: `cargo bench --bench metrics`.
 use std::hint::black_box;
-use std::io::Read;
 use std::path::Path;
 
+use cloakd::cli::table::load_table;
 use cloakd::metrics::evaluate::{Baseline, EvaluationOptions, evaluate};
 use cloakd::relational::anonymize;
-use cloakd::relational::hierarchy::Hierarchy;
 use cloakd::relational::job::JobSpec;
 use cloakd::relational::models::PrivacySpec;
 use cloakd::relational::release::ReleaseMethod;
-use cloakd::relational::table::{Table, read_csv};
+use cloakd::relational::table::Table;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn adult() -> Table {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let text = std::fs::read_to_string(examples.join("adult.toml")).expect("examples/adult.toml");
+    let job_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/adult.toml");
+    let text = std::fs::read_to_string(&job_path).expect("examples/adult.toml");
     let job = JobSpec::parse("adult.toml", &text).expect("valid job");
-    let schema = job
-        .schema(|path, _| -> Result<Hierarchy, String> {
-            let text = std::fs::read_to_string(examples.join(path)).map_err(|e| e.to_string())?;
-            Hierarchy::parse(path, &text).map_err(|e| e.to_string())
-        })
-        .expect("hierarchies");
-    let mut csv = Vec::new();
-    flate2::read::GzDecoder::new(
-        std::fs::File::open(examples.join("data/adult.csv.gz")).expect("adult.csv.gz"),
-    )
-    .read_to_end(&mut csv)
-    .expect("gunzip");
-    read_csv(schema, csv.as_slice(), "adult.csv", b',').expect("adult loads")
+    load_table(&job, &job_path, None).expect("adult loads")
 }
 
 fn measures(c: &mut Criterion) {

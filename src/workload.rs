@@ -29,15 +29,22 @@ pub enum TraceError {
     },
 }
 
-/// Opens `path`, transparently decompressing it when its name ends in `.gz`.
+/// Opens `path`, transparently decompressing it when it is gzip data (see [`maybe_gunzip`]).
 pub fn open_maybe_gz(path: &Path) -> std::io::Result<Box<dyn Read + Send>> {
-    let file = std::fs::File::open(path)?;
-    if path.extension().is_some_and(|e| e == "gz") {
-        Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
-            file,
-        ))))
+    maybe_gunzip(std::fs::File::open(path)?)
+}
+
+/// Wraps `reader` in a gzip decoder when its first bytes are the gzip magic number (so `.gz` files
+/// and compressed data under any name are read transparently); otherwise reads it as it is.
+pub fn maybe_gunzip(reader: impl Read + Send + 'static) -> std::io::Result<Box<dyn Read + Send>> {
+    let mut reader = BufReader::with_capacity(1 << 20, reader);
+    if reader.fill_buf()?.starts_with(&[0x1f, 0x8b]) {
+        Ok(Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::bufread::MultiGzDecoder::new(reader),
+        )))
     } else {
-        Ok(Box::new(file))
+        Ok(Box::new(reader))
     }
 }
 
@@ -125,5 +132,24 @@ mod tests {
         let err = read_trace("h\n1,2,95.0,1\n".as_bytes(), "t", None).unwrap_err();
         assert_eq!(err.to_string(), "t:2: lat 95 outside [-90, 90]");
         assert_eq!(read_trace(text.as_bytes(), "t", Some(1)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn gzip_is_detected_by_its_magic_bytes() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"compressed").unwrap();
+        let mut out = String::new();
+        maybe_gunzip(std::io::Cursor::new(gz.finish().unwrap()))
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert_eq!(out, "compressed");
+        out.clear();
+        maybe_gunzip(std::io::Cursor::new(b"plain".to_vec()))
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert_eq!(out, "plain");
     }
 }

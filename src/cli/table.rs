@@ -6,7 +6,7 @@
 //! terminal). Also a hidden `cloakd table synth` that writes a synthetic table with the schema of the
 //! Adult examples (for the 10-million-row benchmark).
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -144,32 +144,22 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
-/// Opens a file that may be gzip-compressed (detected by its magic bytes).
+/// Opens a file that may be gzip-compressed ([`crate::workload::maybe_gunzip`]), counting the bytes
+/// read from disk on `progress`.
 pub fn open_maybe_gzip(
     path: &Path,
     progress: Option<&ProgressBar>,
-) -> anyhow::Result<Box<dyn Read>> {
+) -> anyhow::Result<Box<dyn Read + Send>> {
     let file =
         File::open(path).with_context(|| format!("{}: cannot open the input", path.display()))?;
-    let counted: Box<dyn Read> = match progress {
-        Some(p) => Box::new(Counting {
+    let reader = match progress {
+        Some(p) => crate::workload::maybe_gunzip(Counting {
             inner: file,
             progress: p.clone(),
         }),
-        None => Box::new(file),
+        None => crate::workload::maybe_gunzip(file),
     };
-    let mut reader = BufReader::with_capacity(1 << 20, counted);
-    let head = reader
-        .fill_buf()
-        .with_context(|| format!("{}: cannot read the input", path.display()))?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        Ok(Box::new(BufReader::with_capacity(
-            1 << 20,
-            flate2::bufread::MultiGzDecoder::new(reader),
-        )))
-    } else {
-        Ok(Box::new(reader))
-    }
+    reader.with_context(|| format!("{}: cannot read the input", path.display()))
 }
 
 /// Loads the job's table: hierarchies (relative to the job file) and the input CSV.
