@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::f64::consts::LN_2;
 use std::process::Command;
 
-use cloakd::metrics::evaluate::{Baseline, EvaluationOptions, evaluate};
-use cloakd::metrics::queries::{CountQuery, QueryWorkload, Selection, estimated_count};
-use cloakd::metrics::released::read_release;
-use cloakd::metrics::view::ReleaseView;
+use cloakd::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
+use cloakd::measures::queries::{CountQuery, QueryWorkload, Selection, estimated_count};
+use cloakd::measures::released::read_release;
+use cloakd::measures::view::ReleaseView;
 use cloakd::relational::hierarchy::Hierarchy;
 use cloakd::relational::models::PrivacySpec;
 use cloakd::relational::release::{Release, ReleaseMethod, write_csv, write_sensitive_csv};

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::config::TablesConfig;
-use crate::metrics::evaluate::{Baseline, EvaluationOptions, evaluate};
-use crate::metrics::released::read_release;
+use crate::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
+use crate::measures::released::read_release;
 use crate::proto::table_evaluator_server::{TableEvaluator, TableEvaluatorServer};
 use crate::proto::{EvaluateRequest, EvaluateResponse};
 use crate::relational::hierarchy::Hierarchy;

@@ -15,7 +15,7 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
-use crate::metrics::view::{Region, ReleaseView};
+use crate::measures::view::{Region, ReleaseView};
 use crate::relational::table::{QuasiAttribute, Table};
 
 /// The values a query selects from one QI.

@@ -9,10 +9,10 @@
 //! reads nothing but the release and the baseline.
 use serde::Serialize;
 
-use crate::metrics::populations::LargePopulations;
-use crate::metrics::privacy::privacy_loss;
-use crate::metrics::queries::QueryWorkload;
-use crate::metrics::view::{ReleaseView, ViewError};
+use crate::measures::populations::LargePopulations;
+use crate::measures::privacy::privacy_loss;
+use crate::measures::queries::QueryWorkload;
+use crate::measures::view::{ReleaseView, ViewError};
 use crate::relational::models::PrivacySpec;
 use crate::relational::release::Release;
 use crate::relational::report::{self, ReportError};
