@@ -1,0 +1,556 @@
+//! The broker actor: owns the CliqueCloak [`Engine`] and every routing table of the location path.
+//!
+//! Client streams hand it validated requests over one bounded command channel. It stamps arrival time
+//! on tokio's clock ([`BrokerClock`]), feeds the engine, sends `Cloaked`/`Expired`/`Rejected` to the
+//! client, puts `CloakedRequest`s on the service's bounded provider queue (`Undelivered` when it is
+//! full), and routes answers back by pseudonym while their route lives (`answer_ttl_ms`).
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::{Code, Status};
+
+use crate::config::LocationConfig;
+use crate::location::{
+    CloakRequest, CloakedGroup, Engine, GeoBox, Outcome, Pseudonym, RequestId, UserKey,
+};
+use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
+
+use super::validate::{AdmittedRequest, Rejection};
+
+/// Commands the actor takes per wake-up.
+const COMMAND_BATCH: usize = 1024;
+
+pub(super) type ClientId = u64;
+pub(super) type EventSender = mpsc::Sender<Result<LocationEvent, Status>>;
+
+/// The broker's clock: Unix milliseconds read from tokio's clock, so tests can pause time.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerClock {
+    start: tokio::time::Instant,
+    start_unix_ms: i64,
+}
+
+impl BrokerClock {
+    pub fn new() -> BrokerClock {
+        let start_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        BrokerClock {
+            start: tokio::time::Instant::now(),
+            start_unix_ms,
+        }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        let elapsed = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.start_unix_ms.saturating_add(elapsed)
+    }
+
+    /// The tokio instant at which the clock reads `unix_ms`.
+    pub fn instant_at(&self, unix_ms: i64) -> tokio::time::Instant {
+        let offset = unix_ms.saturating_sub(self.start_unix_ms).max(0);
+        self.start + Duration::from_millis(offset.unsigned_abs())
+    }
+}
+
+impl Default for BrokerClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Tally of one `Answer` stream, kept by the actor.
+#[derive(Debug, Default)]
+pub(super) struct AnswerTally {
+    pub(super) delivered: AtomicU64,
+    pub(super) undeliverable: AtomicU64,
+}
+
+pub(super) enum Command {
+    Open {
+        client: ClientId,
+        events: EventSender,
+    },
+    Submit {
+        client: ClientId,
+        request: AdmittedRequest,
+    },
+    Reject {
+        client: ClientId,
+        request_no: u64,
+        rejection: Rejection,
+    },
+    /// The client half-closed: close its stream once nothing more can reach it.
+    InboundClosed { client: ClientId },
+    /// The client went away.
+    Gone { client: ClientId },
+    Answer {
+        pseudonym: Pseudonym,
+        payload: Vec<u8>,
+        tally: Arc<AnswerTally>,
+    },
+    /// Answers once every earlier command has been handled.
+    Sync { done: oneshot::Sender<()> },
+}
+
+struct ClientState {
+    events: EventSender,
+    pending: HashSet<RequestId>,
+    /// Forwarded requests whose pseudonym is still routable and has not been answered yet.
+    awaiting_answer: usize,
+    draining: bool,
+}
+
+struct PendingEntry {
+    client: ClientId,
+    user_id: String,
+    request_no: u64,
+    user: UserKey,
+    service: usize,
+    payload: Vec<u8>,
+}
+
+struct Route {
+    client: ClientId,
+    request_no: u64,
+    answered: bool,
+}
+
+/// The actor that owns the engine and every routing table.
+pub(super) struct Broker {
+    cfg: Arc<LocationConfig>,
+    clock: BrokerClock,
+    engine: Engine,
+    next_request_id: RequestId,
+    next_user_key: UserKey,
+    /// Interned user ids with the number of their pending requests.
+    users: HashMap<String, (UserKey, usize)>,
+    pending: HashMap<RequestId, PendingEntry>,
+    pending_keys: HashSet<(UserKey, u64)>,
+    clients: HashMap<ClientId, ClientState>,
+    provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
+    routes: HashMap<Pseudonym, Route>,
+    route_expiry: VecDeque<(i64, Pseudonym)>,
+    outcomes: Vec<Outcome>,
+}
+
+impl Broker {
+    pub(super) fn new(
+        cfg: Arc<LocationConfig>,
+        seed: u64,
+        provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
+    ) -> Broker {
+        Broker {
+            engine: Engine::new(cfg.search, seed),
+            cfg,
+            clock: BrokerClock::new(),
+            next_request_id: 0,
+            next_user_key: 0,
+            users: HashMap::new(),
+            pending: HashMap::new(),
+            pending_keys: HashSet::new(),
+            clients: HashMap::new(),
+            provider_queues,
+            routes: HashMap::new(),
+            route_expiry: VecDeque::new(),
+            outcomes: Vec::new(),
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Open { client, events } => {
+                self.clients.insert(
+                    client,
+                    ClientState {
+                        events,
+                        pending: HashSet::new(),
+                        awaiting_answer: 0,
+                        draining: false,
+                    },
+                );
+            }
+            Command::Submit { client, request } => self.submit(client, request),
+            Command::Reject {
+                client,
+                request_no,
+                rejection,
+            } => self.send(client, rejection.to_event(request_no)),
+            Command::InboundClosed { client } => {
+                if let Some(state) = self.clients.get_mut(&client) {
+                    state.draining = true;
+                }
+                self.maybe_close(client);
+            }
+            Command::Gone { client } => self.drop_client(client),
+            Command::Answer {
+                pseudonym,
+                payload,
+                tally,
+            } => self.answer(pseudonym, payload, &tally),
+            Command::Sync { done } => {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn submit(&mut self, client: ClientId, request: AdmittedRequest) {
+        let request_no = request.request_no;
+        let Some(state) = self.clients.get(&client) else {
+            return;
+        };
+        if self.pending.len() >= self.cfg.max_pending {
+            let rejection = Rejection::exhausted(
+                "request_no",
+                format!(
+                    "the broker already holds {} pending requests (location.max_pending)",
+                    self.pending.len()
+                ),
+            );
+            return self.send(client, rejection.to_event(request_no));
+        }
+        if state.pending.len() >= self.cfg.max_pending_per_stream {
+            let rejection = Rejection::exhausted(
+                "request_no",
+                format!(
+                    "this stream already has {} pending requests (location.max_pending_per_stream)",
+                    state.pending.len()
+                ),
+            );
+            return self.send(client, rejection.to_event(request_no));
+        }
+        let user = match self.users.get(&request.user_id) {
+            Some((key, _)) => *key,
+            None => {
+                let key = self.next_user_key;
+                self.next_user_key += 1;
+                self.users.insert(request.user_id.clone(), (key, 0));
+                key
+            }
+        };
+        if !self.pending_keys.insert((user, request_no)) {
+            let rejection = Rejection::invalid(
+                "request_no",
+                format!(
+                    "user {:?} already has request {request_no} pending",
+                    request.user_id
+                ),
+            );
+            return self.send(client, rejection.to_event(request_no));
+        }
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        let cloak = CloakRequest {
+            id,
+            user,
+            lat: request.lat,
+            lon: request.lon,
+            k: request.k,
+            dx_m: request.dx_m,
+            dy_m: request.dy_m,
+            dt_ms: request.dt_ms,
+            arrival_ms: self.clock.now_ms(),
+        };
+        if let Some(entry) = self.users.get_mut(&request.user_id) {
+            entry.1 += 1;
+        }
+        self.pending.insert(
+            id,
+            PendingEntry {
+                client,
+                user_id: request.user_id,
+                request_no,
+                user,
+                service: request.service,
+                payload: request.payload,
+            },
+        );
+        if let Some(state) = self.clients.get_mut(&client) {
+            state.pending.insert(id);
+        }
+        let mut outcomes = std::mem::take(&mut self.outcomes);
+        let result = self.engine.submit(cloak, &mut outcomes);
+        self.dispatch(&mut outcomes);
+        self.outcomes = outcomes;
+        if let Err(err) = result {
+            // The service validated already; the engine's own check is the last line of defence.
+            if let Some(entry) = self.take_pending(id) {
+                let rejection = Rejection::invalid("request", err.to_string());
+                self.send(entry.client, rejection.to_event(entry.request_no));
+            }
+        }
+    }
+
+    fn expire(&mut self) {
+        let mut outcomes = std::mem::take(&mut self.outcomes);
+        self.engine.expire(self.clock.now_ms(), &mut outcomes);
+        self.dispatch(&mut outcomes);
+        self.outcomes = outcomes;
+    }
+
+    /// Removes a pending request from every table (not from the engine).
+    fn take_pending(&mut self, id: RequestId) -> Option<PendingEntry> {
+        let entry = self.pending.remove(&id)?;
+        self.pending_keys.remove(&(entry.user, entry.request_no));
+        if let Some(state) = self.clients.get_mut(&entry.client) {
+            state.pending.remove(&id);
+        }
+        // Forget the user once it has nothing pending, so the table stays bounded.
+        if let Some((_, count)) = self.users.get_mut(&entry.user_id) {
+            *count -= 1;
+            if *count == 0 {
+                self.users.remove(&entry.user_id);
+            }
+        }
+        Some(entry)
+    }
+
+    fn dispatch(&mut self, outcomes: &mut Vec<Outcome>) {
+        for outcome in outcomes.drain(..) {
+            match outcome {
+                Outcome::Cloaked(group) => self.forward(group),
+                Outcome::Expired { id, deadline_ms } => {
+                    if let Some(entry) = self.take_pending(id) {
+                        let event = LocationEvent {
+                            request_no: entry.request_no,
+                            outcome: Some(location_event::Outcome::Expired(proto::Expired {
+                                deadline_ms,
+                            })),
+                        };
+                        let client = entry.client;
+                        self.send(client, event);
+                        self.maybe_close(client);
+                    }
+                }
+            }
+        }
+    }
+
+    fn forward(&mut self, group: CloakedGroup) {
+        let cloaking_box = to_proto_box(&group.cloaking_box);
+        let group_size = u32::try_from(group.members.len()).unwrap_or(u32::MAX);
+        let now = self.clock.now_ms();
+        for (id, pseudonym) in group.members {
+            let Some(entry) = self.take_pending(id) else {
+                continue;
+            };
+            let client = entry.client;
+            let request_no = entry.request_no;
+            let service = entry.service;
+            self.send(
+                client,
+                LocationEvent {
+                    request_no,
+                    outcome: Some(location_event::Outcome::Cloaked(proto::Cloaked {
+                        pseudonym: pseudonym.to_string(),
+                        r#box: Some(cloaking_box),
+                        t_start_ms: group.t_start_ms,
+                        t_end_ms: group.t_end_ms,
+                        group_size,
+                    })),
+                },
+            );
+            let cloaked = CloakedRequest {
+                pseudonym: pseudonym.to_string(),
+                r#box: Some(cloaking_box),
+                t_start_ms: group.t_start_ms,
+                t_end_ms: group.t_end_ms,
+                payload: entry.payload,
+                service: self.cfg.services[service].clone(),
+            };
+            match self.provider_queues[service].try_send(cloaked) {
+                Ok(()) => {
+                    self.routes.insert(
+                        pseudonym,
+                        Route {
+                            client,
+                            request_no,
+                            answered: false,
+                        },
+                    );
+                    self.route_expiry.push_back((
+                        now.saturating_add(
+                            i64::try_from(self.cfg.answer_ttl_ms).unwrap_or(i64::MAX),
+                        ),
+                        pseudonym,
+                    ));
+                    if let Some(state) = self.clients.get_mut(&client) {
+                        state.awaiting_answer += 1;
+                    }
+                }
+                Err(err) => {
+                    let reason = if err.is_full() {
+                        format!(
+                            "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
+                            self.cfg.services[service], self.cfg.provider_queue
+                        )
+                    } else {
+                        "the broker is shutting down".to_string()
+                    };
+                    self.send(
+                        client,
+                        LocationEvent {
+                            request_no,
+                            outcome: Some(location_event::Outcome::Undelivered(
+                                proto::Undelivered { reason },
+                            )),
+                        },
+                    );
+                }
+            }
+            self.maybe_close(client);
+        }
+    }
+
+    fn answer(&mut self, pseudonym: Pseudonym, payload: Vec<u8>, tally: &AnswerTally) {
+        let Some(route) = self.routes.get_mut(&pseudonym) else {
+            tally.undeliverable.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let (client, request_no) = (route.client, route.request_no);
+        let first = !route.answered;
+        route.answered = true;
+        if !self.clients.contains_key(&client) {
+            tally.undeliverable.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.send(
+            client,
+            LocationEvent {
+                request_no,
+                outcome: Some(location_event::Outcome::Reply(proto::LbsReply { payload })),
+            },
+        );
+        if self.clients.contains_key(&client) {
+            tally.delivered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            tally.undeliverable.fetch_add(1, Ordering::Relaxed);
+        }
+        if first {
+            if let Some(state) = self.clients.get_mut(&client) {
+                state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
+            }
+            self.maybe_close(client);
+        }
+    }
+
+    fn prune_routes(&mut self) {
+        let now = self.clock.now_ms();
+        while let Some(&(expires, pseudonym)) = self.route_expiry.front() {
+            if expires > now {
+                break;
+            }
+            self.route_expiry.pop_front();
+            if let Some(route) = self.routes.remove(&pseudonym)
+                && !route.answered
+            {
+                if let Some(state) = self.clients.get_mut(&route.client) {
+                    state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
+                }
+                self.maybe_close(route.client);
+            }
+        }
+    }
+
+    /// Sends an event; a client that is gone or reads too slowly loses its stream.
+    fn send(&mut self, client: ClientId, event: LocationEvent) {
+        let Some(state) = self.clients.get(&client) else {
+            return;
+        };
+        match state.events.try_send(Ok(event)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    client,
+                    limit = self.cfg.client_queue,
+                    "client reads too slowly; closing its stream (location.client_queue)"
+                );
+                self.drop_client(client);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.drop_client(client),
+        }
+    }
+
+    fn maybe_close(&mut self, client: ClientId) {
+        let done = self.clients.get(&client).is_some_and(|state| {
+            state.draining && state.pending.is_empty() && state.awaiting_answer == 0
+        });
+        if done {
+            self.clients.remove(&client);
+        }
+    }
+
+    /// Forgets a client and withdraws its pending requests from the engine.
+    fn drop_client(&mut self, client: ClientId) {
+        let Some(state) = self.clients.remove(&client) else {
+            return;
+        };
+        for id in state.pending {
+            self.engine.cancel(id);
+            self.take_pending(id);
+        }
+    }
+
+    /// At shutdown: every pending request is told it was not forwarded.
+    fn shut_down(&mut self) {
+        let ids: Vec<RequestId> = self.pending.keys().copied().collect();
+        for id in ids {
+            self.engine.cancel(id);
+            if let Some(entry) = self.take_pending(id) {
+                let rejection = Rejection {
+                    field: "request_no",
+                    reason: "the broker is shutting down; the request was not forwarded".into(),
+                    code: Code::Unavailable,
+                };
+                self.send(entry.client, rejection.to_event(entry.request_no));
+            }
+        }
+        self.clients.clear();
+        self.provider_queues.clear();
+    }
+
+    pub(super) async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut batch = Vec::with_capacity(COMMAND_BATCH);
+        loop {
+            let next_expiry = self
+                .engine
+                .next_deadline()
+                .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                received = commands.recv_many(&mut batch, COMMAND_BATCH) => {
+                    if received == 0 {
+                        break;
+                    }
+                    // Expire first so a request never joins a group after its deadline.
+                    self.expire();
+                    for command in batch.drain(..) {
+                        self.handle(command);
+                    }
+                }
+                _ = tokio::time::sleep_until(next_expiry.unwrap_or_else(tokio::time::Instant::now)),
+                    if next_expiry.is_some() => self.expire(),
+            }
+            self.prune_routes();
+        }
+        self.shut_down();
+    }
+}
+
+fn to_proto_box(b: &GeoBox) -> BoundingBox {
+    BoundingBox {
+        min_lat: b.min_lat,
+        min_lon: b.min_lon,
+        max_lat: b.max_lat,
+        max_lon: b.max_lon,
+    }
+}

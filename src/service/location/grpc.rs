@@ -1,0 +1,185 @@
+//! The gRPC handlers of `LocationBroker` and `LbsGateway`: they read client and provider streams,
+//! validate, and talk to the broker actor over its command channel.
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::location::Pseudonym;
+use crate::proto::lbs_gateway_server::LbsGateway;
+use crate::proto::location_broker_server::LocationBroker;
+use crate::proto::{
+    AnswerSummary, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest,
+};
+use crate::service::StreamSlot;
+
+use super::LocationServices;
+use super::broker::{AnswerTally, Command};
+use super::validate::validate;
+
+fn broker_gone() -> Status {
+    Status::unavailable("the location broker is shutting down")
+}
+
+/// A response stream that holds its stream-limit place while it lives.
+struct SlotStream<S> {
+    inner: S,
+    _slot: StreamSlot,
+}
+
+impl<S: Stream + Unpin> Stream for SlotStream<S> {
+    type Item = S::Item;
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        Pin::new(&mut self.inner).poll_next(cx)
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<LocationEvent, Status>> + Send>>;
+type CloakedStream = Pin<Box<dyn Stream<Item = Result<CloakedRequest, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl LocationBroker for LocationServices {
+    type SubmitStream = EventStream;
+
+    async fn submit(
+        &self,
+        request: Request<Streaming<LocationRequest>>,
+    ) -> Result<Response<Self::SubmitStream>, Status> {
+        let slot = self.client_streams.acquire()?;
+        let client = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let (events, event_rx) = mpsc::channel(self.cfg.client_queue);
+        self.commands
+            .send(Command::Open { client, events })
+            .await
+            .map_err(|_| broker_gone())?;
+        let mut inbound = request.into_inner();
+        let commands = self.commands.clone();
+        let cfg = Arc::clone(&self.cfg);
+        let mut stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    message = inbound.message() => message,
+                    // At shutdown stop reading, so the stream (and its connection) can close.
+                    _ = stop.wait_for(|stop| *stop) => break,
+                };
+                let command = match message {
+                    Ok(Some(req)) => {
+                        let request_no = req.request_no;
+                        match validate(req, &cfg) {
+                            Ok(request) => Command::Submit { client, request },
+                            Err(rejection) => Command::Reject {
+                                client,
+                                request_no,
+                                rejection,
+                            },
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = commands.send(Command::InboundClosed { client }).await;
+                        break;
+                    }
+                    Err(_) => {
+                        let _ = commands.send(Command::Gone { client }).await;
+                        break;
+                    }
+                };
+                if commands.send(command).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(SlotStream {
+            inner: ReceiverStream::new(event_rx),
+            _slot: slot,
+        })))
+    }
+}
+
+#[tonic::async_trait]
+impl LbsGateway for LocationServices {
+    type SubscribeStream = CloakedStream;
+
+    async fn subscribe(
+        &self,
+        request: Request<LbsSubscription>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let service = request.into_inner().service;
+        let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
+            return Err(Status::invalid_argument(format!(
+                "service: unknown service {service:?}; this broker serves {:?}",
+                self.cfg.services
+            )));
+        };
+        let slot = self.provider_streams.acquire()?;
+        let queue = self.provider_receivers[index].clone();
+        Ok(Response::new(Box::pin(SlotStream {
+            inner: Box::pin(queue).map(Ok),
+            _slot: slot,
+        })))
+    }
+
+    async fn answer(
+        &self,
+        request: Request<Streaming<LbsAnswer>>,
+    ) -> Result<Response<AnswerSummary>, Status> {
+        let mut inbound = request.into_inner();
+        let tally = Arc::new(AnswerTally::default());
+        let mut failure = None;
+        loop {
+            match inbound.message().await {
+                Ok(Some(answer)) => {
+                    let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
+                        Ok(p) if answer.pseudonym.len() == 32 => p,
+                        _ => {
+                            failure = Some(Status::invalid_argument(format!(
+                                "pseudonym: must be 32 hex digits as received in CloakedRequest (got {:?})",
+                                answer.pseudonym
+                            )));
+                            break;
+                        }
+                    };
+                    if answer.payload.len() > self.cfg.max_payload_bytes {
+                        failure = Some(Status::invalid_argument(format!(
+                            "payload: must be at most {} bytes (got {})",
+                            self.cfg.max_payload_bytes,
+                            answer.payload.len()
+                        )));
+                        break;
+                    }
+                    self.commands
+                        .send(Command::Answer {
+                            pseudonym,
+                            payload: answer.payload,
+                            tally: Arc::clone(&tally),
+                        })
+                        .await
+                        .map_err(|_| broker_gone())?;
+                }
+                Ok(None) => break,
+                Err(status) => return Err(status),
+            }
+        }
+        // Every answer sent so far is routed before the summary (or the error) is returned.
+        let (done, wait) = oneshot::channel();
+        self.commands
+            .send(Command::Sync { done })
+            .await
+            .map_err(|_| broker_gone())?;
+        wait.await.map_err(|_| broker_gone())?;
+        if let Some(status) = failure {
+            return Err(status);
+        }
+        Ok(Response::new(AnswerSummary {
+            delivered: tally.delivered.load(Ordering::Relaxed),
+            undeliverable: tally.undeliverable.load(Ordering::Relaxed),
+        }))
+    }
+}
