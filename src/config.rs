@@ -49,6 +49,13 @@ pub struct RawConfig {
     pub location: RawLocation,
     pub transactions: RawTransactions,
     pub tables: RawTables,
+    pub telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    pub metrics_listen: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -141,6 +148,13 @@ pub struct Config {
     pub location: LocationConfig,
     pub transactions: TransactionsConfig,
     pub tables: TablesConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// Address of the Prometheus `/metrics` listener; `None` turns it off.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone)]
@@ -243,6 +257,24 @@ impl Config {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
+        Self::from_document(Self::load_document(file, env)?)
+    }
+
+    /// Validates a merged configuration document (as [`Config::load_document`] returns it).
+    pub fn from_document(doc: toml::Table) -> Result<Config, ConfigError> {
+        let raw =
+            RawConfig::deserialize(toml::Value::Table(doc)).map_err(|e| ConfigError::Parse {
+                origin: "configuration".into(),
+                message: e.to_string(),
+            })?;
+        raw.validate()
+    }
+
+    /// The merged document: embedded defaults, then `file`, then the environment; not yet validated.
+    pub fn load_document(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<toml::Table, ConfigError> {
         let mut doc: toml::Table =
             toml::from_str(DEFAULT_TOML).map_err(|e| ConfigError::Parse {
                 origin: "embedded config/default.toml".into(),
@@ -267,12 +299,7 @@ impl Config {
         for (name, value) in env {
             apply_env(&mut doc, &name, &value)?;
         }
-        let raw =
-            RawConfig::deserialize(toml::Value::Table(doc)).map_err(|e| ConfigError::Parse {
-                origin: "configuration".into(),
-                message: e.to_string(),
-            })?;
-        raw.validate()
+        Ok(doc)
     }
 }
 
@@ -358,6 +385,27 @@ impl RawConfig {
             location: self.location.validate()?,
             transactions: self.transactions.validate()?,
             tables: self.tables.validate()?,
+            telemetry: self.telemetry.validate()?,
+        })
+    }
+}
+
+impl RawTelemetry {
+    fn validate(self) -> Result<TelemetryConfig, ConfigError> {
+        let listen = self.metrics_listen.trim();
+        if listen.is_empty() {
+            return Ok(TelemetryConfig {
+                metrics_listen: None,
+            });
+        }
+        let addr = listen.parse::<SocketAddr>().map_err(|e| {
+            invalid(
+                "telemetry.metrics_listen",
+                format!("must be IP:PORT, like 127.0.0.1:9464, or \"\" to turn metrics off ({e})"),
+            )
+        })?;
+        Ok(TelemetryConfig {
+            metrics_listen: Some(addr),
         })
     }
 }

@@ -1,5 +1,6 @@
 //! The daemon: wires the configuration, the engines' services, gRPC health checking and server
-//! reflection onto one listener, and shuts down gracefully.
+//! reflection onto one listener, the Prometheus metrics onto their own (`telemetry.metrics_listen`),
+//! and shuts down gracefully.
 //!
 //! [`serve`] is a library function (tests call it on `127.0.0.1:0`); [`run`] adds the listener and
 //! SIGINT/SIGTERM handling for `cloakd serve`.
@@ -34,13 +35,32 @@ pub async fn serve(
         .local_addr()
         .context("listener has no local address")?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let metrics = match config.telemetry.metrics_listen {
+        Some(metrics_addr) => {
+            crate::telemetry::handle();
+            let metrics_listener = crate::telemetry::bind(metrics_addr).await?;
+            Some(tokio::spawn(crate::telemetry::serve(
+                metrics_listener,
+                stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    // Reflection in both versions: grpcurl and grpcui ask v1, Python's grpcio-reflection and older
+    // tools ask v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
-        .context("building the reflection service")?;
+        .context("building the reflection service (v1)")?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .context("building the reflection service (v1alpha)")?;
 
     let location = LocationServices::start(config.location.clone(), stop_rx.clone());
     let transactions = TransactionServices::start(config.transactions.clone(), stop_rx.clone())
@@ -90,8 +110,15 @@ pub async fn serve(
         .tcp_nodelay(true)
         // BDP-based flow control: one busy stream must not stall on the 64 KiB default window.
         .http2_adaptive_window(Some(true))
+        .layer(crate::telemetry::grpc::GrpcMetricsLayer::new(&[
+            crate::proto::FILE_DESCRIPTOR_SET,
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+            tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+            tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+        ]))
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(location.broker_server())
         .add_service(location.gateway_server())
         .add_service(transactions.ingest_server())
@@ -108,7 +135,15 @@ pub async fn serve(
         result = &mut server => return result.context("gRPC server failed"),
         _ = stopping.wait_for(|stop| *stop) => {}
     }
-    match tokio::time::timeout(grace, &mut server).await {
+    let served = tokio::time::timeout(grace, &mut server).await;
+    if let Some(metrics) = metrics {
+        match tokio::time::timeout(grace, metrics).await {
+            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "metrics listener failed"),
+            Ok(_) => {}
+            Err(_) => tracing::warn!("metrics listener still open after server.shutdown_grace_ms"),
+        }
+    }
+    match served {
         Ok(result) => result.context("gRPC server failed"),
         Err(_) => {
             tracing::warn!(

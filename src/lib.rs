@@ -4,7 +4,8 @@
 //! from a seeded RNG): [`location`] (CliqueCloak k-anonymous location cloaking), [`transactions`]
 //! (personalized rho-uncertainty by suppression) and [`relational`] (Mondrian with k-anonymity,
 //! l-diversity, t-closeness, delta-disclosure) with the privacy/utility [`measures`]. Around them, thin adapters: [`service`]
-//! (gRPC), [`store`] (durable state), [`daemon`] (wiring, shutdown) and [`cli`] (batch commands).
+//! (gRPC), [`store`] (durable state), [`telemetry`] (Prometheus metrics), [`daemon`] (wiring,
+//! shutdown) and [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod measures;
 pub mod relational;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 pub mod transactions;
 pub mod workload;
 

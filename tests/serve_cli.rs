@@ -21,6 +21,7 @@ async fn serve_answers_health_and_exits_cleanly_on_sigterm() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .env("CLOAKD_TRANSACTIONS__DATA_DIR", data.path())
+        .env("CLOAKD_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

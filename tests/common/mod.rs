@@ -26,6 +26,10 @@ impl TestDaemon {
             config.transactions.data_dir = dir.path().to_path_buf();
             dir
         });
+        // Many daemons run at once in a test process: none takes the default metrics port.
+        if config.telemetry == Config::embedded_defaults().telemetry {
+            config.telemetry.metrics_listen = None;
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
