@@ -5,7 +5,10 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cloakd::cli::Cli::parse();
-    cloakd::cli::init_tracing();
+    if let Err(err) = cloakd::cli::init_tracing(&cli.log) {
+        eprintln!("cloakd: {err:#}");
+        return ExitCode::FAILURE;
+    }
     match cloakd::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -14,8 +14,36 @@ pub mod transactions;
     about = "A privacy broker: k-anonymous location cloaking, rho-uncertain transaction streams and batch table anonymization"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line (timestamp, level, target, message, fields), for log collectors.
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LogArgs {
+    /// Log line format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "CLOAKD_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    /// Which events to log, in `RUST_LOG` syntax: a level (`info`), or per-module directives
+    /// (`warn,cloakd::service=debug`). Defaults to `RUST_LOG`, else `info`.
+    #[arg(long, global = true, value_name = "FILTER", env = "RUST_LOG")]
+    pub log_filter: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,14 +69,25 @@ pub struct ServeArgs {
     pub listen: Option<std::net::SocketAddr>,
 }
 
-/// Logging to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+/// Logging to stderr in the chosen format, filtered by `--log-filter` / `RUST_LOG` (default `info`).
+/// A filter that does not parse is an error naming the flag, not a silent fallback.
+pub fn init_tracing(args: &LogArgs) -> anyhow::Result<()> {
+    let directives = args.log_filter.as_deref().unwrap_or("info");
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(directives)
+        .map_err(|e| anyhow::anyhow!("--log-filter / RUST_LOG {directives:?}: {e}"))?;
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match args.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    Ok(())
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {

@@ -134,6 +134,19 @@ impl TableEvaluator for Evaluator {
         &self,
         request: tonic::Request<EvaluateRequest>,
     ) -> Result<tonic::Response<EvaluateResponse>, tonic::Status> {
+        let started = std::time::Instant::now();
+        let result = self.run_job(request).await;
+        crate::telemetry::record_table_job("evaluate", started, &result);
+        result
+    }
+}
+
+impl Evaluator {
+    /// One evaluation job.
+    async fn run_job(
+        &self,
+        request: tonic::Request<EvaluateRequest>,
+    ) -> Result<tonic::Response<EvaluateResponse>, tonic::Status> {
         let permit = Arc::clone(&self.jobs).try_acquire_owned().map_err(|_| {
             tonic::Status::resource_exhausted(
                 "tables.max_concurrent_jobs evaluations are running; retry later",

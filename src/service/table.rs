@@ -355,6 +355,19 @@ impl TableAnonymizer for TableService {
         &self,
         request: Request<Streaming<AnonymizeRequest>>,
     ) -> Result<Response<AnonymizeStream>, Status> {
+        let started = Instant::now();
+        let result = self.run_job(request).await;
+        crate::telemetry::record_table_job("anonymize", started, &result);
+        result
+    }
+}
+
+impl TableService {
+    /// One anonymization job: receive the table, anonymize it, stream the release back.
+    async fn run_job(
+        &self,
+        request: Request<Streaming<AnonymizeRequest>>,
+    ) -> Result<Response<AnonymizeStream>, Status> {
         let slot = self.jobs.acquire()?;
         let mut requests = request.into_inner();
         let (spec, builder) = receive(&self.limits, &mut requests).await?;

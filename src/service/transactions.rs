@@ -272,6 +272,7 @@ impl TransactionIngest for TransactionServices {
                 };
                 let Some(Ok(t)) = message else { break };
                 if let Err(e) = validate(&t, &config) {
+                    windows::count_refused("invalid");
                     let _ = pending_tx.send(PendingAck::Refused(e.into())).await;
                     break;
                 }

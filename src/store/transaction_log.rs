@@ -37,6 +37,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::StoreError;
+use crate::telemetry::catalog;
 
 /// File name of the log inside the data directory.
 pub const LOG_FILE: &str = "transactions.log";
@@ -226,6 +227,7 @@ impl TransactionLog {
             truncated_bytes: total - valid,
             truncation_reason: reason,
         };
+        metrics::gauge!(catalog::TX_LOG_BYTES).set(valid as f64);
         Ok((
             TransactionLog {
                 path,
@@ -262,6 +264,7 @@ impl TransactionLog {
                 source: std::io::Error::new(std::io::ErrorKind::StorageFull, "injected: disk full"),
             });
         }
+        let started = std::time::Instant::now();
         let result = self
             .file
             .write_all(&buf)
@@ -273,7 +276,10 @@ impl TransactionLog {
             });
         match result {
             Ok(()) => {
+                metrics::histogram!(catalog::TX_LOG_FSYNC_SECONDS)
+                    .record(started.elapsed().as_secs_f64());
                 self.durable_len += buf.len() as u64;
+                metrics::gauge!(catalog::TX_LOG_BYTES).set(self.durable_len as f64);
                 Ok(())
             }
             Err(err) => {

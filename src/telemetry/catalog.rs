@@ -267,7 +267,7 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TABLE_JOBS,
         &["kind", "outcome"],
-        "Table jobs (kind anonymize or evaluate) by outcome: ok, invalid, exhausted, failed.",
+        "Table jobs (kind anonymize or evaluate) by outcome: ok, invalid, exhausted, cancelled, failed.",
     ),
     histogram(
         TABLE_JOB_SECONDS,

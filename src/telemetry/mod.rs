@@ -76,6 +76,28 @@ fn describe() {
     metrics::gauge!(catalog::CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
 }
 
+/// Counts one table job (`kind`: anonymize or evaluate) by the status it ended with, and times it.
+pub fn record_table_job<T>(
+    kind: &'static str,
+    started: std::time::Instant,
+    result: &Result<T, tonic::Status>,
+) {
+    let outcome = match result {
+        Ok(_) => "ok",
+        Err(status) => match status.code() {
+            tonic::Code::InvalidArgument
+            | tonic::Code::FailedPrecondition
+            | tonic::Code::OutOfRange => "invalid",
+            tonic::Code::ResourceExhausted => "exhausted",
+            tonic::Code::Cancelled => "cancelled",
+            _ => "failed",
+        },
+    };
+    metrics::counter!(catalog::TABLE_JOBS, "kind" => kind, "outcome" => outcome).increment(1);
+    metrics::histogram!(catalog::TABLE_JOB_SECONDS, "kind" => kind)
+        .record(started.elapsed().as_secs_f64());
+}
+
 /// Binds the metrics listener (`telemetry.metrics_listen`).
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)

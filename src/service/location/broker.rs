@@ -17,6 +17,7 @@ use crate::location::{
     CloakRequest, CloakedGroup, Engine, GeoBox, Outcome, Pseudonym, RequestId, UserKey,
 };
 use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
+use crate::telemetry::catalog;
 
 use super::validate::{AdmittedRequest, Rejection};
 
@@ -78,6 +79,8 @@ pub(super) enum Command {
     Submit {
         client: ClientId,
         request: AdmittedRequest,
+        /// When the request was read off its stream (wall clock, for the broker overhead metric).
+        received: std::time::Instant,
     },
     Reject {
         client: ClientId,
@@ -111,6 +114,7 @@ struct PendingEntry {
     request_no: u64,
     user: UserKey,
     service: usize,
+    k: u32,
     payload: Vec<u8>,
 }
 
@@ -136,6 +140,48 @@ pub(super) struct Broker {
     routes: HashMap<Pseudonym, Route>,
     route_expiry: VecDeque<(i64, Pseudonym)>,
     outcomes: Vec<Outcome>,
+    metrics: BrokerMetrics,
+}
+
+/// The broker's metric handles, registered once (see [`crate::telemetry::catalog`]).
+struct BrokerMetrics {
+    cloaked: metrics::Counter,
+    expired: metrics::Counter,
+    rejected: metrics::Counter,
+    withdrawn: metrics::Counter,
+    pending: metrics::Gauge,
+    group_size: metrics::Histogram,
+    relative_anonymity: metrics::Histogram,
+    overhead: metrics::Histogram,
+    provider_queue_depth: Vec<metrics::Gauge>,
+    answers_delivered: metrics::Counter,
+    answers_undeliverable: metrics::Counter,
+}
+
+impl BrokerMetrics {
+    fn new(services: &[String]) -> BrokerMetrics {
+        let requests = |outcome: &'static str| metrics::counter!(catalog::LOCATION_REQUESTS, "outcome" => outcome);
+        let answers =
+            |result: &'static str| metrics::counter!(catalog::LBS_ANSWERS, "result" => result);
+        BrokerMetrics {
+            cloaked: requests("cloaked"),
+            expired: requests("expired"),
+            rejected: requests("rejected"),
+            withdrawn: requests("withdrawn"),
+            pending: metrics::gauge!(catalog::LOCATION_PENDING),
+            group_size: metrics::histogram!(catalog::LOCATION_GROUP_SIZE),
+            relative_anonymity: metrics::histogram!(catalog::LOCATION_RELATIVE_ANONYMITY),
+            overhead: metrics::histogram!(catalog::LOCATION_BROKER_OVERHEAD),
+            provider_queue_depth: services
+                .iter()
+                .map(|service| {
+                    metrics::gauge!(catalog::LOCATION_PROVIDER_QUEUE_DEPTH, "service" => service.clone())
+                })
+                .collect(),
+            answers_delivered: answers("delivered"),
+            answers_undeliverable: answers("undeliverable"),
+        }
+    }
 }
 
 impl Broker {
@@ -146,7 +192,6 @@ impl Broker {
     ) -> Broker {
         Broker {
             engine: Engine::new(cfg.search, seed),
-            cfg,
             clock: BrokerClock::new(),
             next_request_id: 0,
             next_user_key: 0,
@@ -158,6 +203,8 @@ impl Broker {
             routes: HashMap::new(),
             route_expiry: VecDeque::new(),
             outcomes: Vec::new(),
+            metrics: BrokerMetrics::new(&cfg.services),
+            cfg,
         }
     }
 
@@ -174,12 +221,21 @@ impl Broker {
                     },
                 );
             }
-            Command::Submit { client, request } => self.submit(client, request),
+            Command::Submit {
+                client,
+                request,
+                received,
+            } => {
+                self.submit(client, request);
+                self.metrics
+                    .overhead
+                    .record(received.elapsed().as_secs_f64());
+            }
             Command::Reject {
                 client,
                 request_no,
                 rejection,
-            } => self.send(client, rejection.to_event(request_no)),
+            } => self.reject(client, request_no, &rejection),
             Command::InboundClosed { client } => {
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.draining = true;
@@ -211,7 +267,7 @@ impl Broker {
                     self.pending.len()
                 ),
             );
-            return self.send(client, rejection.to_event(request_no));
+            return self.reject(client, request_no, &rejection);
         }
         if state.pending.len() >= self.cfg.max_pending_per_stream {
             let rejection = Rejection::exhausted(
@@ -221,7 +277,7 @@ impl Broker {
                     state.pending.len()
                 ),
             );
-            return self.send(client, rejection.to_event(request_no));
+            return self.reject(client, request_no, &rejection);
         }
         let user = match self.users.get(&request.user_id) {
             Some((key, _)) => *key,
@@ -240,7 +296,7 @@ impl Broker {
                     request.user_id
                 ),
             );
-            return self.send(client, rejection.to_event(request_no));
+            return self.reject(client, request_no, &rejection);
         }
         let id = self.next_request_id;
         self.next_request_id += 1;
@@ -266,6 +322,7 @@ impl Broker {
                 request_no,
                 user,
                 service: request.service,
+                k: request.k,
                 payload: request.payload,
             },
         );
@@ -280,9 +337,21 @@ impl Broker {
             // The service validated already; the engine's own check is the last line of defence.
             if let Some(entry) = self.take_pending(id) {
                 let rejection = Rejection::invalid("request", err.to_string());
-                self.send(entry.client, rejection.to_event(entry.request_no));
+                self.reject(entry.client, entry.request_no, &rejection);
             }
         }
+    }
+
+    /// Answers a request with `Rejected`, counting it by field and code.
+    fn reject(&mut self, client: ClientId, request_no: u64, rejection: &Rejection) {
+        self.metrics.rejected.increment(1);
+        metrics::counter!(
+            catalog::LOCATION_REJECTIONS,
+            "field" => rejection.field,
+            "code" => crate::telemetry::grpc::code_name(rejection.code),
+        )
+        .increment(1);
+        self.send(client, rejection.to_event(request_no));
     }
 
     fn expire(&mut self) {
@@ -315,6 +384,7 @@ impl Broker {
                 Outcome::Cloaked(group) => self.forward(group),
                 Outcome::Expired { id, deadline_ms } => {
                     if let Some(entry) = self.take_pending(id) {
+                        self.metrics.expired.increment(1);
                         let event = LocationEvent {
                             request_no: entry.request_no,
                             outcome: Some(location_event::Outcome::Expired(proto::Expired {
@@ -334,10 +404,15 @@ impl Broker {
         let cloaking_box = to_proto_box(&group.cloaking_box);
         let group_size = u32::try_from(group.members.len()).unwrap_or(u32::MAX);
         let now = self.clock.now_ms();
+        self.metrics.group_size.record(f64::from(group_size));
         for (id, pseudonym) in group.members {
             let Some(entry) = self.take_pending(id) else {
                 continue;
             };
+            self.metrics.cloaked.increment(1);
+            self.metrics
+                .relative_anonymity
+                .record(f64::from(group_size) / f64::from(entry.k.max(1)));
             let client = entry.client;
             let request_no = entry.request_no;
             let service = entry.service;
@@ -383,6 +458,12 @@ impl Broker {
                     }
                 }
                 Err(err) => {
+                    metrics::counter!(
+                        catalog::LOCATION_UNDELIVERED,
+                        "service" => self.cfg.services[service].clone(),
+                        "reason" => if err.is_full() { "queue_full" } else { "shutting_down" },
+                    )
+                    .increment(1);
                     let reason = if err.is_full() {
                         format!(
                             "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
@@ -409,6 +490,7 @@ impl Broker {
     fn answer(&mut self, pseudonym: Pseudonym, payload: Vec<u8>, tally: &AnswerTally) {
         let Some(route) = self.routes.get_mut(&pseudonym) else {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
+            self.metrics.answers_undeliverable.increment(1);
             return;
         };
         let (client, request_no) = (route.client, route.request_no);
@@ -416,6 +498,7 @@ impl Broker {
         route.answered = true;
         if !self.clients.contains_key(&client) {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
+            self.metrics.answers_undeliverable.increment(1);
             return;
         }
         self.send(
@@ -427,8 +510,10 @@ impl Broker {
         );
         if self.clients.contains_key(&client) {
             tally.delivered.fetch_add(1, Ordering::Relaxed);
+            self.metrics.answers_delivered.increment(1);
         } else {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
+            self.metrics.answers_undeliverable.increment(1);
         }
         if first {
             if let Some(state) = self.clients.get_mut(&client) {
@@ -491,7 +576,9 @@ impl Broker {
         };
         for id in state.pending {
             self.engine.cancel(id);
-            self.take_pending(id);
+            if self.take_pending(id).is_some() {
+                self.metrics.withdrawn.increment(1);
+            }
         }
     }
 
@@ -506,11 +593,24 @@ impl Broker {
                     reason: "the broker is shutting down; the request was not forwarded".into(),
                     code: Code::Unavailable,
                 };
-                self.send(entry.client, rejection.to_event(entry.request_no));
+                self.reject(entry.client, entry.request_no, &rejection);
             }
         }
         self.clients.clear();
         self.provider_queues.clear();
+        self.record_gauges();
+    }
+
+    /// Updates the pending and provider-queue gauges.
+    fn record_gauges(&self) {
+        self.metrics.pending.set(self.pending.len() as f64);
+        for (queue, gauge) in self
+            .provider_queues
+            .iter()
+            .zip(&self.metrics.provider_queue_depth)
+        {
+            gauge.set(queue.len() as f64);
+        }
     }
 
     pub(super) async fn run(
@@ -541,6 +641,7 @@ impl Broker {
                     if next_expiry.is_some() => self.expire(),
             }
             self.prune_routes();
+            self.record_gauges();
         }
         self.shut_down();
     }

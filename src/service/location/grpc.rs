@@ -72,9 +72,14 @@ impl LocationBroker for LocationServices {
                 };
                 let command = match message {
                     Ok(Some(req)) => {
+                        let received = std::time::Instant::now();
                         let request_no = req.request_no;
                         match validate(req, &cfg) {
-                            Ok(request) => Command::Submit { client, request },
+                            Ok(request) => Command::Submit {
+                                client,
+                                request,
+                                received,
+                            },
                             Err(rejection) => Command::Reject {
                                 client,
                                 request_no,

@@ -15,6 +15,7 @@ use rand::seq::SliceRandom;
 
 use crate::proto;
 use crate::store::{StoredParams, StoredRecord, WindowClose, WindowOutcome};
+use crate::telemetry::catalog;
 use crate::transactions::{ItemId, Mode, Params, Record};
 
 /// Seed of window `window_id` of `stream`: FNV-1a over the name, mixed with the id by SplitMix64.
@@ -108,6 +109,7 @@ pub fn release_window(close: &WindowClose, records: &[StoredRecord]) -> WindowOu
         Err(e) => return fail(format!("it cannot be made rho-uncertain: {e}")),
     };
     let seconds = started.elapsed().as_secs_f64();
+    metrics::histogram!(catalog::TX_ANONYMIZATION_SECONDS).record(seconds);
     if anonymized.records.len() != engine_records.len() {
         return fail(format!(
             "the engine returned {} records for {}",
@@ -135,6 +137,8 @@ pub fn release_window(close: &WindowClose, records: &[StoredRecord]) -> WindowOu
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ SHUFFLE_SALT);
     released.shuffle(&mut rng);
     let r = &anonymized.report;
+    metrics::counter!(catalog::TX_SUPPRESSED_ITEMS, "stream" => stream.clone())
+        .increment(r.suppressed);
     let window = proto::ReleasedWindow {
         stream: stream.clone(),
         window_id,

@@ -37,6 +37,7 @@ use crate::store::{
     LogEntry, ReleasedWindows, StoreError, StoredParams, StoredRecord, TransactionLog, WindowClose,
     WindowOutcome,
 };
+use crate::telemetry::catalog;
 
 /// Most commands written with one fsync.
 pub const MAX_BATCH: usize = 4096;
@@ -80,6 +81,40 @@ pub struct Append {
 struct ClosedWindow {
     close: WindowClose,
     records: Vec<StoredRecord>,
+    /// When its close became durable (or it was recovered), for the release lag metric.
+    closed_at: std::time::Instant,
+}
+
+/// Metric handles of one stream (see [`crate::telemetry::catalog`]).
+#[derive(Debug, Clone)]
+struct StreamMetrics {
+    stored: metrics::Counter,
+    duplicate: metrics::Counter,
+    open_records: metrics::Gauge,
+    windows_closed: metrics::Counter,
+    windows_released: metrics::Counter,
+    windows_failed: metrics::Counter,
+    windows_unreleased: metrics::Gauge,
+}
+
+impl StreamMetrics {
+    fn new(stream: &str) -> StreamMetrics {
+        let stream = stream.to_string();
+        StreamMetrics {
+            stored: metrics::counter!(catalog::TX_RECORDS, "stream" => stream.clone(), "result" => "stored"),
+            duplicate: metrics::counter!(catalog::TX_RECORDS, "stream" => stream.clone(), "result" => "duplicate"),
+            open_records: metrics::gauge!(catalog::TX_OPEN_RECORDS, "stream" => stream.clone()),
+            windows_closed: metrics::counter!(catalog::TX_WINDOWS_CLOSED, "stream" => stream.clone()),
+            windows_released: metrics::counter!(catalog::TX_WINDOWS_RELEASED, "stream" => stream.clone()),
+            windows_failed: metrics::counter!(catalog::TX_WINDOWS_FAILED, "stream" => stream.clone()),
+            windows_unreleased: metrics::gauge!(catalog::TX_WINDOWS_UNRELEASED, "stream" => stream),
+        }
+    }
+}
+
+/// Counts a record refused before it was stored (`reason`: invalid, too_many_open, unavailable).
+pub fn count_refused(reason: &'static str) {
+    metrics::counter!(catalog::TX_RECORDS_REFUSED, "reason" => reason).increment(1);
 }
 
 /// What subscribers and publishers share about one stream.
@@ -171,6 +206,7 @@ struct StreamState {
     /// Windows below this were released before the last (re)start: their records are not kept.
     released_at_open: u64,
     handle: Arc<StreamHandle>,
+    metrics: StreamMetrics,
 }
 
 impl StreamState {
@@ -204,7 +240,11 @@ impl StreamState {
         self.closed_pending.insert(self.open_window, records.len());
         self.open_window += 1;
         self.opened_at = None;
-        ClosedWindow { close, records }
+        ClosedWindow {
+            close,
+            records,
+            closed_at: std::time::Instant::now(),
+        }
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -227,6 +267,7 @@ impl Writer {
     fn stream_state(&mut self, name: &str) -> Result<&mut StreamState, StoreError> {
         if !self.state.contains_key(name) {
             let released = self.windows.next_unreleased(name)?;
+            let metrics = StreamMetrics::new(name);
             let handle = {
                 let mut handles = self
                     .handles
@@ -246,6 +287,7 @@ impl Writer {
                             self.windows.clone(),
                             handle.released_upto.clone(),
                             closed,
+                            metrics.clone(),
                         ));
                         handle
                     })
@@ -262,6 +304,7 @@ impl Writer {
                     index: HashMap::new(),
                     released_at_open: released,
                     handle,
+                    metrics,
                 },
             );
         }
@@ -299,12 +342,22 @@ impl Writer {
                     st.opened_at = None;
                     if close.window_id >= st.released_at_open {
                         st.closed_pending.insert(close.window_id, records.len());
-                        let _ = st.handle.releaser.send(ClosedWindow { close, records });
+                        let _ = st.handle.releaser.send(ClosedWindow {
+                            close,
+                            records,
+                            closed_at: std::time::Instant::now(),
+                        });
                     }
                 }
             }
         }
         for (name, st) in &self.state {
+            st.metrics
+                .windows_unreleased
+                .set(st.closed_pending.len() as f64);
+            st.metrics
+                .open_records
+                .set((st.open_records.len() + st.closed_pending.values().sum::<usize>()) as f64);
             if !st.closed_pending.is_empty() || !st.open_records.is_empty() {
                 tracing::info!(
                     stream = %name,
@@ -390,11 +443,13 @@ impl Writer {
                         window_id,
                         duplicate: true,
                     },
+                    st.metrics.clone(),
                 ));
                 continue;
             }
             let waiting = st.waiting();
             if waiting >= limit {
+                count_refused("too_many_open");
                 let _ = command.reply.send(Err(AppendError::TooManyOpenRecords {
                     stream: command.stream,
                     waiting,
@@ -417,6 +472,7 @@ impl Writer {
                     window_id: record.window_id,
                     duplicate: false,
                 },
+                st.metrics.clone(),
             ));
             entries.push(LogEntry::Record(record.clone()));
             let stream = record.stream.clone();
@@ -436,8 +492,8 @@ impl Writer {
             }
         }
         if entries.is_empty() {
-            for (reply, appended) in replies {
-                let _ = reply.send(Ok(appended));
+            for (reply, appended, metrics) in replies {
+                acknowledge(reply, appended, &metrics);
             }
             return;
         }
@@ -452,7 +508,8 @@ impl Writer {
         {
             Ok(done) => done,
             Err(e) => {
-                for (reply, _) in replies {
+                for (reply, _, _) in replies {
+                    count_refused("unavailable");
                     let _ = reply.send(Err(AppendError::Unavailable(e.to_string())));
                 }
                 // The log handle was lost with the panicked task; the next batch reopens it.
@@ -463,18 +520,22 @@ impl Writer {
         match result {
             Ok(()) => {
                 self.log = Some(log);
-                for (reply, appended) in replies {
-                    let _ = reply.send(Ok(appended));
+                for (reply, appended, metrics) in replies {
+                    acknowledge(reply, appended, &metrics);
                 }
-                for window in closed {
+                for mut window in closed {
                     if let Some(st) = self.state.get(&window.close.stream) {
+                        st.metrics.windows_closed.increment(1);
+                        st.metrics.windows_unreleased.increment(1.0);
+                        window.closed_at = std::time::Instant::now();
                         let _ = st.handle.releaser.send(window);
                     }
                 }
             }
             Err(e) => {
                 tracing::error!(error = %e, "transaction log append failed; nothing of the batch is acknowledged");
-                for (reply, _) in replies {
+                for (reply, _, _) in replies {
+                    count_refused("unavailable");
                     let _ = reply.send(Err(AppendError::Unavailable(e.to_string())));
                 }
                 drop(log);
@@ -484,6 +545,21 @@ impl Writer {
             }
         }
     }
+}
+
+/// Acknowledges a durable (or duplicate) record and counts it.
+fn acknowledge(
+    reply: oneshot::Sender<Result<Appended, AppendError>>,
+    appended: Appended,
+    metrics: &StreamMetrics,
+) {
+    if appended.duplicate {
+        metrics.duplicate.increment(1);
+    } else {
+        metrics.stored.increment(1);
+        metrics.open_records.increment(1.0);
+    }
+    let _ = reply.send(Ok(appended));
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {
@@ -499,9 +575,12 @@ async fn run_releaser(
     windows: ReleasedWindows,
     released_upto: watch::Sender<u64>,
     mut closed: mpsc::UnboundedReceiver<ClosedWindow>,
+    metrics: StreamMetrics,
 ) {
     while let Some(window) = closed.recv().await {
         let window_id = window.close.window_id;
+        let closed_at = window.closed_at;
+        let records = window.records.len();
         let next = *released_upto.borrow();
         if window_id < next {
             continue;
@@ -519,6 +598,7 @@ async fn run_releaser(
                 "window {window_id} of stream {stream:?} was not released: the engine panicked: {e}"
             )),
         };
+        let failed = matches!(outcome, WindowOutcome::Failed(_));
         if let WindowOutcome::Failed(reason) = &outcome {
             tracing::error!(%stream, window_id, %reason, "window not released");
         }
@@ -547,6 +627,15 @@ async fn run_releaser(
             backoff = (backoff * 2).min(Duration::from_secs(10));
         }
         released_upto.send_replace(window_id + 1);
+        if failed {
+            metrics.windows_failed.increment(1);
+        } else {
+            metrics.windows_released.increment(1);
+        }
+        metrics.windows_unreleased.decrement(1.0);
+        metrics.open_records.decrement(records as f64);
+        metrics::histogram!(catalog::TX_RELEASE_LAG_SECONDS)
+            .record(closed_at.elapsed().as_secs_f64());
         tracing::debug!(%stream, window_id, "window released");
     }
 }
