@@ -95,9 +95,8 @@ async fn counters_follow_a_location_and_transaction_workload() {
         mut events,
     } = client;
     drop(requests);
-    while let Some(event) = events.message().await.unwrap() {
-        panic!("unexpected event {event:?}");
-    }
+    let last = events.message().await.unwrap();
+    assert!(last.is_none(), "unexpected event {last:?}");
 
     let m = eventually(&daemon, |m| {
         m.sum("cloakd_location_requests_total", &[]) == sent as f64

@@ -185,11 +185,14 @@ fn with_test_sections(config_toml: &str, dir: &std::path::Path) -> String {
     toml::to_string(&doc).unwrap()
 }
 
-/// One scrape: series name -> (labels, value).
+/// One sample: series name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// One scrape, parsed into samples.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     pub text: String,
-    series: Vec<(String, Vec<(String, String)>, f64)>,
+    series: Vec<Sample>,
 }
 
 impl Metrics {
