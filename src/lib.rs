@@ -17,6 +17,7 @@ pub mod relational;
 pub mod service;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod transactions;
 pub mod workload;
 
