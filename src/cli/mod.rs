@@ -1,6 +1,8 @@
-//! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`.
+//! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`,
+//! `cloakd config ...`.
 use clap::{Parser, Subcommand};
 
+pub mod config;
 pub mod evaluate;
 pub mod frontier;
 pub mod simulate;
@@ -57,6 +59,9 @@ pub enum Command {
     Table(table::TableArgs),
     /// Batch anonymization of set-valued records (personalized rho-uncertainty).
     Transactions(transactions::TransactionsArgs),
+    /// Configuration: `cloakd config check FILE` (validate, print the effective configuration with
+    /// secrets redacted) and `cloakd config default` (print the embedded defaults).
+    Config(config::ConfigArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -96,6 +101,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Simulate(args) => simulate::run(args),
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
+        Command::Config(args) => config::run(args),
     }
 }
 

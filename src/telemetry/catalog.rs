@@ -130,8 +130,6 @@ pub const AUTH_FAILURES: &str = "cloakd_auth_failures_total";
 pub const PERMISSION_DENIALS: &str = "cloakd_permission_denials_total";
 pub const RATE_LIMITED: &str = "cloakd_rate_limited_total";
 
-pub const CONFIG_RELOADS: &str = "cloakd_config_reloads_total";
-pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "cloakd_config_last_reload_successful";
 pub const BUILD_INFO: &str = "cloakd_build_info";
 pub const START_TIME_SECONDS: &str = "cloakd_start_time_seconds";
 
@@ -290,16 +288,6 @@ pub const METRICS: &[MetricDef] = &[
         &["principal"],
         "Calls refused because the principal exceeded its rate limit.",
     ),
-    counter(
-        CONFIG_RELOADS,
-        &["result"],
-        "Configuration reloads (SIGHUP) by result: applied, refused (a restart-only key changed) or invalid.",
-    ),
-    gauge(
-        CONFIG_LAST_RELOAD_SUCCESSFUL,
-        &[],
-        "1 if the last configuration reload was applied (or none was asked for), 0 if it was refused or invalid.",
-    ),
     gauge(
         BUILD_INFO,
         &["version"],
@@ -379,6 +367,46 @@ mod tests {
                     m.name
                 );
             }
+        }
+    }
+
+    /// The alert rules and the dashboard only query metrics the daemon exports.
+    #[test]
+    fn alerts_and_dashboard_use_catalogued_metrics() {
+        for (file, text) in [
+            (
+                "deploy/prometheus/alerts.yml",
+                include_str!("../../deploy/prometheus/alerts.yml"),
+            ),
+            (
+                "deploy/grafana/cloakd.json",
+                include_str!("../../deploy/grafana/cloakd.json"),
+            ),
+        ] {
+            let mut used = 0;
+            for (start, _) in text
+                .match_indices("cloakd_")
+                .chain(text.match_indices("grpc_server_"))
+            {
+                // Skip recording-rule names (`cloakd:...`) and words inside other identifiers.
+                if start > 0 && text.as_bytes()[start - 1].is_ascii_alphanumeric() {
+                    continue;
+                }
+                let name: String = text[start..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix).filter(|b| find(b).is_some()))
+                    .unwrap_or(&name);
+                assert!(
+                    find(base).is_some(),
+                    "{file} uses {name}, which cloakd does not export"
+                );
+                used += 1;
+            }
+            assert!(used > 5, "{file} queries no cloakd metric");
         }
     }
 }

@@ -73,7 +73,6 @@ fn describe() {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     metrics::gauge!(catalog::START_TIME_SECONDS).set(now);
-    metrics::gauge!(catalog::CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
 }
 
 /// Counts one table job (`kind`: anonymize or evaluate) by the status it ended with, and times it.
