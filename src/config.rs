@@ -74,6 +74,8 @@ pub struct RawLocation {
     pub max_dt_ms: u64,
     pub max_payload_bytes: usize,
     pub search: String,
+    pub session_ms: u64,
+    pub session_policy: String,
     pub max_pending: usize,
     pub max_pending_per_stream: usize,
     pub max_client_streams: usize,
@@ -151,6 +153,7 @@ pub struct ServerConfig {
 }
 
 pub use crate::location::SearchMode;
+pub use crate::location::session::{SessionPolicy, SessionSettings};
 
 #[derive(Debug, Clone)]
 pub struct LocationConfig {
@@ -166,6 +169,8 @@ pub struct LocationConfig {
     pub max_dt_ms: u64,
     pub max_payload_bytes: usize,
     pub search: SearchMode,
+    /// Memorized anonymity sets against query tracking (`session_ms == 0`: off).
+    pub sessions: SessionSettings,
     pub max_pending: usize,
     pub max_pending_per_stream: usize,
     pub max_client_streams: usize,
@@ -458,6 +463,16 @@ impl RawLocation {
                 ));
             }
         };
+        let policy = match self.session_policy.as_str() {
+            "hold" => SessionPolicy::Hold,
+            "expire" => SessionPolicy::Expire,
+            other => {
+                return Err(invalid(
+                    "location.session_policy",
+                    format!("must be \"hold\" or \"expire\" (got {other:?})"),
+                ));
+            }
+        };
         Ok(LocationConfig {
             services: self.services,
             default_k: self.default_k,
@@ -471,6 +486,10 @@ impl RawLocation {
             max_dt_ms: self.max_dt_ms,
             max_payload_bytes: self.max_payload_bytes,
             search,
+            sessions: SessionSettings {
+                session_ms: self.session_ms,
+                policy,
+            },
             max_pending: positive_usize("location.max_pending", self.max_pending)?,
             max_pending_per_stream: positive_usize(
                 "location.max_pending_per_stream",

@@ -27,6 +27,8 @@ pub mod hilbert;
 pub mod presence;
 pub mod presence_checker;
 pub mod replay;
+pub mod session;
+pub mod tracking;
 
 pub use engine::Engine;
 pub use geo::GeoBox;

@@ -126,7 +126,9 @@ pub(super) struct Broker {
     clock: BrokerClock,
     engine: Engine,
     next_request_id: RequestId,
-    next_user_key: UserKey,
+    /// Keyed hash (random key per broker) giving each user id the same key for the broker's lifetime,
+    /// also while he has nothing pending, as memorized anonymity sets need.
+    user_keys: std::hash::RandomState,
     /// Interned user ids with the number of their pending requests.
     users: HashMap<String, (UserKey, usize)>,
     pending: HashMap<RequestId, PendingEntry>,
@@ -145,11 +147,11 @@ impl Broker {
         provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
     ) -> Broker {
         Broker {
-            engine: Engine::new(cfg.search, seed),
+            engine: Engine::new(cfg.search, seed).with_sessions(cfg.sessions),
             cfg,
             clock: BrokerClock::new(),
             next_request_id: 0,
-            next_user_key: 0,
+            user_keys: std::hash::RandomState::new(),
             users: HashMap::new(),
             pending: HashMap::new(),
             pending_keys: HashSet::new(),
@@ -226,8 +228,7 @@ impl Broker {
         let user = match self.users.get(&request.user_id) {
             Some((key, _)) => *key,
             None => {
-                let key = self.next_user_key;
-                self.next_user_key += 1;
+                let key = std::hash::BuildHasher::hash_one(&self.user_keys, &request.user_id);
                 self.users.insert(request.user_id.clone(), (key, 0));
                 key
             }
