@@ -470,6 +470,10 @@ fn bucket_cost(users: &[OrderedUser], members: &[u32], mbr: &GeoBox, target_m: f
     if side <= target_m {
         return cost;
     }
+    if side > 8.0 * target_m {
+        // need >= side / 2 > 4 × target for every member.
+        return cost + 3.0 * members.len() as f64;
+    }
     for &i in members {
         let u = &users[i as usize];
         let need_deg_lat = (u.lat - mbr.min_lat).max(mbr.max_lat - u.lat);
@@ -516,6 +520,11 @@ fn cut_sequence(
             if len > 1 {
                 let u = &users[seq[start] as usize];
                 mbr.extend(u.lat, u.lon);
+            }
+            if skip.is_finite() && larger_side_m(&mbr) > 2.0 * target_m {
+                // Every member's need exceeds the target (need >= side / 2), so each costs at least
+                // 1 > `skip`: leaving them all out is cheaper, here and for every longer bucket.
+                break;
             }
             if len < k || !best[start].is_finite() {
                 continue;

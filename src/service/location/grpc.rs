@@ -14,12 +14,16 @@ use crate::proto::lbs_gateway_server::LbsGateway;
 use crate::proto::location_broker_server::LocationBroker;
 use crate::proto::{
     AnswerSummary, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest,
+    PositionUpdate, ReportSummary,
 };
 use crate::service::StreamSlot;
 
 use super::LocationServices;
 use super::broker::{AnswerTally, Command};
-use super::validate::validate;
+use super::validate::{validate, validate_update};
+
+/// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
+const REPORT_BATCH: usize = 512;
 
 fn broker_gone() -> Status {
     Status::unavailable("the location broker is shutting down")
@@ -100,6 +104,56 @@ impl LocationBroker for LocationServices {
             inner: ReceiverStream::new(event_rx),
             _slot: slot,
         })))
+    }
+
+    async fn report(
+        &self,
+        request: Request<Streaming<PositionUpdate>>,
+    ) -> Result<Response<ReportSummary>, Status> {
+        // Authorization hook: no authentication layer exists yet. When it does, a mobile principal
+        // may report only for its own user ids; apply its scope check to each update here, as for
+        // Submit.
+        let _slot = self.client_streams.acquire()?;
+        let mut inbound = request.into_inner().ready_chunks(REPORT_BATCH);
+        let mut accepted: u64 = 0;
+        while let Some(chunk) = inbound.next().await {
+            let mut updates = Vec::with_capacity(chunk.len());
+            let mut failure = None;
+            for message in chunk {
+                match message.map(validate_update) {
+                    Ok(Ok(update)) => updates.push(update),
+                    Ok(Err(rejection)) => {
+                        let position = accepted + updates.len() as u64;
+                        failure = Some(rejection.into_report_status(position));
+                        break;
+                    }
+                    Err(status) => {
+                        failure = Some(status);
+                        break;
+                    }
+                }
+            }
+            if !updates.is_empty() {
+                let sent = updates.len() as u64;
+                let (done, result) = oneshot::channel();
+                self.commands
+                    .send(Command::Report { updates, done })
+                    .await
+                    .map_err(|_| broker_gone())?;
+                let result = result.await.map_err(|_| broker_gone())?;
+                match result.refused {
+                    None => accepted += sent,
+                    Some(rejection) => {
+                        accepted += result.applied as u64;
+                        return Err(rejection.into_report_status(accepted));
+                    }
+                }
+            }
+            if let Some(status) = failure {
+                return Err(status);
+            }
+        }
+        Ok(Response::new(ReportSummary { accepted }))
     }
 }
 
