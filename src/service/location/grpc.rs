@@ -1,5 +1,11 @@
 //! The gRPC handlers of `LocationBroker` and `LbsGateway`: they read client and provider streams,
 //! validate, and talk to the broker actor over its command channel.
+//!
+//! Request streams are always drained: a reader never waits on the broker (a full command queue
+//! rejects that one request with RESOURCE_EXHAUSTED), so HTTP/2 never buffers frames the daemon does
+//! not read, and one stalled stream cannot make the connection's frame budget run out for the others.
+//! A broken request stream (oversized or undecodable message) ends the event stream with its status
+//! after every request already accepted has had its outcome.
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,18 +22,15 @@ use crate::proto::{
     AnswerSummary, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest,
     PositionUpdate, ReportSummary,
 };
-use crate::service::StreamSlot;
+use crate::service::{InboundError, StreamSlot, drain};
 
 use super::LocationServices;
-use super::broker::{AnswerTally, Command};
-use super::validate::{validate, validate_update};
+use super::broker::{AnswerTally, Command, EventQueue};
+use super::error::LocationError;
+use super::validate::{Rejection, validate, validate_update};
 
 /// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
 const REPORT_BATCH: usize = 512;
-
-fn broker_gone() -> Status {
-    Status::unavailable("the location broker is shutting down")
-}
 
 /// A response stream that holds its stream-limit place while it lives.
 struct SlotStream<S> {
@@ -56,16 +59,20 @@ impl LocationBroker for LocationServices {
         &self,
         request: Request<Streaming<LocationRequest>>,
     ) -> Result<Response<Self::SubmitStream>, Status> {
-        let slot = self.client_streams.acquire()?;
+        let slot = self.client_streams.acquire().map_err(LocationError::from)?;
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
-        let (events, event_rx) = mpsc::channel(self.cfg.client_queue);
+        let (events, event_rx) = EventQueue::channel(self.cfg.client_queue);
         self.commands
-            .send(Command::Open { client, events })
+            .send(Command::Open {
+                client,
+                events: events.clone(),
+            })
             .await
-            .map_err(|_| broker_gone())?;
+            .map_err(|_| LocationError::ShuttingDown)?;
         let mut inbound = request.into_inner();
         let commands = self.commands.clone();
         let cfg = Arc::clone(&self.cfg);
+        let max_message_bytes = self.max_message_bytes;
         let mut stop = self.stop.clone();
         tokio::spawn(async move {
             loop {
@@ -76,6 +83,10 @@ impl LocationBroker for LocationServices {
                 };
                 let command = match message {
                     Ok(Some(req)) => {
+                        if events.is_closed() {
+                            // The event stream is over; keep draining so HTTP/2 buffers nothing.
+                            continue;
+                        }
                         let request_no = req.request_no;
                         match validate(req, &cfg) {
                             Ok(request) => Command::Submit { client, request },
@@ -90,13 +101,35 @@ impl LocationBroker for LocationServices {
                         let _ = commands.send(Command::InboundClosed { client }).await;
                         break;
                     }
-                    Err(_) => {
-                        let _ = commands.send(Command::Gone { client }).await;
+                    Err(status) => {
+                        let error = InboundError::classify(&status, max_message_bytes);
+                        let command = match error {
+                            InboundError::Transport { .. } => Command::Gone { client },
+                            error => Command::InboundFailed {
+                                client,
+                                error: error.into(),
+                            },
+                        };
+                        let _ = commands.send(command).await;
                         break;
                     }
                 };
-                if commands.send(command).await.is_err() {
-                    break;
+                let request_no = match &command {
+                    Command::Submit { request, .. } => request.request_no,
+                    Command::Reject { request_no, .. } => *request_no,
+                    _ => continue,
+                };
+                match commands.try_send(command) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        let overloaded = LocationError::Overloaded {
+                            queue: commands.max_capacity(),
+                            what: "the request was",
+                        };
+                        let rejection = Rejection::exhausted("request_no", overloaded.to_string());
+                        events.try_event(rejection.to_event(request_no));
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => break,
                 }
             }
         });
@@ -113,22 +146,29 @@ impl LocationBroker for LocationServices {
         // Authorization hook: no authentication layer exists yet. When it does, a mobile principal
         // may report only for its own user ids; apply its scope check to each update here, as for
         // Submit.
-        let _slot = self.client_streams.acquire()?;
+        let _slot = self.client_streams.acquire().map_err(LocationError::from)?;
         let mut inbound = request.into_inner().ready_chunks(REPORT_BATCH);
         let mut accepted: u64 = 0;
+        let mut failure: Option<LocationError> = None;
         while let Some(chunk) = inbound.next().await {
             let mut updates = Vec::with_capacity(chunk.len());
-            let mut failure = None;
             for message in chunk {
-                match message.map(validate_update) {
-                    Ok(Ok(update)) => updates.push(update),
-                    Ok(Err(rejection)) => {
-                        let position = accepted + updates.len() as u64;
-                        failure = Some(rejection.into_report_status(position));
-                        break;
-                    }
+                match message {
+                    Ok(update) => match validate_update(update) {
+                        Ok(update) => updates.push(update),
+                        Err(rejection) => {
+                            failure = Some(LocationError::UpdateRefused {
+                                rejection,
+                                applied: accepted + updates.len() as u64,
+                            });
+                            break;
+                        }
+                    },
                     Err(status) => {
-                        failure = Some(status);
+                        match InboundError::classify(&status, self.max_message_bytes) {
+                            InboundError::Transport { .. } => return Err(status),
+                            error => failure = Some(error.into()),
+                        }
                         break;
                     }
                 }
@@ -136,22 +176,38 @@ impl LocationBroker for LocationServices {
             if !updates.is_empty() {
                 let sent = updates.len() as u64;
                 let (done, result) = oneshot::channel();
-                self.commands
-                    .send(Command::Report { updates, done })
-                    .await
-                    .map_err(|_| broker_gone())?;
-                let result = result.await.map_err(|_| broker_gone())?;
+                match self.commands.try_send(Command::Report { updates, done }) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        failure = Some(LocationError::Overloaded {
+                            queue: self.commands.max_capacity(),
+                            what: "these position updates and the ones after them were",
+                        });
+                        break;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        return Err(LocationError::ShuttingDown.into());
+                    }
+                }
+                let result = result.await.map_err(|_| LocationError::ShuttingDown)?;
                 match result.refused {
                     None => accepted += sent,
                     Some(rejection) => {
                         accepted += result.applied as u64;
-                        return Err(rejection.into_report_status(accepted));
+                        failure = Some(LocationError::UpdateRefused {
+                            rejection,
+                            applied: accepted,
+                        });
                     }
                 }
             }
-            if let Some(status) = failure {
-                return Err(status);
+            if failure.is_some() {
+                break;
             }
+        }
+        if let Some(error) = failure {
+            drain(inbound.into_inner());
+            return Err(error.into());
         }
         Ok(Response::new(ReportSummary { accepted }))
     }
@@ -167,12 +223,16 @@ impl LbsGateway for LocationServices {
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let service = request.into_inner().service;
         let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
-            return Err(Status::invalid_argument(format!(
-                "service: unknown service {service:?}; this broker serves {:?}",
-                self.cfg.services
-            )));
+            return Err(LocationError::UnknownService {
+                service,
+                services: self.cfg.services.clone(),
+            }
+            .into());
         };
-        let slot = self.provider_streams.acquire()?;
+        let slot = self
+            .provider_streams
+            .acquire()
+            .map_err(LocationError::from)?;
         let queue = self.provider_receivers[index].clone();
         Ok(Response::new(Box::pin(SlotStream {
             inner: Box::pin(queue).map(Ok),
@@ -186,50 +246,65 @@ impl LbsGateway for LocationServices {
     ) -> Result<Response<AnswerSummary>, Status> {
         let mut inbound = request.into_inner();
         let tally = Arc::new(AnswerTally::default());
-        let mut failure = None;
+        let mut failure: Option<LocationError> = None;
         loop {
             match inbound.message().await {
                 Ok(Some(answer)) => {
                     let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
                         Ok(p) if answer.pseudonym.len() == 32 => p,
                         _ => {
-                            failure = Some(Status::invalid_argument(format!(
-                                "pseudonym: must be 32 hex digits as received in CloakedRequest (got {:?})",
-                                answer.pseudonym
-                            )));
+                            failure = Some(LocationError::InvalidPseudonym(answer.pseudonym));
                             break;
                         }
                     };
                     if answer.payload.len() > self.cfg.max_payload_bytes {
-                        failure = Some(Status::invalid_argument(format!(
-                            "payload: must be at most {} bytes (got {})",
-                            self.cfg.max_payload_bytes,
-                            answer.payload.len()
-                        )));
+                        failure = Some(LocationError::PayloadTooLarge {
+                            limit: self.cfg.max_payload_bytes,
+                            got: answer.payload.len(),
+                        });
                         break;
                     }
-                    self.commands
-                        .send(Command::Answer {
-                            pseudonym,
-                            payload: answer.payload,
-                            tally: Arc::clone(&tally),
-                        })
-                        .await
-                        .map_err(|_| broker_gone())?;
+                    let command = Command::Answer {
+                        pseudonym,
+                        payload: answer.payload,
+                        tally: Arc::clone(&tally),
+                    };
+                    match self.commands.try_send(command) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            failure = Some(LocationError::Overloaded {
+                                queue: self.commands.max_capacity(),
+                                what: "this answer and the ones after it were",
+                            });
+                            break;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            return Err(LocationError::ShuttingDown.into());
+                        }
+                    }
                 }
                 Ok(None) => break,
-                Err(status) => return Err(status),
+                Err(status) => {
+                    match InboundError::classify(&status, self.max_message_bytes) {
+                        InboundError::Transport { .. } => return Err(status),
+                        error => failure = Some(error.into()),
+                    }
+                    break;
+                }
             }
+        }
+        if failure.is_some() {
+            drain(inbound);
         }
         // Every answer sent so far is routed before the summary (or the error) is returned.
         let (done, wait) = oneshot::channel();
         self.commands
             .send(Command::Sync { done })
             .await
-            .map_err(|_| broker_gone())?;
-        wait.await.map_err(|_| broker_gone())?;
-        if let Some(status) = failure {
-            return Err(status);
+            .map_err(|_| LocationError::ShuttingDown)?;
+        wait.await.map_err(|_| LocationError::ShuttingDown)?;
+        if let Some(error) = failure {
+            return Err(error.into());
         }
         Ok(Response::new(AnswerSummary {
             delivered: tally.delivered.load(Ordering::Relaxed),

@@ -58,19 +58,6 @@ impl Rejection {
         }
     }
 
-    /// The status ending a Report stream at the update that follows `applied` applied ones.
-    pub(super) fn into_report_status(self, applied: u64) -> tonic::Status {
-        tonic::Status::new(
-            self.code,
-            format!(
-                "{}: {} (update {} of this stream; the {applied} before it were applied)",
-                self.field,
-                self.reason,
-                applied + 1
-            ),
-        )
-    }
-
     pub(super) fn to_event(&self, request_no: u64) -> LocationEvent {
         LocationEvent {
             request_no,
@@ -130,8 +117,9 @@ pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRe
         return Err(Rejection::invalid(
             "service",
             format!(
-                "unknown service {:?}; this broker serves {:?}",
-                req.service, cfg.services
+                "unknown service {}; this broker serves {:?}",
+                crate::service::quote(&req.service),
+                cfg.services
             ),
         ));
     };
