@@ -301,8 +301,8 @@ pub fn anonymize_with_adversaries(
     // The two minings are independent reads of the window: one on a second thread when allowed.
     let (rules_before, rules_after) = if engine_threads() > 1 {
         std::thread::scope(|scope| {
-            let before = scope
-                .spawn(|| utility::association_rules(&window.original, &window.original_tids));
+            let before =
+                scope.spawn(|| utility::association_rules(&window.original, &window.original_tids));
             let after = utility::association_rules(&window.released, &window.released_tids);
             (before.join().expect("rule mining panicked"), after)
         })

@@ -182,7 +182,8 @@ impl Window {
             &self.released_popular,
             d,
         ) + 1;
-        !(self.violates(with_d, support_q) && self.concerns_someone(q, d, sensitive_holders, buffers))
+        !(self.violates(with_d, support_q)
+            && self.concerns_someone(q, d, sensitive_holders, buffers))
     }
 
     /// Whether some user u with Q ⊆ D_u (original) has e ∈ E_u.

@@ -16,11 +16,11 @@
 //! from) is drawn by the one thread that runs steps (1) and (3).
 //!
 //! Incremental checking: during suppression supports only fall. For a knowledge set Q checked
-//! earlier by a full scan, the cache keeps supp'(Q) and the items e ∉ Q with
-//! supp'(Q ∪ e) > rho · supp'(Q) then ("over" items, sensitive or not). While supp'(Q) is unchanged
-//! (the records holding Q can only have shrunk, so equal count = same records), no other item can
-//! have crossed rho · supp'(Q), and Q is re-checked by intersecting its tid-list with those of its
-//! over items only. A changed supp'(Q) falls back to a full check.
+//! earlier by a full scan, the cache keeps bound = floor(0.75 · rho · supp'(Q)) and the items e ∉ Q
+//! with supp'(Q ∪ e) > bound then ("over" items, sensitive or not). Any other item's count was
+//! <= bound and can only have fallen, so while bound <= rho · supp'(Q) still holds (supp'(Q) fell
+//! by at most about a quarter) none of them can violate, and Q is re-checked by intersecting its
+//! tid-list with those of its over items only. Otherwise Q gets a full check again.
 use rand::Rng;
 
 use super::support::{FxHashMap, intersection_len_with, tidset_with};
@@ -29,6 +29,8 @@ use super::suppressor::{DenseAdversary, RunStats, Targets, Window};
 /// Knowledge sets with at least this support are cached after a full scan (below it, a scan costs
 /// about as much as the cached check).
 const CACHE_MIN_SUPPORT: usize = 8;
+/// A cache entry lists the items above this share of the violation threshold rho · supp'(Q).
+const CACHE_SLACK: f64 = 0.75;
 /// Largest number of cached knowledge sets (bounds memory on very long runs).
 const MAX_CACHE_ENTRIES: usize = 1 << 21;
 /// Smallest number of distinct knowledge sets worth a second thread.
@@ -36,8 +38,9 @@ const MIN_PARALLEL_CHECKS: usize = 64;
 
 /// A knowledge set's state at its last full check.
 struct Checked {
-    support: u32,
-    /// Items e ∉ Q with supp'(Q ∪ e) > rho · supp'(Q) at that check.
+    /// floor(CACHE_SLACK · rho · supp'(Q)) at the full check (<= rho · supp'(Q) then).
+    bound: u32,
+    /// Items e ∉ Q with supp'(Q ∪ e) > bound (at the last check), sorted.
     over: Box<[u32]>,
 }
 
@@ -94,27 +97,22 @@ fn check(
             .iter()
             .any(|&u| window.sensitive[u as usize].binary_search(&e).is_ok())
     };
-    if let Some(cached) = cached.filter(|c| c.support as usize == support) {
-        let over: Vec<u32> = cached
-            .over
-            .iter()
-            .copied()
-            .filter(|&e| {
-                window.violates(
-                    intersection_len_with(
-                        tids_q,
-                        &window.released_tids,
-                        &window.released_popular,
-                        e,
-                    ),
-                    support,
-                )
-            })
-            .collect();
+    if let Some(cached) = cached.filter(|c| !window.violates(c.bound as usize, support)) {
+        // Every item outside `over` still has count <= bound <= rho · supp'(Q).
+        let mut over = Vec::with_capacity(cached.over.len());
+        let mut violated = false;
+        for &e in cached.over.iter() {
+            let count =
+                intersection_len_with(tids_q, &window.released_tids, &window.released_popular, e);
+            if count > cached.bound as usize {
+                over.push(e);
+                violated = violated || (window.violates(count, support) && sensitive_for_target(e));
+            }
+        }
         return Verdict {
-            violated: over.iter().any(|&e| sensitive_for_target(e)),
+            violated,
             entry: Some(Checked {
-                support: support as u32,
+                bound: cached.bound,
                 over: over.into_boxed_slice(),
             }),
         };
@@ -123,8 +121,8 @@ fn check(
         .iter()
         .map(|&u| window.sensitive[u as usize].len())
         .sum();
-    let scan_cost = support as f64 * window.released_total as f64
-        / window.released.len().max(1) as f64;
+    let scan_cost =
+        support as f64 * window.released_total as f64 / window.released.len().max(1) as f64;
     if support < CACHE_MIN_SUPPORT && (sensitive_total as f64) < scan_cost {
         // Test the targets' sensitive items vertically; an item whose own support is at most
         // rho · supp(Q) cannot violate.
@@ -158,19 +156,24 @@ fn check(
             *slot += 1;
         }
     }
+    // The cache keeps the items above a lower bound, so that it stays valid while supp'(Q) falls
+    // to about CACHE_SLACK of its present value.
+    let bound = (CACHE_SLACK * window.rho * support as f64).floor() as u32;
     let mut over = Vec::new();
+    let mut violated = false;
     for &item in &scratch.touched {
         let count = std::mem::take(&mut scratch.counts[item as usize]) as usize;
-        if window.violates(count, support) && q.binary_search(&item).is_err() {
+        if count > bound as usize && q.binary_search(&item).is_err() {
             over.push(item);
+            violated = violated || (window.violates(count, support) && sensitive_for_target(item));
         }
     }
     scratch.touched.clear();
     over.sort_unstable();
     Verdict {
-        violated: over.iter().any(|&e| sensitive_for_target(e)),
+        violated,
         entry: (support >= CACHE_MIN_SUPPORT).then(|| Checked {
-            support: support as u32,
+            bound,
             over: over.into_boxed_slice(),
         }),
     }
@@ -304,5 +307,53 @@ impl Window {
                 stats.violations += self.fix_antecedent(q, &mut Targets::Sampled(users), &[], None);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use super::super::suppressor::Window;
+
+    /// A seeded window of `records` records over 40 items, some long; item i is sensitive for a
+    /// user with probability 0.5 when i < 8, else 0.02.
+    fn window(records: usize, seed: u64) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut original = Vec::new();
+        let mut sensitive = Vec::new();
+        for _ in 0..records {
+            let len = if rng.random_bool(0.2) {
+                rng.random_range(6..20)
+            } else {
+                rng.random_range(1..6)
+            };
+            let mut items: Vec<u32> = rand::seq::index::sample(&mut rng, 40, len)
+                .iter()
+                .map(|i| i as u32)
+                .collect();
+            items.sort_unstable();
+            original.push(items);
+            sensitive.push(
+                (0..40u32)
+                    .filter(|&i| rng.random_bool(if i < 8 { 0.5 } else { 0.02 }))
+                    .collect(),
+            );
+        }
+        (original, sensitive)
+    }
+
+    #[test]
+    fn release_does_not_depend_on_the_thread_count() {
+        let (original, sensitive) = window(3000, 11);
+        let run = |threads: usize| {
+            let mut w = Window::new(original.clone(), sensitive.clone(), 40, 0.5, 7);
+            let stats = w.suppress_sampled(5, 200, threads);
+            (w.released, stats.rounds, stats.violations)
+        };
+        let one = run(1);
+        assert!(one.2 > 0, "the window needs suppression");
+        assert_eq!(run(2), one);
+        assert_eq!(run(3), one);
     }
 }
