@@ -12,9 +12,16 @@
 //! antecedent is not an adversary. The engine has no clock: [`UtilityReport::seconds`] is 0 when
 //! [`anonymize`] returns and is filled in by the caller that timed it (the CLI, the daemon).
 //!
-//! Layout: [`support`] counts support on vertical tid-lists, `suppressor` holds SUPPRESSOR and
-//! SAMPLESUPPRESSOR, `utility` the utility measures; this module validates input, maps item ids to a
-//! dense range and back, and assembles the [`UtilityReport`].
+//! Layout: [`support`] counts support on vertical tid-lists (bitsets for popular items),
+//! `suppressor` holds the window, the rule repair and SUPPRESSOR, `sampler` SAMPLESUPPRESSOR,
+//! `restore` the final pass that puts back suppressed occurrences no adversary needs gone, `utility`
+//! the utility measures; this module validates input, maps item ids to a dense range and back, and
+//! assembles the [`UtilityReport`].
+//!
+//! Threads: sampled mode checks each round's sample on up to `available_parallelism()` threads and
+//! the two rule minings of the report run side by side; every random draw stays on the calling
+//! thread, so the release depends on the seed alone (the daemon re-runs a window after a crash and
+//! must get the identical release).
 
 mod constraints;
 mod restore;
