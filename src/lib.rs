@@ -3,7 +3,7 @@
 //! Three engines hold the science and nothing else (plain synchronous Rust, time passed in, randomness
 //! from a seeded RNG): [`location`] (CliqueCloak k-anonymous location cloaking), [`transactions`]
 //! (personalized rho-uncertainty by suppression) and [`relational`] (Mondrian with k-anonymity,
-//! l-diversity, t-closeness, delta-disclosure) with [`metrics`]. Around them, thin adapters: [`service`]
+//! l-diversity, t-closeness, delta-disclosure) with the privacy/utility [`measures`]. Around them, thin adapters: [`service`]
 //! (gRPC), [`store`] (durable state), [`daemon`] (wiring, shutdown) and [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
@@ -11,10 +11,11 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod location;
-pub mod metrics;
+pub mod measures;
 pub mod relational;
 pub mod service;
 pub mod store;
+pub mod text;
 pub mod transactions;
 pub mod workload;
 

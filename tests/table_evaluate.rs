@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::f64::consts::LN_2;
 use std::process::Command;
 
-use cloakd::metrics::evaluate::{Baseline, EvaluationOptions, evaluate};
-use cloakd::metrics::queries::{CountQuery, QueryWorkload, Selection, estimated_count};
-use cloakd::metrics::released::read_release;
-use cloakd::metrics::view::ReleaseView;
+use cloakd::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
+use cloakd::measures::queries::{CountQuery, QueryWorkload, Selection, estimated_count};
+use cloakd::measures::released::read_release;
+use cloakd::measures::view::ReleaseView;
 use cloakd::relational::hierarchy::Hierarchy;
 use cloakd::relational::models::PrivacySpec;
 use cloakd::relational::release::{Release, ReleaseMethod, write_csv, write_sensitive_csv};
@@ -364,7 +364,10 @@ async fn grpc_evaluate_measures_the_original_table() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let server = tonic::transport::Server::builder()
-        .add_service(cloakd::service::evaluation::table_evaluator(&config.tables))
+        .add_service(cloakd::service::evaluation::table_evaluator(
+            &config.tables,
+            cloakd::service::table::table_jobs(&config.tables),
+        ))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     let handle = tokio::spawn(server);
     let mut client = TableEvaluatorClient::connect(format!("http://{address}"))

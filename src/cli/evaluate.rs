@@ -2,15 +2,15 @@
 //! [--report EVAL.json] [--input FILE]`: measures a published release (made by `cloakd table
 //! anonymize` or any other tool, or the original table itself) against the job's original table:
 //! Ploss, Uloss, A_know, A_acc, COUNT query error, discernibility and average class size
-//! ([`crate::metrics::evaluate`]). The report is JSON, on stdout unless `--report` names a file.
+//! ([`crate::measures::evaluate`]). The report is JSON, on stdout unless `--report` names a file.
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
 use crate::cli::table::{load_table, open_maybe_gzip};
-use crate::metrics::evaluate::{Baseline, EvaluationOptions, evaluate};
-use crate::metrics::released::read_release;
+use crate::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
+use crate::measures::released::read_release;
 use crate::relational::job::JobSpec;
 
 /// Options of the utility measures, shared by `evaluate` and `frontier`.

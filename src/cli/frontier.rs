@@ -1,8 +1,8 @@
 //! `cloakd table frontier JOB.toml --out DIR [--input FILE]`: anonymizes the job's table under a sweep
 //! of privacy models and parameters (Li & Li's sets by default; `--k`, `--l`, `--t`, `--delta` take
 //! comma-separated lists, an empty list drops the model) with each release method, measures every
-//! release ([`crate::metrics::evaluate`]) and writes `DIR/frontier.csv` and the SVG plots of
-//! [`crate::metrics::frontier::plots`]. Releases run on all cores (`--threads`, default the
+//! release ([`crate::measures::evaluate`]) and writes `DIR/frontier.csv` and the SVG plots of
+//! [`crate::measures::frontier::plots`]. Releases run on all cores (`--threads`, default the
 //! machine's parallelism), one release per thread at a time, sharing the table and the measurement
 //! baseline read-only; a progress bar on stderr counts finished releases. A model a parameter makes
 //! unsatisfiable is reported and left out.
@@ -16,8 +16,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::evaluate::{MeasureArgs, read_job};
 use crate::cli::table::load_table;
-use crate::metrics::evaluate::{Baseline, evaluate};
-use crate::metrics::frontier::{
+use crate::measures::evaluate::{Baseline, evaluate};
+use crate::measures::frontier::{
     FrontierPoint, SweepItem, SweptModel, mark_efficient, plots, sweep, write_csv,
 };
 use crate::relational::release::ReleaseMethod;

@@ -24,6 +24,8 @@ mod checker;
 pub mod engine;
 pub mod geo;
 pub mod replay;
+pub mod session;
+pub mod tracking;
 
 pub use engine::Engine;
 pub use geo::GeoBox;

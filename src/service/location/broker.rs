@@ -1,192 +1,61 @@
-//! gRPC adapter of location cloaking: `LocationBroker.Submit` (mobile clients) and `LbsGateway`
-//! (providers), around one broker actor that owns the CliqueCloak [`Engine`].
+//! The broker actor: owns the CliqueCloak [`Engine`] and every routing table of the location path.
 //!
-//! Flow: each client stream's task validates requests (rejections name the field and the rule) and hands
-//! them to the actor over a bounded channel (backpressure, not growth). The actor stamps arrival time on
-//! tokio's clock, feeds the engine, and routes outcomes: `Cloaked`/`Expired`/`Rejected` to the client,
-//! `CloakedRequest` to the service's provider queue (bounded; it also buffers while no provider is
-//! subscribed, and when it is full the client gets `Undelivered`). Answers come back by pseudonym through a
-//! routing table whose entries live `answer_ttl_ms`.
-//!
-//! Invariants: every accepted request gets exactly one of Cloaked, Expired or Rejected (at shutdown the
-//! still-pending ones get Rejected with UNAVAILABLE); providers never see a user id, k or exact point;
-//! every queue and table is bounded by a configured limit.
+//! Client streams hand it validated requests over one bounded command channel. It stamps arrival time
+//! on tokio's clock ([`BrokerClock`]), feeds the engine, sends `Cloaked`/`Expired`/`Rejected` to the
+//! client, puts `CloakedRequest`s on the service's bounded provider queue (`Undelivered` when it is
+//! full), and routes answers back by pseudonym while their route lives (`answer_ttl_ms`).
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Code, Status};
 
 use crate::config::LocationConfig;
 use crate::location::{
     CloakRequest, CloakedGroup, Engine, GeoBox, Outcome, Pseudonym, RequestId, UserKey,
 };
-use crate::proto::lbs_gateway_server::{LbsGateway, LbsGatewayServer};
-use crate::proto::location_broker_server::{LocationBroker, LocationBrokerServer};
-use crate::proto::{
-    self, AnswerSummary, BoundingBox, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent,
-    LocationRequest, location_event,
-};
-use crate::service::{StreamLimit, StreamSlot};
+use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
 
-/// Longest user id accepted, in bytes.
-pub const MAX_USER_ID_BYTES: usize = 256;
-/// Commands buffered between the client streams and the broker actor.
-const COMMAND_QUEUE: usize = 65_536;
+use super::error::LocationError;
+use super::validate::{AdmittedRequest, Rejection};
+
 /// Commands the actor takes per wake-up.
 const COMMAND_BATCH: usize = 1024;
 
-type ClientId = u64;
-type EventSender = mpsc::Sender<Result<LocationEvent, Status>>;
+pub(super) type ClientId = u64;
 
-/// A request that passed validation, with defaults filled in.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AdmittedRequest {
-    pub user_id: String,
-    pub request_no: u64,
-    pub lat: f64,
-    pub lon: f64,
-    pub k: u32,
-    pub dx_m: f64,
-    pub dy_m: f64,
-    pub dt_ms: u64,
-    pub payload: Vec<u8>,
-    pub service: usize,
+/// The bounded event queue of one client stream. One place beyond `location.client_queue` is kept
+/// for the status that ends the stream, so a client that reads too slowly (or whose request stream
+/// broke) always learns why its stream ended once it reads again.
+#[derive(Debug, Clone)]
+pub(super) struct EventQueue {
+    sender: mpsc::Sender<Result<LocationEvent, Status>>,
 }
 
-/// Why a request was not accepted: the field, the rule, and the gRPC code.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct Rejection {
-    pub field: &'static str,
-    pub reason: String,
-    pub code: Code,
-}
-
-impl Rejection {
-    fn invalid(field: &'static str, reason: impl Into<String>) -> Rejection {
-        Rejection {
-            field,
-            reason: reason.into(),
-            code: Code::InvalidArgument,
-        }
+impl EventQueue {
+    pub(super) fn channel(
+        client_queue: usize,
+    ) -> (EventQueue, mpsc::Receiver<Result<LocationEvent, Status>>) {
+        let (sender, receiver) = mpsc::channel(client_queue.saturating_add(1));
+        (EventQueue { sender }, receiver)
     }
 
-    fn exhausted(field: &'static str, reason: impl Into<String>) -> Rejection {
-        Rejection {
-            field,
-            reason: reason.into(),
-            code: Code::ResourceExhausted,
-        }
+    /// Queues an event unless only the place reserved for the final status is left; false when the
+    /// event was not queued (the client is too slow, or gone).
+    pub(super) fn try_event(&self, event: LocationEvent) -> bool {
+        self.sender.capacity() > 1 && self.sender.try_send(Ok(event)).is_ok()
     }
 
-    fn to_event(&self, request_no: u64) -> LocationEvent {
-        LocationEvent {
-            request_no,
-            outcome: Some(location_event::Outcome::Rejected(proto::Rejected {
-                field: self.field.to_string(),
-                reason: self.reason.clone(),
-                code: self.code as i32,
-            })),
-        }
+    /// Ends the stream with `status` (uses the reserved place).
+    pub(super) fn finish(&self, status: Status) {
+        let _ = self.sender.try_send(Err(status));
     }
-}
 
-/// Checks one request against the configured rules and fills in defaults.
-pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRequest, Rejection> {
-    if req.user_id.trim().is_empty() {
-        return Err(Rejection::invalid("user_id", "must not be empty"));
+    pub(super) fn is_closed(&self) -> bool {
+        self.sender.is_closed()
     }
-    if req.user_id.len() > MAX_USER_ID_BYTES {
-        return Err(Rejection::invalid(
-            "user_id",
-            format!("must be at most {MAX_USER_ID_BYTES} bytes"),
-        ));
-    }
-    if !req.lat.is_finite() || !(-90.0..=90.0).contains(&req.lat) {
-        return Err(Rejection::invalid(
-            "lat",
-            format!(
-                "must be a finite latitude in [-90, 90] degrees (got {})",
-                req.lat
-            ),
-        ));
-    }
-    if !req.lon.is_finite() || !(-180.0..=180.0).contains(&req.lon) {
-        return Err(Rejection::invalid(
-            "lon",
-            format!(
-                "must be a finite longitude in [-180, 180] degrees (got {})",
-                req.lon
-            ),
-        ));
-    }
-    let k = req.k.unwrap_or(cfg.default_k);
-    if k < cfg.min_k || k > cfg.max_k {
-        return Err(Rejection::invalid(
-            "k",
-            format!("must lie in [{}, {}] (got {k})", cfg.min_k, cfg.max_k),
-        ));
-    }
-    let tolerance = |field: &'static str, v: Option<f64>, default: f64, max: f64| {
-        let v = v.unwrap_or(default);
-        if !v.is_finite() || v <= 0.0 || v > max {
-            Err(Rejection::invalid(
-                field,
-                format!("must be a tolerance in metres in (0, {max}] (got {v})"),
-            ))
-        } else {
-            Ok(v)
-        }
-    };
-    let dx_m = tolerance("dx_m", req.dx_m, cfg.default_dx_m, cfg.max_dx_m)?;
-    let dy_m = tolerance("dy_m", req.dy_m, cfg.default_dy_m, cfg.max_dy_m)?;
-    let dt_ms = req.dt_ms.unwrap_or(cfg.default_dt_ms);
-    if dt_ms == 0 || dt_ms > cfg.max_dt_ms {
-        return Err(Rejection::invalid(
-            "dt_ms",
-            format!(
-                "must be a tolerance in milliseconds in [1, {}] (got {dt_ms})",
-                cfg.max_dt_ms
-            ),
-        ));
-    }
-    if req.payload.len() > cfg.max_payload_bytes {
-        return Err(Rejection::invalid(
-            "payload",
-            format!(
-                "must be at most {} bytes (got {})",
-                cfg.max_payload_bytes,
-                req.payload.len()
-            ),
-        ));
-    }
-    let Some(service) = cfg.services.iter().position(|s| *s == req.service) else {
-        return Err(Rejection::invalid(
-            "service",
-            format!(
-                "unknown service {:?}; this broker serves {:?}",
-                req.service, cfg.services
-            ),
-        ));
-    };
-    Ok(AdmittedRequest {
-        user_id: req.user_id,
-        request_no: req.request_no,
-        lat: req.lat,
-        lon: req.lon,
-        k,
-        dx_m,
-        dy_m,
-        dt_ms,
-        payload: req.payload,
-        service,
-    })
 }
 
 /// The broker's clock: Unix milliseconds read from tokio's clock, so tests can pause time.
@@ -228,15 +97,15 @@ impl Default for BrokerClock {
 
 /// Tally of one `Answer` stream, kept by the actor.
 #[derive(Debug, Default)]
-struct AnswerTally {
-    delivered: AtomicU64,
-    undeliverable: AtomicU64,
+pub(super) struct AnswerTally {
+    pub(super) delivered: AtomicU64,
+    pub(super) undeliverable: AtomicU64,
 }
 
-enum Command {
+pub(super) enum Command {
     Open {
         client: ClientId,
-        events: EventSender,
+        events: EventQueue,
     },
     Submit {
         client: ClientId,
@@ -249,6 +118,12 @@ enum Command {
     },
     /// The client half-closed: close its stream once nothing more can reach it.
     InboundClosed { client: ClientId },
+    /// The client's request stream broke (oversized or undecodable message): its pending requests
+    /// still get their outcome, then the stream ends with the error's status.
+    InboundFailed {
+        client: ClientId,
+        error: LocationError,
+    },
     /// The client went away.
     Gone { client: ClientId },
     Answer {
@@ -261,7 +136,9 @@ enum Command {
 }
 
 struct ClientState {
-    events: EventSender,
+    events: EventQueue,
+    /// The status that ends the stream once it has drained (OK when `None`).
+    final_status: Option<Status>,
     pending: HashSet<RequestId>,
     /// Forwarded requests whose pseudonym is still routable and has not been answered yet.
     awaiting_answer: usize,
@@ -284,12 +161,14 @@ struct Route {
 }
 
 /// The actor that owns the engine and every routing table.
-struct Broker {
+pub(super) struct Broker {
     cfg: Arc<LocationConfig>,
     clock: BrokerClock,
     engine: Engine,
     next_request_id: RequestId,
-    next_user_key: UserKey,
+    /// Keyed hash (random key per broker) giving each user id the same key for the broker's lifetime,
+    /// also while he has nothing pending, as memorized anonymity sets need.
+    user_keys: std::hash::RandomState,
     /// Interned user ids with the number of their pending requests.
     users: HashMap<String, (UserKey, usize)>,
     pending: HashMap<RequestId, PendingEntry>,
@@ -302,6 +181,28 @@ struct Broker {
 }
 
 impl Broker {
+    pub(super) fn new(
+        cfg: Arc<LocationConfig>,
+        seed: u64,
+        provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
+    ) -> Broker {
+        Broker {
+            engine: Engine::new(cfg.search, seed).with_sessions(cfg.sessions),
+            cfg,
+            clock: BrokerClock::new(),
+            next_request_id: 0,
+            user_keys: std::hash::RandomState::new(),
+            users: HashMap::new(),
+            pending: HashMap::new(),
+            pending_keys: HashSet::new(),
+            clients: HashMap::new(),
+            provider_queues,
+            routes: HashMap::new(),
+            route_expiry: VecDeque::new(),
+            outcomes: Vec::new(),
+        }
+    }
+
     fn handle(&mut self, command: Command) {
         match command {
             Command::Open { client, events } => {
@@ -309,6 +210,7 @@ impl Broker {
                     client,
                     ClientState {
                         events,
+                        final_status: None,
                         pending: HashSet::new(),
                         awaiting_answer: 0,
                         draining: false,
@@ -324,6 +226,13 @@ impl Broker {
             Command::InboundClosed { client } => {
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.draining = true;
+                }
+                self.maybe_close(client);
+            }
+            Command::InboundFailed { client, error } => {
+                if let Some(state) = self.clients.get_mut(&client) {
+                    state.draining = true;
+                    state.final_status = Some(error.into());
                 }
                 self.maybe_close(client);
             }
@@ -367,20 +276,17 @@ impl Broker {
         let user = match self.users.get(&request.user_id) {
             Some((key, _)) => *key,
             None => {
-                let key = self.next_user_key;
-                self.next_user_key += 1;
+                let key = std::hash::BuildHasher::hash_one(&self.user_keys, &request.user_id);
                 self.users.insert(request.user_id.clone(), (key, 0));
                 key
             }
         };
         if !self.pending_keys.insert((user, request_no)) {
-            let rejection = Rejection::invalid(
-                "request_no",
-                format!(
-                    "user {:?} already has request {request_no} pending",
-                    request.user_id
-                ),
-            );
+            let rejection = Rejection {
+                field: "request_no",
+                reason: format!("the user already has request {request_no} pending"),
+                code: Code::AlreadyExists,
+            };
             return self.send(client, rejection.to_event(request_no));
         }
         let id = self.next_request_id;
@@ -597,31 +503,40 @@ impl Broker {
         }
     }
 
-    /// Sends an event; a client that is gone or reads too slowly loses its stream.
+    /// Sends an event; a client that is gone or reads too slowly loses its stream (the slow one is
+    /// told so with RESOURCE_EXHAUSTED when it reads again).
     fn send(&mut self, client: ClientId, event: LocationEvent) {
         let Some(state) = self.clients.get(&client) else {
             return;
         };
-        match state.events.try_send(Ok(event)) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(
-                    client,
-                    limit = self.cfg.client_queue,
-                    "client reads too slowly; closing its stream (location.client_queue)"
-                );
-                self.drop_client(client);
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.drop_client(client),
+        if state.events.try_event(event) {
+            return;
         }
+        if !state.events.is_closed() {
+            tracing::warn!(
+                client,
+                limit = self.cfg.client_queue,
+                "client reads too slowly; closing its stream (location.client_queue)"
+            );
+            state.events.finish(
+                LocationError::ClientTooSlow {
+                    limit: self.cfg.client_queue,
+                }
+                .into(),
+            );
+        }
+        self.drop_client(client);
     }
 
     fn maybe_close(&mut self, client: ClientId) {
         let done = self.clients.get(&client).is_some_and(|state| {
             state.draining && state.pending.is_empty() && state.awaiting_answer == 0
         });
-        if done {
-            self.clients.remove(&client);
+        if done
+            && let Some(state) = self.clients.remove(&client)
+            && let Some(status) = state.final_status
+        {
+            state.events.finish(status);
         }
     }
 
@@ -654,7 +569,7 @@ impl Broker {
         self.provider_queues.clear();
     }
 
-    async fn run(
+    pub(super) async fn run(
         mut self,
         mut commands: mpsc::Receiver<Command>,
         mut shutdown: watch::Receiver<bool>,
@@ -693,230 +608,5 @@ fn to_proto_box(b: &GeoBox) -> BoundingBox {
         min_lon: b.min_lon,
         max_lat: b.max_lat,
         max_lon: b.max_lon,
-    }
-}
-
-/// The location services sharing one broker actor.
-#[derive(Clone)]
-pub struct LocationServices {
-    cfg: Arc<LocationConfig>,
-    commands: mpsc::Sender<Command>,
-    provider_receivers: Arc<Vec<async_channel::Receiver<CloakedRequest>>>,
-    client_streams: StreamLimit,
-    provider_streams: StreamLimit,
-    next_client: Arc<AtomicU64>,
-    stop: watch::Receiver<bool>,
-}
-
-impl LocationServices {
-    /// Starts the broker actor; it stops when `shutdown` turns true (or every handle is dropped).
-    pub fn start(cfg: LocationConfig, shutdown: watch::Receiver<bool>) -> LocationServices {
-        let cfg = Arc::new(cfg);
-        let seed = cfg.seed.unwrap_or_else(rand::random::<u64>);
-        let (senders, receivers): (Vec<_>, Vec<_>) = cfg
-            .services
-            .iter()
-            .map(|_| async_channel::bounded(cfg.provider_queue))
-            .unzip();
-        let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
-        let broker = Broker {
-            cfg: Arc::clone(&cfg),
-            clock: BrokerClock::new(),
-            engine: Engine::new(cfg.search, seed),
-            next_request_id: 0,
-            next_user_key: 0,
-            users: HashMap::new(),
-            pending: HashMap::new(),
-            pending_keys: HashSet::new(),
-            clients: HashMap::new(),
-            provider_queues: senders,
-            routes: HashMap::new(),
-            route_expiry: VecDeque::new(),
-            outcomes: Vec::new(),
-        };
-        tokio::spawn(broker.run(command_rx, shutdown.clone()));
-        LocationServices {
-            client_streams: StreamLimit::new("location.max_client_streams", cfg.max_client_streams),
-            provider_streams: StreamLimit::new(
-                "location.max_provider_streams",
-                cfg.max_provider_streams,
-            ),
-            cfg,
-            commands,
-            provider_receivers: Arc::new(receivers),
-            next_client: Arc::new(AtomicU64::new(0)),
-            stop: shutdown,
-        }
-    }
-
-    pub fn broker_server(&self) -> LocationBrokerServer<LocationServices> {
-        LocationBrokerServer::new(self.clone())
-    }
-
-    pub fn gateway_server(&self) -> LbsGatewayServer<LocationServices> {
-        LbsGatewayServer::new(self.clone())
-    }
-}
-
-fn broker_gone() -> Status {
-    Status::unavailable("the location broker is shutting down")
-}
-
-/// A response stream that holds its stream-limit place while it lives.
-struct SlotStream<S> {
-    inner: S,
-    _slot: StreamSlot,
-}
-
-impl<S: Stream + Unpin> Stream for SlotStream<S> {
-    type Item = S::Item;
-    fn poll_next(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        Pin::new(&mut self.inner).poll_next(cx)
-    }
-}
-
-type EventStream = Pin<Box<dyn Stream<Item = Result<LocationEvent, Status>> + Send>>;
-type CloakedStream = Pin<Box<dyn Stream<Item = Result<CloakedRequest, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl LocationBroker for LocationServices {
-    type SubmitStream = EventStream;
-
-    async fn submit(
-        &self,
-        request: Request<Streaming<LocationRequest>>,
-    ) -> Result<Response<Self::SubmitStream>, Status> {
-        let slot = self.client_streams.acquire()?;
-        let client = self.next_client.fetch_add(1, Ordering::Relaxed);
-        let (events, event_rx) = mpsc::channel(self.cfg.client_queue);
-        self.commands
-            .send(Command::Open { client, events })
-            .await
-            .map_err(|_| broker_gone())?;
-        let mut inbound = request.into_inner();
-        let commands = self.commands.clone();
-        let cfg = Arc::clone(&self.cfg);
-        let mut stop = self.stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let message = tokio::select! {
-                    message = inbound.message() => message,
-                    // At shutdown stop reading, so the stream (and its connection) can close.
-                    _ = stop.wait_for(|stop| *stop) => break,
-                };
-                let command = match message {
-                    Ok(Some(req)) => {
-                        let request_no = req.request_no;
-                        match validate(req, &cfg) {
-                            Ok(request) => Command::Submit { client, request },
-                            Err(rejection) => Command::Reject {
-                                client,
-                                request_no,
-                                rejection,
-                            },
-                        }
-                    }
-                    Ok(None) => {
-                        let _ = commands.send(Command::InboundClosed { client }).await;
-                        break;
-                    }
-                    Err(_) => {
-                        let _ = commands.send(Command::Gone { client }).await;
-                        break;
-                    }
-                };
-                if commands.send(command).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(SlotStream {
-            inner: ReceiverStream::new(event_rx),
-            _slot: slot,
-        })))
-    }
-}
-
-#[tonic::async_trait]
-impl LbsGateway for LocationServices {
-    type SubscribeStream = CloakedStream;
-
-    async fn subscribe(
-        &self,
-        request: Request<LbsSubscription>,
-    ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let service = request.into_inner().service;
-        let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
-            return Err(Status::invalid_argument(format!(
-                "service: unknown service {service:?}; this broker serves {:?}",
-                self.cfg.services
-            )));
-        };
-        let slot = self.provider_streams.acquire()?;
-        let queue = self.provider_receivers[index].clone();
-        Ok(Response::new(Box::pin(SlotStream {
-            inner: Box::pin(queue).map(Ok),
-            _slot: slot,
-        })))
-    }
-
-    async fn answer(
-        &self,
-        request: Request<Streaming<LbsAnswer>>,
-    ) -> Result<Response<AnswerSummary>, Status> {
-        let mut inbound = request.into_inner();
-        let tally = Arc::new(AnswerTally::default());
-        let mut failure = None;
-        loop {
-            match inbound.message().await {
-                Ok(Some(answer)) => {
-                    let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
-                        Ok(p) if answer.pseudonym.len() == 32 => p,
-                        _ => {
-                            failure = Some(Status::invalid_argument(format!(
-                                "pseudonym: must be 32 hex digits as received in CloakedRequest (got {:?})",
-                                answer.pseudonym
-                            )));
-                            break;
-                        }
-                    };
-                    if answer.payload.len() > self.cfg.max_payload_bytes {
-                        failure = Some(Status::invalid_argument(format!(
-                            "payload: must be at most {} bytes (got {})",
-                            self.cfg.max_payload_bytes,
-                            answer.payload.len()
-                        )));
-                        break;
-                    }
-                    self.commands
-                        .send(Command::Answer {
-                            pseudonym,
-                            payload: answer.payload,
-                            tally: Arc::clone(&tally),
-                        })
-                        .await
-                        .map_err(|_| broker_gone())?;
-                }
-                Ok(None) => break,
-                Err(status) => return Err(status),
-            }
-        }
-        // Every answer sent so far is routed before the summary (or the error) is returned.
-        let (done, wait) = oneshot::channel();
-        self.commands
-            .send(Command::Sync { done })
-            .await
-            .map_err(|_| broker_gone())?;
-        wait.await.map_err(|_| broker_gone())?;
-        if let Some(status) = failure {
-            return Err(status);
-        }
-        Ok(Response::new(AnswerSummary {
-            delivered: tally.delivered.load(Ordering::Relaxed),
-            undeliverable: tally.undeliverable.load(Ordering::Relaxed),
-        }))
     }
 }

@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 use cloakd::cli::table::load_table;
-use cloakd::metrics::evaluate::{Baseline, EvaluationOptions, evaluate};
+use cloakd::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
 use cloakd::relational::anonymize;
 use cloakd::relational::job::JobSpec;
 use cloakd::relational::models::PrivacySpec;

@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use crate::metrics::evaluate::Evaluation;
+use crate::measures::evaluate::Evaluation;
 use crate::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
 use crate::relational::release::ReleaseMethod;
 

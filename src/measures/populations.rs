@@ -22,8 +22,8 @@
 //! P̄_y = Q. A population the release gives no mass at all counts as the maximum ln 2.
 use std::collections::{HashMap, HashSet};
 
-use crate::metrics::distance::js_divergence;
-use crate::metrics::view::{Region, ReleaseView};
+use crate::measures::distance::js_divergence;
+use crate::measures::view::{Region, ReleaseView};
 use crate::relational::table::{QuasiAttribute, Table};
 
 /// An item id; lower ids are more frequent in the original table.

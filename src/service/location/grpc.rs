@@ -1,0 +1,237 @@
+//! The gRPC handlers of `LocationBroker` and `LbsGateway`: they read client and provider streams,
+//! validate, and talk to the broker actor over its command channel.
+//!
+//! Request streams are always drained: a reader never waits on the broker (a full command queue
+//! rejects that one request with RESOURCE_EXHAUSTED), so HTTP/2 never buffers frames the daemon does
+//! not read, and one stalled stream cannot make the connection's frame budget run out for the others.
+//! A broken request stream (oversized or undecodable message) ends the event stream with its status
+//! after every request already accepted has had its outcome.
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::location::Pseudonym;
+use crate::proto::lbs_gateway_server::LbsGateway;
+use crate::proto::location_broker_server::LocationBroker;
+use crate::proto::{
+    AnswerSummary, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest,
+};
+use crate::service::{InboundError, StreamSlot, drain};
+
+use super::LocationServices;
+use super::broker::{AnswerTally, Command, EventQueue};
+use super::error::LocationError;
+use super::validate::{Rejection, validate};
+
+/// A response stream that holds its stream-limit place while it lives.
+struct SlotStream<S> {
+    inner: S,
+    _slot: StreamSlot,
+}
+
+impl<S: Stream + Unpin> Stream for SlotStream<S> {
+    type Item = S::Item;
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        Pin::new(&mut self.inner).poll_next(cx)
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<LocationEvent, Status>> + Send>>;
+type CloakedStream = Pin<Box<dyn Stream<Item = Result<CloakedRequest, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl LocationBroker for LocationServices {
+    type SubmitStream = EventStream;
+
+    async fn submit(
+        &self,
+        request: Request<Streaming<LocationRequest>>,
+    ) -> Result<Response<Self::SubmitStream>, Status> {
+        let slot = self.client_streams.acquire().map_err(LocationError::from)?;
+        let client = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let (events, event_rx) = EventQueue::channel(self.cfg.client_queue);
+        self.commands
+            .send(Command::Open {
+                client,
+                events: events.clone(),
+            })
+            .await
+            .map_err(|_| LocationError::ShuttingDown)?;
+        let mut inbound = request.into_inner();
+        let commands = self.commands.clone();
+        let cfg = Arc::clone(&self.cfg);
+        let max_message_bytes = self.max_message_bytes;
+        let mut stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    message = inbound.message() => message,
+                    // At shutdown stop reading, so the stream (and its connection) can close.
+                    _ = stop.wait_for(|stop| *stop) => break,
+                };
+                let command = match message {
+                    Ok(Some(req)) => {
+                        if events.is_closed() {
+                            // The event stream is over; keep draining so HTTP/2 buffers nothing.
+                            continue;
+                        }
+                        let request_no = req.request_no;
+                        match validate(req, &cfg) {
+                            Ok(request) => Command::Submit { client, request },
+                            Err(rejection) => Command::Reject {
+                                client,
+                                request_no,
+                                rejection,
+                            },
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = commands.send(Command::InboundClosed { client }).await;
+                        break;
+                    }
+                    Err(status) => {
+                        let error = InboundError::classify(&status, max_message_bytes);
+                        let command = match error {
+                            InboundError::Transport { .. } => Command::Gone { client },
+                            error => Command::InboundFailed {
+                                client,
+                                error: error.into(),
+                            },
+                        };
+                        let _ = commands.send(command).await;
+                        break;
+                    }
+                };
+                let request_no = match &command {
+                    Command::Submit { request, .. } => request.request_no,
+                    Command::Reject { request_no, .. } => *request_no,
+                    _ => continue,
+                };
+                match commands.try_send(command) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        let overloaded = LocationError::Overloaded {
+                            queue: commands.max_capacity(),
+                            what: "the request was",
+                        };
+                        let rejection = Rejection::exhausted("request_no", overloaded.to_string());
+                        events.try_event(rejection.to_event(request_no));
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => break,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(SlotStream {
+            inner: ReceiverStream::new(event_rx),
+            _slot: slot,
+        })))
+    }
+}
+
+#[tonic::async_trait]
+impl LbsGateway for LocationServices {
+    type SubscribeStream = CloakedStream;
+
+    async fn subscribe(
+        &self,
+        request: Request<LbsSubscription>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let service = request.into_inner().service;
+        let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
+            return Err(LocationError::UnknownService {
+                service,
+                services: self.cfg.services.clone(),
+            }
+            .into());
+        };
+        let slot = self
+            .provider_streams
+            .acquire()
+            .map_err(LocationError::from)?;
+        let queue = self.provider_receivers[index].clone();
+        Ok(Response::new(Box::pin(SlotStream {
+            inner: Box::pin(queue).map(Ok),
+            _slot: slot,
+        })))
+    }
+
+    async fn answer(
+        &self,
+        request: Request<Streaming<LbsAnswer>>,
+    ) -> Result<Response<AnswerSummary>, Status> {
+        let mut inbound = request.into_inner();
+        let tally = Arc::new(AnswerTally::default());
+        let mut failure: Option<LocationError> = None;
+        loop {
+            match inbound.message().await {
+                Ok(Some(answer)) => {
+                    let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
+                        Ok(p) if answer.pseudonym.len() == 32 => p,
+                        _ => {
+                            failure = Some(LocationError::InvalidPseudonym(answer.pseudonym));
+                            break;
+                        }
+                    };
+                    if answer.payload.len() > self.cfg.max_payload_bytes {
+                        failure = Some(LocationError::PayloadTooLarge {
+                            limit: self.cfg.max_payload_bytes,
+                            got: answer.payload.len(),
+                        });
+                        break;
+                    }
+                    let command = Command::Answer {
+                        pseudonym,
+                        payload: answer.payload,
+                        tally: Arc::clone(&tally),
+                    };
+                    match self.commands.try_send(command) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            failure = Some(LocationError::Overloaded {
+                                queue: self.commands.max_capacity(),
+                                what: "this answer and the ones after it were",
+                            });
+                            break;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            return Err(LocationError::ShuttingDown.into());
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    match InboundError::classify(&status, self.max_message_bytes) {
+                        InboundError::Transport { .. } => return Err(status),
+                        error => failure = Some(error.into()),
+                    }
+                    break;
+                }
+            }
+        }
+        if failure.is_some() {
+            drain(inbound);
+        }
+        // Every answer sent so far is routed before the summary (or the error) is returned.
+        let (done, wait) = oneshot::channel();
+        self.commands
+            .send(Command::Sync { done })
+            .await
+            .map_err(|_| LocationError::ShuttingDown)?;
+        wait.await.map_err(|_| LocationError::ShuttingDown)?;
+        if let Some(error) = failure {
+            return Err(error.into());
+        }
+        Ok(Response::new(AnswerSummary {
+            delivered: tally.delivered.load(Ordering::Relaxed),
+            undeliverable: tally.undeliverable.load(Ordering::Relaxed),
+        }))
+    }
+}

@@ -1,0 +1,155 @@
+//! Validation of location requests: each `LocationRequest` is checked against the configured rules and
+//! its defaults filled in, or rejected naming the field, the rule and the gRPC code.
+use tonic::Code;
+
+use crate::config::LocationConfig;
+use crate::proto::{self, LocationEvent, LocationRequest, location_event};
+
+/// Longest user id accepted, in bytes.
+pub const MAX_USER_ID_BYTES: usize = 256;
+
+/// A request that passed validation, with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmittedRequest {
+    pub user_id: String,
+    pub request_no: u64,
+    pub lat: f64,
+    pub lon: f64,
+    pub k: u32,
+    pub dx_m: f64,
+    pub dy_m: f64,
+    pub dt_ms: u64,
+    pub payload: Vec<u8>,
+    pub service: usize,
+}
+
+/// Why a request was not accepted: the field, the rule, and the gRPC code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct Rejection {
+    pub field: &'static str,
+    pub reason: String,
+    pub code: Code,
+}
+
+impl Rejection {
+    pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Rejection {
+        Rejection {
+            field,
+            reason: reason.into(),
+            code: Code::InvalidArgument,
+        }
+    }
+
+    pub(super) fn exhausted(field: &'static str, reason: impl Into<String>) -> Rejection {
+        Rejection {
+            field,
+            reason: reason.into(),
+            code: Code::ResourceExhausted,
+        }
+    }
+
+    pub(super) fn to_event(&self, request_no: u64) -> LocationEvent {
+        LocationEvent {
+            request_no,
+            outcome: Some(location_event::Outcome::Rejected(proto::Rejected {
+                field: self.field.to_string(),
+                reason: self.reason.clone(),
+                code: self.code as i32,
+            })),
+        }
+    }
+}
+
+/// Checks one request against the configured rules and fills in defaults.
+pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRequest, Rejection> {
+    if req.user_id.trim().is_empty() {
+        return Err(Rejection::invalid("user_id", "must not be empty"));
+    }
+    if req.user_id.len() > MAX_USER_ID_BYTES {
+        return Err(Rejection::invalid(
+            "user_id",
+            format!("must be at most {MAX_USER_ID_BYTES} bytes"),
+        ));
+    }
+    if !req.lat.is_finite() || !(-90.0..=90.0).contains(&req.lat) {
+        return Err(Rejection::invalid(
+            "lat",
+            format!(
+                "must be a finite latitude in [-90, 90] degrees (got {})",
+                req.lat
+            ),
+        ));
+    }
+    if !req.lon.is_finite() || !(-180.0..=180.0).contains(&req.lon) {
+        return Err(Rejection::invalid(
+            "lon",
+            format!(
+                "must be a finite longitude in [-180, 180] degrees (got {})",
+                req.lon
+            ),
+        ));
+    }
+    let k = req.k.unwrap_or(cfg.default_k);
+    if k < cfg.min_k || k > cfg.max_k {
+        return Err(Rejection::invalid(
+            "k",
+            format!("must lie in [{}, {}] (got {k})", cfg.min_k, cfg.max_k),
+        ));
+    }
+    let tolerance = |field: &'static str, v: Option<f64>, default: f64, max: f64| {
+        let v = v.unwrap_or(default);
+        if !v.is_finite() || v <= 0.0 || v > max {
+            Err(Rejection::invalid(
+                field,
+                format!("must be a tolerance in metres in (0, {max}] (got {v})"),
+            ))
+        } else {
+            Ok(v)
+        }
+    };
+    let dx_m = tolerance("dx_m", req.dx_m, cfg.default_dx_m, cfg.max_dx_m)?;
+    let dy_m = tolerance("dy_m", req.dy_m, cfg.default_dy_m, cfg.max_dy_m)?;
+    let dt_ms = req.dt_ms.unwrap_or(cfg.default_dt_ms);
+    if dt_ms == 0 || dt_ms > cfg.max_dt_ms {
+        return Err(Rejection::invalid(
+            "dt_ms",
+            format!(
+                "must be a tolerance in milliseconds in [1, {}] (got {dt_ms})",
+                cfg.max_dt_ms
+            ),
+        ));
+    }
+    if req.payload.len() > cfg.max_payload_bytes {
+        return Err(Rejection::invalid(
+            "payload",
+            format!(
+                "must be at most {} bytes (got {})",
+                cfg.max_payload_bytes,
+                req.payload.len()
+            ),
+        ));
+    }
+    let Some(service) = cfg.services.iter().position(|s| *s == req.service) else {
+        return Err(Rejection::invalid(
+            "service",
+            format!(
+                "unknown service {}; this broker serves {:?}",
+                crate::service::quote(&req.service),
+                cfg.services
+            ),
+        ));
+    };
+    Ok(AdmittedRequest {
+        user_id: req.user_id,
+        request_no: req.request_no,
+        lat: req.lat,
+        lon: req.lon,
+        k,
+        dx_m,
+        dy_m,
+        dt_ms,
+        payload: req.payload,
+        service,
+    })
+}
