@@ -57,6 +57,16 @@ pub struct RawServer {
     pub listen: String,
     pub max_concurrent_streams: u32,
     pub shutdown_grace_ms: u64,
+    pub max_message_bytes: usize,
+    pub max_connections: usize,
+    pub handshake_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub keepalive_interval_ms: u64,
+    pub keepalive_timeout_ms: u64,
+    pub http2_connection_window_bytes: u32,
+    pub http2_stream_window_bytes: u32,
+    pub http2_max_pending_accept_reset_streams: usize,
+    pub http2_max_local_error_reset_streams: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -93,6 +103,9 @@ pub struct RawTransactions {
     pub max_items_per_record: usize,
     pub max_item_bytes: usize,
     pub max_open_records: usize,
+    pub max_window_antecedents: u64,
+    pub max_streams: usize,
+    pub max_unacked_per_publish: usize,
     pub subscriber_queue: usize,
     pub defaults: RawStreamSettings,
     #[serde(default)]
@@ -130,6 +143,8 @@ pub struct RawTables {
     pub max_bytes: usize,
     pub max_concurrent_jobs: usize,
     pub rows_per_chunk: usize,
+    pub max_queries: usize,
+    pub upload_idle_ms: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -150,6 +165,20 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_concurrent_streams: u32,
     pub shutdown_grace: Duration,
+    /// Largest request message of the streaming services.
+    pub max_message_bytes: usize,
+    /// Most open TCP connections; further ones are closed at once.
+    pub max_connections: usize,
+    /// A connection must send its first bytes (HTTP/2 preface or TLS hello) within this.
+    pub handshake_timeout: Duration,
+    /// A connection with no open stream for this long is closed.
+    pub idle_timeout: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub http2_connection_window_bytes: u32,
+    pub http2_stream_window_bytes: u32,
+    pub http2_max_pending_accept_reset_streams: usize,
+    pub http2_max_local_error_reset_streams: usize,
 }
 
 pub use crate::location::SearchMode;
@@ -207,6 +236,12 @@ pub struct TransactionsConfig {
     pub max_items_per_record: usize,
     pub max_item_bytes: usize,
     pub max_open_records: usize,
+    /// Exact mode's budget per window: the sum over its records of Σ_{l<=m} C(|D_u|, l).
+    pub max_window_antecedents: u64,
+    /// Most transaction streams (names) the daemon keeps.
+    pub max_streams: usize,
+    /// Most records one Publish stream may have sent and not yet had acknowledged.
+    pub max_unacked_per_publish: usize,
     pub subscriber_queue: usize,
     pub defaults: StreamSettings,
     pub streams: BTreeMap<String, StreamSettings>,
@@ -225,6 +260,10 @@ pub struct TablesConfig {
     pub max_bytes: usize,
     pub max_concurrent_jobs: usize,
     pub rows_per_chunk: usize,
+    /// Most COUNT queries one evaluation may ask for.
+    pub max_queries: usize,
+    /// An upload with no message for this long is cancelled.
+    pub upload_idle: Duration,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,10 +420,56 @@ impl RawServer {
                 "must be at least 1",
             ));
         }
+        let millis = |key: &str, v: u64| {
+            if v == 0 {
+                Err(invalid(key, "must be at least 1 (milliseconds)"))
+            } else {
+                Ok(Duration::from_millis(v))
+            }
+        };
+        let window = |key: &str, v: u32| {
+            // HTTP/2 windows lie in [65535, 2^31 - 1] (RFC 9113 §6.9.2).
+            if (65_535..=0x7fff_ffff).contains(&v) {
+                Ok(v)
+            } else {
+                Err(invalid(
+                    key,
+                    format!("must lie in [65535, 2147483647] bytes (got {v})"),
+                ))
+            }
+        };
+        if self.max_message_bytes < 1024 {
+            return Err(invalid(
+                "server.max_message_bytes",
+                format!("must be at least 1024 (got {})", self.max_message_bytes),
+            ));
+        }
         Ok(ServerConfig {
             listen,
             max_concurrent_streams: self.max_concurrent_streams,
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            max_message_bytes: self.max_message_bytes,
+            max_connections: positive_usize("server.max_connections", self.max_connections)?,
+            handshake_timeout: millis("server.handshake_timeout_ms", self.handshake_timeout_ms)?,
+            idle_timeout: millis("server.idle_timeout_ms", self.idle_timeout_ms)?,
+            keepalive_interval: millis("server.keepalive_interval_ms", self.keepalive_interval_ms)?,
+            keepalive_timeout: millis("server.keepalive_timeout_ms", self.keepalive_timeout_ms)?,
+            http2_connection_window_bytes: window(
+                "server.http2_connection_window_bytes",
+                self.http2_connection_window_bytes,
+            )?,
+            http2_stream_window_bytes: window(
+                "server.http2_stream_window_bytes",
+                self.http2_stream_window_bytes,
+            )?,
+            http2_max_pending_accept_reset_streams: positive_usize(
+                "server.http2_max_pending_accept_reset_streams",
+                self.http2_max_pending_accept_reset_streams,
+            )?,
+            http2_max_local_error_reset_streams: positive_usize(
+                "server.http2_max_local_error_reset_streams",
+                self.http2_max_local_error_reset_streams,
+            )?,
         })
     }
 }
@@ -571,6 +656,36 @@ impl RawTransactions {
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("transactions.data_dir", "must not be empty"));
         }
+        let budget = self.max_window_antecedents;
+        let engine_limit = crate::transactions::MAX_EXACT_ANTECEDENTS;
+        if budget == 0 || budget > engine_limit {
+            return Err(invalid(
+                "transactions.max_window_antecedents",
+                format!("must lie in [1, {engine_limit}] (got {budget})"),
+            ));
+        }
+        // A record of max_items_per_record items must fit the budget on its own in every exact stream.
+        let exact = std::iter::once(("transactions.defaults".to_string(), &defaults)).chain(
+            streams
+                .iter()
+                .map(|(name, s)| (format!("transactions.streams.{name}"), s)),
+        );
+        for (section, settings) in exact {
+            if settings.mode != RhoMode::Exact {
+                continue;
+            }
+            let largest =
+                crate::transactions::antecedent_count(self.max_items_per_record, settings.m);
+            if largest > budget {
+                return Err(invalid(
+                    "transactions.max_items_per_record",
+                    format!(
+                        "a record of {} items has {largest} adversary antecedents with m = {} ({section}.m), more than transactions.max_window_antecedents = {budget}: lower max_items_per_record or m, raise the budget, or use sampled mode",
+                        self.max_items_per_record, settings.m
+                    ),
+                ));
+            }
+        }
         Ok(TransactionsConfig {
             data_dir: self.data_dir,
             max_items_per_record: positive_usize(
@@ -585,6 +700,12 @@ impl RawTransactions {
             subscriber_queue: positive_usize(
                 "transactions.subscriber_queue",
                 self.subscriber_queue,
+            )?,
+            max_window_antecedents: budget,
+            max_streams: positive_usize("transactions.max_streams", self.max_streams)?,
+            max_unacked_per_publish: positive_usize(
+                "transactions.max_unacked_per_publish",
+                self.max_unacked_per_publish,
             )?,
             defaults,
             streams,
@@ -602,6 +723,12 @@ impl RawTables {
                 self.max_concurrent_jobs,
             )?,
             rows_per_chunk: positive_usize("tables.rows_per_chunk", self.rows_per_chunk)?,
+            max_queries: positive_usize("tables.max_queries", self.max_queries)?,
+            upload_idle: if self.upload_idle_ms == 0 {
+                return Err(invalid("tables.upload_idle_ms", "must be at least 1"));
+            } else {
+                Duration::from_millis(self.upload_idle_ms)
+            },
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod measures;
 pub mod relational;
 pub mod service;
 pub mod store;
+pub mod text;
 pub mod transactions;
 pub mod workload;
 
