@@ -448,10 +448,8 @@ impl Engine {
         let query = AABB::from_corners([b.min_lon, b.min_lat], [b.max_lon, b.max_lat]);
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
         // In a session only memorized users qualify: visit their pending requests, not the box.
-        let memorized_slots: Option<Vec<u32>> = self
-            .sessions
-            .memorized(new.user, self.now_ms)
-            .map(|users| {
+        let memorized_slots: Option<Vec<u32>> =
+            self.sessions.memorized(new.user, self.now_ms).map(|users| {
                 users
                     .iter()
                     .filter_map(|u| self.slots_of_user.get(u))
