@@ -140,6 +140,7 @@ pub fn request_at(
         dt_ms: Some(10_000),
         payload: format!("query from {user} #{request_no}").into_bytes(),
         service: "poi".to_string(),
+        model: None,
     }
 }
 
