@@ -229,23 +229,14 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Plan> {
             // Spread the rows of one trace second evenly over that second.
             None => Duration::from_secs_f64(((point.timestamp - t0) as f64) / args.speedup),
         };
-        let request = LocationRequest {
-            user_id: point.user_id.clone(),
-            request_no: index as u64,
-            lat: point.lat,
-            lon: point.lon,
-            k: Some(k),
-            dx_m: Some(uniform_f(&mut rng, args.dx_min, args.dx_max)),
-            dy_m: Some(uniform_f(&mut rng, args.dy_min, args.dy_max)),
-            dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
-                rng.random_range(args.dt_min_ms..=args.dt_max_ms)
-            } else {
-                args.dt_min_ms
-            }),
-            payload: b"nearest cafe".to_vec(),
-            service: args.service.clone(),
-            model: args.model.map(ModelArg::proto),
-        };
+        let request = planned_request(
+            args,
+            &mut rng,
+            point.user_id.clone(),
+            index as u64,
+            (point.lat, point.lon),
+            k,
+        );
         planned.push(Planned {
             request,
             user,
@@ -273,6 +264,34 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Plan> {
         requests: planned,
         updates: Vec::new(),
     })
+}
+
+/// One request of the run: tolerances drawn from their ranges (dx, dy, then dt).
+fn planned_request(
+    args: &SimulateArgs,
+    rng: &mut ChaCha8Rng,
+    user_id: String,
+    request_no: u64,
+    (lat, lon): (f64, f64),
+    k: u32,
+) -> LocationRequest {
+    LocationRequest {
+        user_id,
+        request_no,
+        lat,
+        lon,
+        k: Some(k),
+        dx_m: Some(uniform_f(rng, args.dx_min, args.dx_max)),
+        dy_m: Some(uniform_f(rng, args.dy_min, args.dy_max)),
+        dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
+            rng.random_range(args.dt_min_ms..=args.dt_max_ms)
+        } else {
+            args.dt_min_ms
+        }),
+        payload: b"nearest cafe".to_vec(),
+        service: args.service.clone(),
+        model: args.model.map(ModelArg::proto),
+    }
 }
 
 /// The planned run: requests, and position updates with their send offsets.
@@ -334,23 +353,14 @@ fn plan_periodic(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<P
                 } else {
                     k
                 };
-                let request = LocationRequest {
-                    user_id: workload.user_ids[user].clone(),
-                    request_no: plan.requests.len() as u64,
-                    lat,
-                    lon,
-                    k: Some(k),
-                    dx_m: Some(uniform_f(&mut rng, args.dx_min, args.dx_max)),
-                    dy_m: Some(uniform_f(&mut rng, args.dy_min, args.dy_max)),
-                    dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
-                        rng.random_range(args.dt_min_ms..=args.dt_max_ms)
-                    } else {
-                        args.dt_min_ms
-                    }),
-                    payload: b"nearest cafe".to_vec(),
-                    service: args.service.clone(),
-                    model: args.model.map(ModelArg::proto),
-                };
+                let request = planned_request(
+                    args,
+                    &mut rng,
+                    workload.user_ids[user].clone(),
+                    plan.requests.len() as u64,
+                    (lat, lon),
+                    k,
+                );
                 plan.requests.push(Planned {
                     request,
                     user,
