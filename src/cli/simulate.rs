@@ -785,3 +785,71 @@ fn print_report(r: &SimulationReport) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
+
+    fn args(extra: &[&str]) -> SimulateArgs {
+        let mut argv = vec!["simulate", "--trace", "t.csv"];
+        argv.extend_from_slice(extra);
+        Cli::parse_from(argv).args
+    }
+
+    fn points(users: usize, seconds: i64) -> Vec<TracePoint> {
+        (0..seconds)
+            .flat_map(|t| {
+                (0..users).map(move |u| TracePoint {
+                    user_id: format!("u{u}"),
+                    timestamp: 1_000 + t,
+                    lat: 53.0 + u as f64 * 1e-3,
+                    lon: 8.0 + t as f64 * 1e-4,
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn periodic_plan_has_one_request_per_user_and_period_and_the_updates() {
+        let a = args(&[
+            "--model",
+            "presence",
+            "--request-period-s",
+            "30",
+            "--update-period-s",
+            "5",
+            "--speedup",
+            "2",
+        ]);
+        let plan = plan(&a, &points(4, 60)).unwrap();
+        assert_eq!(plan.requests.len(), 4 * 2);
+        assert_eq!(plan.updates.len(), 4 * 12);
+        for (i, p) in plan.requests.iter().enumerate() {
+            assert_eq!(p.request.request_no, i as u64);
+            assert_eq!(p.request.model, Some(CloakModel::Presence as i32));
+            assert!(p.due <= Duration::from_secs(30), "{:?}", p.due);
+        }
+        let mut per_user: HashMap<usize, usize> = HashMap::new();
+        for p in &plan.requests {
+            *per_user.entry(p.user).or_default() += 1;
+        }
+        assert!(per_user.values().all(|&n| n == 2));
+        assert!(plan.updates.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[test]
+    fn without_periods_every_row_is_a_request_of_the_default_model() {
+        let plan = plan(&args(&[]), &points(3, 10)).unwrap();
+        assert_eq!(plan.requests.len(), 30);
+        assert!(plan.updates.is_empty());
+        assert!(plan.requests.iter().all(|p| p.request.model.is_none()));
+        assert!(plan_periodic(&args(&["--update-period-s", "0"]), &points(3, 10)).is_err());
+    }
+}
