@@ -60,7 +60,6 @@ pub struct RawServer {
     pub max_message_bytes: usize,
     pub max_connections: usize,
     pub handshake_timeout_ms: u64,
-    pub idle_timeout_ms: u64,
     pub keepalive_interval_ms: u64,
     pub keepalive_timeout_ms: u64,
     pub http2_connection_window_bytes: u32,
@@ -175,8 +174,6 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// A connection must send its first bytes (HTTP/2 preface or TLS hello) within this.
     pub handshake_timeout: Duration,
-    /// A connection with no open stream for this long is closed.
-    pub idle_timeout: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
     pub http2_connection_window_bytes: u32,
@@ -469,7 +466,6 @@ impl RawServer {
             max_message_bytes: self.max_message_bytes,
             max_connections: positive_usize("server.max_connections", self.max_connections)?,
             handshake_timeout: millis("server.handshake_timeout_ms", self.handshake_timeout_ms)?,
-            idle_timeout: millis("server.idle_timeout_ms", self.idle_timeout_ms)?,
             keepalive_interval: millis("server.keepalive_interval_ms", self.keepalive_interval_ms)?,
             keepalive_timeout: millis("server.keepalive_timeout_ms", self.keepalive_timeout_ms)?,
             http2_connection_window_bytes: window(

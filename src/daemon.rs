@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::server::NamedService;
 
 use crate::config::Config;
@@ -93,11 +92,26 @@ pub async fn serve(
     tokio::spawn(drain);
 
     tracing::info!(%addr, "cloakd listening");
+    let server_cfg = &config.server;
+    let incoming = crate::connections::accept(
+        listener,
+        server_cfg.max_connections,
+        server_cfg.handshake_timeout,
+        stop_rx.clone(),
+    );
     let server = tonic::transport::Server::builder()
-        .max_concurrent_streams(config.server.max_concurrent_streams)
-        .tcp_nodelay(true)
-        // BDP-based flow control: one busy stream must not stall on the 64 KiB default window.
-        .http2_adaptive_window(Some(true))
+        .max_concurrent_streams(server_cfg.max_concurrent_streams)
+        // Fixed windows rather than BDP-adapted ones: h2's budget for small DATA frames is half the
+        // connection window, so a large fixed window keeps clients that pipeline small messages
+        // (request streams are always drained) far from GOAWAY ENHANCE_YOUR_CALM.
+        .initial_connection_window_size(server_cfg.http2_connection_window_bytes)
+        .initial_stream_window_size(server_cfg.http2_stream_window_bytes)
+        .http2_keepalive_interval(Some(server_cfg.keepalive_interval))
+        .http2_keepalive_timeout(Some(server_cfg.keepalive_timeout))
+        .http2_max_pending_accept_reset_streams(Some(
+            server_cfg.http2_max_pending_accept_reset_streams,
+        ))
+        .http2_max_local_error_reset_streams(Some(server_cfg.http2_max_local_error_reset_streams))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(location.broker_server())
@@ -106,7 +120,7 @@ pub async fn serve(
         .add_service(transactions.feed_server())
         .add_service(table)
         .add_service(evaluator)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             let _ = server_stop_rx.await;
         });
     tokio::pin!(server);

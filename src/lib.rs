@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod connections;
 pub mod daemon;
 pub mod location;
 pub mod measures;
