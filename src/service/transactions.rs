@@ -67,6 +67,9 @@ pub enum TransactionsError {
     Store(#[from] StoreError),
     #[error("{0}")]
     WindowFailed(String),
+    /// The caller's principal may not use the stream (`auth.principals.streams`).
+    #[error(transparent)]
+    Denied(#[from] crate::auth::Denial),
 }
 
 impl From<TransactionsError> for Status {
@@ -83,6 +86,7 @@ impl From<TransactionsError> for Status {
             TransactionsError::Append(AppendError::Unavailable(_))
             | TransactionsError::Store(_) => Status::unavailable(message),
             TransactionsError::WindowFailed(_) => Status::internal(message),
+            TransactionsError::Denied(denial) => denial.into_status(),
         }
     }
 }
@@ -254,6 +258,7 @@ impl TransactionIngest for TransactionServices {
         &self,
         request: Request<Streaming<Transaction>>,
     ) -> Result<Response<AckStream>, Status> {
+        let principal = crate::auth::Caller::of(&request)?;
         let mut inbound = request.into_inner();
         let (ack_tx, ack_rx) = mpsc::channel::<Result<PublishAck, Status>>(256);
         let (pending_tx, mut pending_rx) = mpsc::channel::<PendingAck>(PUBLISH_IN_FLIGHT);
@@ -271,7 +276,9 @@ impl TransactionIngest for TransactionServices {
                     }
                 };
                 let Some(Ok(t)) = message else { break };
-                if let Err(e) = validate(&t, &config) {
+                let checked = validate(&t, &config)
+                    .and_then(|()| principal.check_stream(&t.stream).map_err(Into::into));
+                if let Err(e) = checked {
                     let _ = pending_tx.send(PendingAck::Refused(e.into())).await;
                     break;
                 }
@@ -336,11 +343,15 @@ impl ReleaseFeed for TransactionServices {
         &self,
         request: Request<ReleaseSubscription>,
     ) -> Result<Response<WindowStream>, Status> {
+        let principal = crate::auth::Caller::of(&request)?;
         let ReleaseSubscription {
             stream,
             from_window,
         } = request.into_inner();
         check_stream_name(&stream)?;
+        principal
+            .check_stream(&stream)
+            .map_err(TransactionsError::from)?;
         let handle = self
             .manager
             .stream(&stream)

@@ -4,6 +4,13 @@
 //! on tokio's clock ([`BrokerClock`]), feeds the engine, sends `Cloaked`/`Expired`/`Rejected` to the
 //! client, puts `CloakedRequest`s on the service's bounded provider queue (`Undelivered` when it is
 //! full), and routes answers back by pseudonym while their route lives (`answer_ttl_ms`).
+//!
+//! Least privilege: every client stream and every answer carries its principal. A pseudonym is bound
+//! to the principal of the provider stream that received it (`Delivered`, sent by that stream before
+//! the request leaves the broker), and an answer is routed only if it comes from that same principal;
+//! any other answer is refused (counted in its stream's tally, logged and counted as a permission
+//! denial). Authenticated principals are held to `max_requests_per_s_per_principal` (token bucket on
+//! tokio's clock); past it a request is Rejected with RESOURCE_EXHAUSTED.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +25,7 @@ use crate::location::{
 };
 use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
 
+use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, Rejection};
 
 /// Commands the actor takes per wake-up.
@@ -68,12 +76,18 @@ impl Default for BrokerClock {
 pub(super) struct AnswerTally {
     pub(super) delivered: AtomicU64,
     pub(super) undeliverable: AtomicU64,
+    /// Answers for pseudonyms another principal received (refused).
+    pub(super) denied: AtomicU64,
 }
 
 pub(super) enum Command {
     Open {
         client: ClientId,
         events: EventSender,
+        /// Name of the stream's principal.
+        principal: Arc<str>,
+        /// Whether the principal is held to `max_requests_per_s_per_principal`.
+        rate_limited: bool,
     },
     Submit {
         client: ClientId,
@@ -88,10 +102,17 @@ pub(super) enum Command {
     InboundClosed { client: ClientId },
     /// The client went away.
     Gone { client: ClientId },
+    /// A provider stream of `principal` took the cloaked request of `pseudonym` off its queue.
+    Delivered {
+        pseudonym: Pseudonym,
+        principal: Arc<str>,
+    },
     Answer {
         pseudonym: Pseudonym,
         payload: Vec<u8>,
         tally: Arc<AnswerTally>,
+        /// Name of the answering principal.
+        principal: Arc<str>,
     },
     /// Answers once every earlier command has been handled.
     Sync { done: oneshot::Sender<()> },
@@ -99,6 +120,8 @@ pub(super) enum Command {
 
 struct ClientState {
     events: EventSender,
+    principal: Arc<str>,
+    rate_limited: bool,
     pending: HashSet<RequestId>,
     /// Forwarded requests whose pseudonym is still routable and has not been answered yet.
     awaiting_answer: usize,
@@ -118,6 +141,8 @@ struct Route {
     client: ClientId,
     request_no: u64,
     answered: bool,
+    /// The principal whose provider stream received the pseudonym; only it may answer.
+    delivered_to: Option<Arc<str>>,
 }
 
 /// The actor that owns the engine and every routing table.
@@ -136,6 +161,7 @@ pub(super) struct Broker {
     routes: HashMap<Pseudonym, Route>,
     route_expiry: VecDeque<(i64, Pseudonym)>,
     outcomes: Vec<Outcome>,
+    rate_limiter: RateLimiter,
 }
 
 impl Broker {
@@ -158,16 +184,24 @@ impl Broker {
             routes: HashMap::new(),
             route_expiry: VecDeque::new(),
             outcomes: Vec::new(),
+            rate_limiter: RateLimiter::default(),
         }
     }
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::Open { client, events } => {
+            Command::Open {
+                client,
+                events,
+                principal,
+                rate_limited,
+            } => {
                 self.clients.insert(
                     client,
                     ClientState {
                         events,
+                        principal,
+                        rate_limited,
                         pending: HashSet::new(),
                         awaiting_answer: 0,
                         draining: false,
@@ -187,11 +221,20 @@ impl Broker {
                 self.maybe_close(client);
             }
             Command::Gone { client } => self.drop_client(client),
+            Command::Delivered {
+                pseudonym,
+                principal,
+            } => {
+                if let Some(route) = self.routes.get_mut(&pseudonym) {
+                    route.delivered_to = Some(principal);
+                }
+            }
             Command::Answer {
                 pseudonym,
                 payload,
                 tally,
-            } => self.answer(pseudonym, payload, &tally),
+                principal,
+            } => self.answer(pseudonym, payload, &tally, &principal),
             Command::Sync { done } => {
                 let _ = done.send(());
             }
@@ -203,6 +246,26 @@ impl Broker {
         let Some(state) = self.clients.get(&client) else {
             return;
         };
+        if let Some(rate) = self.cfg.max_requests_per_s_per_principal
+            && state.rate_limited
+        {
+            let now = tokio::time::Instant::now();
+            if let Take::Refused { first } = self.rate_limiter.take(&state.principal, rate, now) {
+                let principal = Arc::clone(&state.principal);
+                crate::auth::rate_limited_request(
+                    &principal,
+                    "location.max_requests_per_s_per_principal",
+                    first,
+                );
+                let rejection = Rejection::exhausted(
+                    "request_no",
+                    format!(
+                        "principal {principal:?} is past its {rate} requests/s (location.max_requests_per_s_per_principal)"
+                    ),
+                );
+                return self.send(client, rejection.to_event(request_no));
+            }
+        }
         if self.pending.len() >= self.cfg.max_pending {
             let rejection = Rejection::exhausted(
                 "request_no",
@@ -235,10 +298,7 @@ impl Broker {
         if !self.pending_keys.insert((user, request_no)) {
             let rejection = Rejection::invalid(
                 "request_no",
-                format!(
-                    "user {:?} already has request {request_no} pending",
-                    request.user_id
-                ),
+                format!("this user already has request {request_no} pending"),
             );
             return self.send(client, rejection.to_event(request_no));
         }
@@ -370,6 +430,7 @@ impl Broker {
                             client,
                             request_no,
                             answered: false,
+                            delivered_to: None,
                         },
                     );
                     self.route_expiry.push_back((
@@ -406,11 +467,26 @@ impl Broker {
         }
     }
 
-    fn answer(&mut self, pseudonym: Pseudonym, payload: Vec<u8>, tally: &AnswerTally) {
+    fn answer(
+        &mut self,
+        pseudonym: Pseudonym,
+        payload: Vec<u8>,
+        tally: &AnswerTally,
+        principal: &str,
+    ) {
         let Some(route) = self.routes.get_mut(&pseudonym) else {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        if route.delivered_to.as_deref() != Some(principal) {
+            tally.denied.fetch_add(1, Ordering::Relaxed);
+            crate::auth::permission_denied(
+                principal,
+                "answer_binding",
+                "an answer is accepted only from the principal whose Subscribe stream received the pseudonym",
+            );
+            return;
+        }
         let (client, request_no) = (route.client, route.request_no);
         let first = !route.answered;
         route.answered = true;

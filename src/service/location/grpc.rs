@@ -19,19 +19,20 @@ use crate::service::StreamSlot;
 
 use super::LocationServices;
 use super::broker::{AnswerTally, Command};
-use super::validate::validate;
+use super::validate::{Rejection, validate};
+use crate::auth::Caller;
 
 fn broker_gone() -> Status {
     Status::unavailable("the location broker is shutting down")
 }
 
 /// A response stream that holds its stream-limit place while it lives.
-struct SlotStream<S> {
+struct SlotStream<S, G = StreamSlot> {
     inner: S,
-    _slot: StreamSlot,
+    _slot: G,
 }
 
-impl<S: Stream + Unpin> Stream for SlotStream<S> {
+impl<S: Stream + Unpin, G: Unpin> Stream for SlotStream<S, G> {
     type Item = S::Item;
     fn poll_next(
         mut self: Pin<&mut Self>,
@@ -52,11 +53,17 @@ impl LocationBroker for LocationServices {
         &self,
         request: Request<Streaming<LocationRequest>>,
     ) -> Result<Response<Self::SubmitStream>, Status> {
+        let principal = Caller::of(&request)?;
         let slot = self.client_streams.acquire()?;
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
         let (events, event_rx) = mpsc::channel(self.cfg.client_queue);
         self.commands
-            .send(Command::Open { client, events })
+            .send(Command::Open {
+                client,
+                events,
+                principal: Arc::from(principal.name.as_str()),
+                rate_limited: !principal.is_anonymous(),
+            })
             .await
             .map_err(|_| broker_gone())?;
         let mut inbound = request.into_inner();
@@ -73,7 +80,23 @@ impl LocationBroker for LocationServices {
                 let command = match message {
                     Ok(Some(req)) => {
                         let request_no = req.request_no;
-                        match validate(req, &cfg) {
+                        let admitted = validate(req, &cfg).and_then(|request| {
+                            principal
+                                .check_user_id(&request.user_id)
+                                .map(|()| request)
+                                .map_err(|denial| {
+                                    denial.record();
+                                    Rejection {
+                                        field: denial.field,
+                                        reason: format!(
+                                            "principal {:?} may not {} ({})",
+                                            denial.principal, denial.action, denial.rule
+                                        ),
+                                        code: tonic::Code::PermissionDenied,
+                                    }
+                                })
+                        });
+                        match admitted {
                             Ok(request) => Command::Submit { client, request },
                             Err(rejection) => Command::Reject {
                                 client,
@@ -111,6 +134,7 @@ impl LbsGateway for LocationServices {
         &self,
         request: Request<LbsSubscription>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let principal = Caller::of(&request)?;
         let service = request.into_inner().service;
         let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
             return Err(Status::invalid_argument(format!(
@@ -118,11 +142,36 @@ impl LbsGateway for LocationServices {
                 self.cfg.services
             )));
         };
+        principal
+            .check_service(&service)
+            .map_err(|denial| denial.into_status())?;
+        let principal_slot = self
+            .provider_streams_per_principal
+            .acquire(&principal.name)?;
         let slot = self.provider_streams.acquire()?;
         let queue = self.provider_receivers[index].clone();
+        let commands = self.commands.clone();
+        let name: Arc<str> = Arc::from(principal.name.as_str());
+        // Each request is bound to this principal before it leaves the broker, so only this
+        // principal's answers for it are routed.
+        let delivered = Box::pin(queue).then(move |cloaked| {
+            let commands = commands.clone();
+            let principal = Arc::clone(&name);
+            async move {
+                if let Ok(pseudonym) = cloaked.pseudonym.parse::<Pseudonym>() {
+                    let _ = commands
+                        .send(Command::Delivered {
+                            pseudonym,
+                            principal,
+                        })
+                        .await;
+                }
+                Ok(cloaked)
+            }
+        });
         Ok(Response::new(Box::pin(SlotStream {
-            inner: Box::pin(queue).map(Ok),
-            _slot: slot,
+            inner: Box::pin(delivered),
+            _slot: (slot, principal_slot),
         })))
     }
 
@@ -130,10 +179,16 @@ impl LbsGateway for LocationServices {
         &self,
         request: Request<Streaming<LbsAnswer>>,
     ) -> Result<Response<AnswerSummary>, Status> {
+        let principal = Caller::of(&request)?;
+        let name: Arc<str> = Arc::from(principal.name.as_str());
         let mut inbound = request.into_inner();
         let tally = Arc::new(AnswerTally::default());
         let mut failure = None;
         loop {
+            if tally.denied.load(Ordering::Relaxed) > 0 {
+                // A refused answer ends the stream (the summary below says why).
+                break;
+            }
             match inbound.message().await {
                 Ok(Some(answer)) => {
                     let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
@@ -159,6 +214,7 @@ impl LbsGateway for LocationServices {
                             pseudonym,
                             payload: answer.payload,
                             tally: Arc::clone(&tally),
+                            principal: Arc::clone(&name),
                         })
                         .await
                         .map_err(|_| broker_gone())?;
@@ -176,6 +232,13 @@ impl LbsGateway for LocationServices {
         wait.await.map_err(|_| broker_gone())?;
         if let Some(status) = failure {
             return Err(status);
+        }
+        let denied = tally.denied.load(Ordering::Relaxed);
+        if denied > 0 {
+            return Err(Status::permission_denied(format!(
+                "pseudonym: {denied} answers were for pseudonyms principal {:?} did not receive; an answer is accepted only from the principal whose Subscribe stream received the pseudonym",
+                principal.name
+            )));
         }
         Ok(Response::new(AnswerSummary {
             delivered: tally.delivered.load(Ordering::Relaxed),

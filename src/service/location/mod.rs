@@ -13,6 +13,7 @@
 //! every queue and table is bounded by a configured limit.
 mod broker;
 mod grpc;
+mod rate;
 mod validate;
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use crate::config::LocationConfig;
 use crate::proto::CloakedRequest;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
-use crate::service::StreamLimit;
+use crate::service::{PrincipalStreamLimit, StreamLimit};
 
 pub use broker::BrokerClock;
 use broker::{Broker, Command};
@@ -41,6 +42,7 @@ pub struct LocationServices {
     provider_receivers: Arc<Vec<async_channel::Receiver<CloakedRequest>>>,
     client_streams: StreamLimit,
     provider_streams: StreamLimit,
+    provider_streams_per_principal: PrincipalStreamLimit,
     next_client: Arc<AtomicU64>,
     stop: watch::Receiver<bool>,
 }
@@ -63,6 +65,10 @@ impl LocationServices {
             provider_streams: StreamLimit::new(
                 "location.max_provider_streams",
                 cfg.max_provider_streams,
+            ),
+            provider_streams_per_principal: PrincipalStreamLimit::new(
+                "location.max_provider_streams_per_principal",
+                cfg.max_provider_streams_per_principal,
             ),
             cfg,
             commands,

@@ -75,19 +75,14 @@ pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRe
     if !req.lat.is_finite() || !(-90.0..=90.0).contains(&req.lat) {
         return Err(Rejection::invalid(
             "lat",
-            format!(
-                "must be a finite latitude in [-90, 90] degrees (got {})",
-                req.lat
-            ),
+            // The value is not repeated: it may be a real position.
+            "must be a finite latitude in [-90, 90] degrees",
         ));
     }
     if !req.lon.is_finite() || !(-180.0..=180.0).contains(&req.lon) {
         return Err(Rejection::invalid(
             "lon",
-            format!(
-                "must be a finite longitude in [-180, 180] degrees (got {})",
-                req.lon
-            ),
+            "must be a finite longitude in [-180, 180] degrees",
         ));
     }
     let k = req.k.unwrap_or(cfg.default_k);
