@@ -584,7 +584,7 @@ impl RawLocation {
                 self.max_provider_streams_per_principal,
             )?,
             max_requests_per_s_per_principal: match self.max_requests_per_s_per_principal {
-                r if r == 0.0 => None,
+                0.0 => None,
                 r if r.is_finite() && r >= 1.0 => Some(r),
                 r => {
                     return Err(invalid(

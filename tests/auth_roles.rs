@@ -116,12 +116,11 @@ async fn health_is_open_and_everything_else_needs_a_credential() {
         .await;
     assert!(health.is_ok(), "{health:?}");
 
-    let status = submit_as(&daemon, None).await.err().expect("no credential");
+    let status = submit_as(&daemon, None).await.expect_err("no credential");
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     let status = subscribe_as(&daemon, None, "poi")
         .await
-        .err()
-        .expect("no credential");
+        .expect_err("no credential");
     assert_eq!(status.code(), Code::Unauthenticated);
     assert_eq!(evaluate_as(&daemon, None).await, Code::Unauthenticated);
 
@@ -135,8 +134,7 @@ async fn health_is_open_and_everything_else_needs_a_credential() {
             service: "poi".into(),
         })
         .await
-        .err()
-        .expect("unknown token");
+        .expect_err("unknown token");
     assert_eq!(status.code(), Code::Unauthenticated);
     assert!(!status.message().contains("not-a-configured-token"));
     daemon.shutdown().await.unwrap();
