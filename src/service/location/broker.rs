@@ -11,11 +11,13 @@
 //! any other answer is refused (counted in its stream's tally, logged and counted as a permission
 //! denial). Authenticated principals are held to `max_requests_per_s_per_principal` (token bucket on
 //! tokio's clock); past it a request is Rejected with RESOURCE_EXHAUSTED.
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Code, Status};
 
@@ -129,6 +131,8 @@ struct ClientState {
 }
 
 struct PendingEntry {
+    /// The request's deadline (Unix ms): a group is forwarded no later than it, jitter included.
+    deadline_ms: i64,
     client: ClientId,
     user_id: String,
     request_no: u64,
@@ -162,6 +166,11 @@ pub(super) struct Broker {
     route_expiry: VecDeque<(i64, Pseudonym)>,
     outcomes: Vec<Outcome>,
     rate_limiter: RateLimiter,
+    /// Groups waiting out their forwarding jitter, by (due Unix ms, key).
+    delayed: BinaryHeap<std::cmp::Reverse<(i64, u64)>>,
+    delayed_groups: HashMap<u64, CloakedGroup>,
+    next_delayed: u64,
+    jitter_rng: ChaCha20Rng,
 }
 
 impl Broker {
@@ -185,6 +194,11 @@ impl Broker {
             route_expiry: VecDeque::new(),
             outcomes: Vec::new(),
             rate_limiter: RateLimiter::default(),
+            delayed: BinaryHeap::new(),
+            delayed_groups: HashMap::new(),
+            next_delayed: 0,
+            // Its own stream from the broker's seed, so jitter does not shift the engine's draws.
+            jitter_rng: ChaCha20Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908),
         }
     }
 
@@ -315,6 +329,7 @@ impl Broker {
             dt_ms: request.dt_ms,
             arrival_ms: self.clock.now_ms(),
         };
+        let deadline_ms = cloak.deadline_ms();
         if let Some(entry) = self.users.get_mut(&request.user_id) {
             entry.1 += 1;
         }
@@ -327,6 +342,7 @@ impl Broker {
                 user,
                 service: request.service,
                 payload: request.payload,
+                deadline_ms,
             },
         );
         if let Some(state) = self.clients.get_mut(&client) {
@@ -372,7 +388,7 @@ impl Broker {
     fn dispatch(&mut self, outcomes: &mut Vec<Outcome>) {
         for outcome in outcomes.drain(..) {
             match outcome {
-                Outcome::Cloaked(group) => self.forward(group),
+                Outcome::Cloaked(group) => self.forward_after_jitter(group),
                 Outcome::Expired { id, deadline_ms } => {
                     if let Some(entry) = self.take_pending(id) {
                         let event = LocationEvent {
@@ -386,6 +402,46 @@ impl Broker {
                         self.maybe_close(client);
                     }
                 }
+            }
+        }
+    }
+
+    /// Forwards `group` now, or (with `location.forward_jitter_ms`) after a random delay that ends
+    /// no later than any member's deadline. Members stay pending (and answerable by shutdown or
+    /// cancellation) until then.
+    fn forward_after_jitter(&mut self, group: CloakedGroup) {
+        let now = self.clock.now_ms();
+        let max_jitter = i64::try_from(self.cfg.forward_jitter_ms).unwrap_or(i64::MAX);
+        let earliest_deadline = group
+            .members
+            .iter()
+            .filter_map(|(id, _)| self.pending.get(id).map(|entry| entry.deadline_ms))
+            .min()
+            .unwrap_or(now);
+        let room = max_jitter.min(earliest_deadline.saturating_sub(now));
+        if room <= 0 {
+            return self.forward(group);
+        }
+        let delay = self.jitter_rng.random_range(0..=room);
+        if delay == 0 {
+            return self.forward(group);
+        }
+        self.next_delayed += 1;
+        self.delayed
+            .push(std::cmp::Reverse((now + delay, self.next_delayed)));
+        self.delayed_groups.insert(self.next_delayed, group);
+    }
+
+    /// Forwards the delayed groups that are due.
+    fn forward_due(&mut self) {
+        let now = self.clock.now_ms();
+        while let Some(&std::cmp::Reverse((due, key))) = self.delayed.peek() {
+            if due > now {
+                break;
+            }
+            self.delayed.pop();
+            if let Some(group) = self.delayed_groups.remove(&key) {
+                self.forward(group);
             }
         }
     }
@@ -600,6 +656,10 @@ impl Broker {
                 .engine
                 .next_deadline()
                 .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
+            let next_forward = self
+                .delayed
+                .peek()
+                .map(|std::cmp::Reverse((due, _))| self.clock.instant_at(*due));
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => break,
@@ -615,7 +675,10 @@ impl Broker {
                 }
                 _ = tokio::time::sleep_until(next_expiry.unwrap_or_else(tokio::time::Instant::now)),
                     if next_expiry.is_some() => self.expire(),
+                _ = tokio::time::sleep_until(next_forward.unwrap_or_else(tokio::time::Instant::now)),
+                    if next_forward.is_some() => {}
             }
+            self.forward_due();
             self.prune_routes();
         }
         self.shut_down();
