@@ -58,6 +58,16 @@ pub struct RawServer {
     pub listen: String,
     pub max_concurrent_streams: u32,
     pub shutdown_grace_ms: u64,
+    pub max_message_bytes: usize,
+    pub max_connections: usize,
+    pub handshake_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub keepalive_interval_ms: u64,
+    pub keepalive_timeout_ms: u64,
+    pub http2_connection_window_bytes: u32,
+    pub http2_stream_window_bytes: u32,
+    pub http2_max_pending_accept_reset_streams: usize,
+    pub http2_max_local_error_reset_streams: usize,
     pub allow_insecure: bool,
     pub tls: Option<RawTls>,
 }
@@ -105,6 +115,8 @@ pub struct RawLocation {
     pub max_dt_ms: u64,
     pub max_payload_bytes: usize,
     pub search: String,
+    pub session_ms: u64,
+    pub session_policy: String,
     pub max_pending: usize,
     pub max_pending_per_stream: usize,
     pub max_client_streams: usize,
@@ -125,6 +137,9 @@ pub struct RawTransactions {
     pub max_items_per_record: usize,
     pub max_item_bytes: usize,
     pub max_open_records: usize,
+    pub max_window_antecedents: u64,
+    pub max_streams: usize,
+    pub max_unacked_per_publish: usize,
     pub subscriber_queue: usize,
     pub defaults: RawStreamSettings,
     #[serde(default)]
@@ -162,6 +177,8 @@ pub struct RawTables {
     pub max_bytes: usize,
     pub max_concurrent_jobs: usize,
     pub rows_per_chunk: usize,
+    pub max_queries: usize,
+    pub upload_idle_ms: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -183,6 +200,20 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_concurrent_streams: u32,
     pub shutdown_grace: Duration,
+    /// Largest request message of the streaming services.
+    pub max_message_bytes: usize,
+    /// Most open TCP connections; further ones are closed at once.
+    pub max_connections: usize,
+    /// A connection must send its first bytes (HTTP/2 preface or TLS hello) within this.
+    pub handshake_timeout: Duration,
+    /// A connection with no open stream for this long is closed.
+    pub idle_timeout: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub http2_connection_window_bytes: u32,
+    pub http2_stream_window_bytes: u32,
+    pub http2_max_pending_accept_reset_streams: usize,
+    pub http2_max_local_error_reset_streams: usize,
     /// Serve without TLS or without required authentication on a non-loopback address.
     pub allow_insecure: bool,
     pub tls: Option<TlsConfig>,
@@ -213,6 +244,7 @@ pub struct PrincipalConfig {
 }
 
 pub use crate::location::SearchMode;
+pub use crate::location::session::{SessionPolicy, SessionSettings};
 
 #[derive(Debug, Clone)]
 pub struct LocationConfig {
@@ -228,6 +260,8 @@ pub struct LocationConfig {
     pub max_dt_ms: u64,
     pub max_payload_bytes: usize,
     pub search: SearchMode,
+    /// Memorized anonymity sets against query tracking (`session_ms == 0`: off).
+    pub sessions: SessionSettings,
     pub max_pending: usize,
     pub max_pending_per_stream: usize,
     pub max_client_streams: usize,
@@ -269,6 +303,12 @@ pub struct TransactionsConfig {
     pub max_items_per_record: usize,
     pub max_item_bytes: usize,
     pub max_open_records: usize,
+    /// Exact mode's budget per window: the sum over its records of Σ_{l<=m} C(|D_u|, l).
+    pub max_window_antecedents: u64,
+    /// Most transaction streams (names) the daemon keeps.
+    pub max_streams: usize,
+    /// Most records one Publish stream may have sent and not yet had acknowledged.
+    pub max_unacked_per_publish: usize,
     pub subscriber_queue: usize,
     pub defaults: StreamSettings,
     pub streams: BTreeMap<String, StreamSettings>,
@@ -287,6 +327,10 @@ pub struct TablesConfig {
     pub max_bytes: usize,
     pub max_concurrent_jobs: usize,
     pub rows_per_chunk: usize,
+    /// Most COUNT queries one evaluation may ask for.
+    pub max_queries: usize,
+    /// An upload with no message for this long is cancelled.
+    pub upload_idle: Duration,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,6 +489,30 @@ impl RawServer {
                 "must be at least 1",
             ));
         }
+        let millis = |key: &str, v: u64| {
+            if v == 0 {
+                Err(invalid(key, "must be at least 1 (milliseconds)"))
+            } else {
+                Ok(Duration::from_millis(v))
+            }
+        };
+        let window = |key: &str, v: u32| {
+            // HTTP/2 windows lie in [65535, 2^31 - 1] (RFC 9113 §6.9.2).
+            if (65_535..=0x7fff_ffff).contains(&v) {
+                Ok(v)
+            } else {
+                Err(invalid(
+                    key,
+                    format!("must lie in [65535, 2147483647] bytes (got {v})"),
+                ))
+            }
+        };
+        if self.max_message_bytes < 1024 {
+            return Err(invalid(
+                "server.max_message_bytes",
+                format!("must be at least 1024 (got {})", self.max_message_bytes),
+            ));
+        }
         let tls = match self.tls {
             None => None,
             Some(tls) => {
@@ -469,6 +537,28 @@ impl RawServer {
             listen,
             max_concurrent_streams: self.max_concurrent_streams,
             shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            max_message_bytes: self.max_message_bytes,
+            max_connections: positive_usize("server.max_connections", self.max_connections)?,
+            handshake_timeout: millis("server.handshake_timeout_ms", self.handshake_timeout_ms)?,
+            idle_timeout: millis("server.idle_timeout_ms", self.idle_timeout_ms)?,
+            keepalive_interval: millis("server.keepalive_interval_ms", self.keepalive_interval_ms)?,
+            keepalive_timeout: millis("server.keepalive_timeout_ms", self.keepalive_timeout_ms)?,
+            http2_connection_window_bytes: window(
+                "server.http2_connection_window_bytes",
+                self.http2_connection_window_bytes,
+            )?,
+            http2_stream_window_bytes: window(
+                "server.http2_stream_window_bytes",
+                self.http2_stream_window_bytes,
+            )?,
+            http2_max_pending_accept_reset_streams: positive_usize(
+                "server.http2_max_pending_accept_reset_streams",
+                self.http2_max_pending_accept_reset_streams,
+            )?,
+            http2_max_local_error_reset_streams: positive_usize(
+                "server.http2_max_local_error_reset_streams",
+                self.http2_max_local_error_reset_streams,
+            )?,
             allow_insecure: self.allow_insecure,
             tls,
         })
@@ -549,6 +639,16 @@ impl RawLocation {
                 ));
             }
         };
+        let policy = match self.session_policy.as_str() {
+            "hold" => SessionPolicy::Hold,
+            "expire" => SessionPolicy::Expire,
+            other => {
+                return Err(invalid(
+                    "location.session_policy",
+                    format!("must be \"hold\" or \"expire\" (got {other:?})"),
+                ));
+            }
+        };
         Ok(LocationConfig {
             services: self.services,
             default_k: self.default_k,
@@ -562,6 +662,10 @@ impl RawLocation {
             max_dt_ms: self.max_dt_ms,
             max_payload_bytes: self.max_payload_bytes,
             search,
+            sessions: SessionSettings {
+                session_ms: self.session_ms,
+                policy,
+            },
             max_pending: positive_usize("location.max_pending", self.max_pending)?,
             max_pending_per_stream: positive_usize(
                 "location.max_pending_per_stream",
@@ -658,6 +762,36 @@ impl RawTransactions {
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("transactions.data_dir", "must not be empty"));
         }
+        let budget = self.max_window_antecedents;
+        let engine_limit = crate::transactions::MAX_EXACT_ANTECEDENTS;
+        if budget == 0 || budget > engine_limit {
+            return Err(invalid(
+                "transactions.max_window_antecedents",
+                format!("must lie in [1, {engine_limit}] (got {budget})"),
+            ));
+        }
+        // A record of max_items_per_record items must fit the budget on its own in every exact stream.
+        let exact = std::iter::once(("transactions.defaults".to_string(), &defaults)).chain(
+            streams
+                .iter()
+                .map(|(name, s)| (format!("transactions.streams.{name}"), s)),
+        );
+        for (section, settings) in exact {
+            if settings.mode != RhoMode::Exact {
+                continue;
+            }
+            let largest =
+                crate::transactions::antecedent_count(self.max_items_per_record, settings.m);
+            if largest > budget {
+                return Err(invalid(
+                    "transactions.max_items_per_record",
+                    format!(
+                        "a record of {} items has {largest} adversary antecedents with m = {} ({section}.m), more than transactions.max_window_antecedents = {budget}: lower max_items_per_record or m, raise the budget, or use sampled mode",
+                        self.max_items_per_record, settings.m
+                    ),
+                ));
+            }
+        }
         Ok(TransactionsConfig {
             data_dir: self.data_dir,
             max_items_per_record: positive_usize(
@@ -672,6 +806,12 @@ impl RawTransactions {
             subscriber_queue: positive_usize(
                 "transactions.subscriber_queue",
                 self.subscriber_queue,
+            )?,
+            max_window_antecedents: budget,
+            max_streams: positive_usize("transactions.max_streams", self.max_streams)?,
+            max_unacked_per_publish: positive_usize(
+                "transactions.max_unacked_per_publish",
+                self.max_unacked_per_publish,
             )?,
             defaults,
             streams,
@@ -800,6 +940,12 @@ impl RawTables {
                 self.max_concurrent_jobs,
             )?,
             rows_per_chunk: positive_usize("tables.rows_per_chunk", self.rows_per_chunk)?,
+            max_queries: positive_usize("tables.max_queries", self.max_queries)?,
+            upload_idle: if self.upload_idle_ms == 0 {
+                return Err(invalid("tables.upload_idle_ms", "must be at least 1"));
+            } else {
+                Duration::from_millis(self.upload_idle_ms)
+            },
         })
     }
 }

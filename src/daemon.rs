@@ -55,12 +55,20 @@ pub async fn serve(
         .build_v1()
         .context("building the reflection service")?;
 
-    let location = LocationServices::start(config.location.clone(), stop_rx.clone());
+    let max_message_bytes = config.server.max_message_bytes;
+    let location = LocationServices::start(config.location.clone(), stop_rx.clone())
+        .with_max_message_bytes(max_message_bytes);
     let transactions = TransactionServices::start(config.transactions.clone(), stop_rx.clone())
         .await
         .context("opening the transaction store (transactions.data_dir)")?;
-    let table = crate::service::table::table_anonymizer(&config.tables);
-    let evaluator = crate::service::evaluation::table_evaluator(&config.tables);
+    let transactions = transactions.with_max_message_bytes(max_message_bytes);
+    let table_jobs = crate::service::table::table_jobs(&config.tables);
+    let table = crate::service::table::table_anonymizer(
+        &config.tables,
+        table_jobs.clone(),
+        max_message_bytes,
+    );
+    let evaluator = crate::service::evaluation::table_evaluator(&config.tables, table_jobs);
     // Health names every service ("" is the daemon as a whole).
     let served: Vec<&'static str> = vec![
         "",

@@ -16,6 +16,7 @@ pub mod measures;
 pub mod relational;
 pub mod service;
 pub mod store;
+pub mod text;
 pub mod tls;
 pub mod transactions;
 pub mod workload;

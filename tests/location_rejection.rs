@@ -53,13 +53,25 @@ async fn each_bad_field_is_named() {
         let reason = expect_rejected(&mut client, no as u64, field, Code::InvalidArgument).await;
         assert!(reason.len() > 10, "{field}: reason too terse: {reason}");
     }
+    // A 10 KB value is quoted, not echoed: at most 64 bytes of it come back.
+    let mut huge = request_at("mallory", 50, 0.0, 3);
+    huge.service = "s".repeat(10_000);
+    client.send(huge).await;
+    let reason = expect_rejected(&mut client, 50, "service", Code::InvalidArgument).await;
+    assert!(
+        reason.len() < 300,
+        "the reason echoes the input: {} bytes",
+        reason.len()
+    );
+    assert!(reason.contains("(10000 bytes)"), "{reason}");
 
     // The stream still works: a duplicate (user, request_no) while pending is rejected, the rest go on.
     let mut alice = request_at("alice", 100, 0.0, 2);
     alice.dt_ms = Some(60_000);
     client.send(alice.clone()).await;
     client.send(alice).await;
-    expect_rejected(&mut client, 100, "request_no", Code::InvalidArgument).await;
+    // The proto's code for a duplicate: ALREADY_EXISTS (6).
+    expect_rejected(&mut client, 100, "request_no", Code::AlreadyExists).await;
 
     // Another client completes alice's group: the bad input above harmed nobody.
     let mut bob = MobileClient::connect(daemon.channel().await).await;

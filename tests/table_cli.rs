@@ -265,14 +265,14 @@ fn bad_tables_name_line_column_and_rule() {
     );
     let e = nan.fails(&[]);
     assert!(
-        e.contains("t.csv:3:2: \"thirty\" in column 'age' is not a number"),
+        e.contains("t.csv:3:2: \"thirty\" in column \"age\" is not a number"),
         "{e}"
     );
 
     let missing = Scratch::new(JOB, "id,age,sex,disease\n1,30,Other,flu\n", SEX);
     let e = missing.fails(&[]);
     assert!(
-        e.contains("t.csv:2:3: \"Other\" in column 'sex' is missing from its hierarchy"),
+        e.contains("t.csv:2:3: \"Other\" in column \"sex\" is missing from its hierarchy"),
         "{e}"
     );
 

@@ -364,7 +364,10 @@ async fn grpc_evaluate_measures_the_original_table() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let server = tonic::transport::Server::builder()
-        .add_service(cloakd::service::evaluation::table_evaluator(&config.tables))
+        .add_service(cloakd::service::evaluation::table_evaluator(
+            &config.tables,
+            cloakd::service::table::table_jobs(&config.tables),
+        ))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     let handle = tokio::spawn(server);
     let mut client = TableEvaluatorClient::connect(format!("http://{address}"))

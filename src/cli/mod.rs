@@ -112,5 +112,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .thread_name("cloakd")
         .build()?;
-    runtime.block_on(crate::daemon::run(config))
+    let grace = config.server.shutdown_grace;
+    let result = runtime.block_on(crate::daemon::run(config));
+    // A window still being anonymized on a blocking thread is not waited for longer than the grace
+    // period: it was not released, so it is redone after the restart (same seed, same release).
+    runtime.shutdown_timeout(grace);
+    result
 }

@@ -9,6 +9,11 @@
 //! 1 m / 1 ms; throughput; latency percentiles from send to Cloaked and to the provider's reply; and the
 //! broker overhead, which excludes the wait for peers: for each group, the time from sending the member
 //! that completed the group (the last one sent) to receiving its Cloaked event.
+//!
+//! With `--session-ms` it also reports session anonymity ([`crate::location::tracking`]): for each
+//! user's cloaked requests within a session, the users common to all their groups (groups are told
+//! apart by their shared box and interval; a session's time is the broker's formation time, the end of
+//! the cloaking interval).
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::location::geo::METRES_PER_DEGREE_LAT;
+use crate::location::tracking::{CloakedObservation, SessionAnonymity, session_anonymity};
 use crate::proto::lbs_gateway_client::LbsGatewayClient;
 use crate::proto::location_broker_client::LocationBrokerClient;
 use crate::proto::location_event::Outcome;
@@ -76,6 +82,12 @@ pub struct SimulateArgs {
     /// Stop waiting for outstanding outcomes this long after the last request was sent.
     #[arg(long, default_value_t = 30)]
     pub drain_secs: u64,
+    /// Draw k once per user (a user's privacy setting) instead of once per request.
+    #[arg(long)]
+    pub k_per_user: bool,
+    /// Report session anonymity over sessions of this many milliseconds (query tracking).
+    #[arg(long, value_name = "MS")]
+    pub session_ms: Option<u64>,
     /// Also write the report as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -105,6 +117,9 @@ pub struct SimulationReport {
     pub cloak_latency_ms: Percentiles,
     pub reply_latency_ms: Percentiles,
     pub broker_overhead_ms: Percentiles,
+    /// With `--session-ms`: what intersecting each user's groups over a session leaves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_anonymity: Option<SessionAnonymity>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -129,6 +144,8 @@ impl Percentiles {
 
 struct Planned {
     request: LocationRequest,
+    /// Index of the request's user (first appearance order).
+    user: usize,
     stream: usize,
     /// Offset from the start at which to send.
     due: Duration,
@@ -158,10 +175,19 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planne
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let t0 = points.first().map(|p| p.timestamp).unwrap_or(0);
     let mut streams: HashMap<&str, usize> = HashMap::new();
+    let mut user_k: HashMap<&str, u32> = HashMap::new();
     let mut planned = Vec::with_capacity(points.len());
     for (index, point) in points.iter().enumerate() {
         let next = streams.len();
-        let stream = *streams.entry(point.user_id.as_str()).or_insert(next) % args.clients;
+        let user = *streams.entry(point.user_id.as_str()).or_insert(next);
+        let stream = user % args.clients;
+        let k = if args.k_per_user {
+            *user_k
+                .entry(point.user_id.as_str())
+                .or_insert_with(|| rng.random_range(args.k_min..=args.k_max))
+        } else {
+            rng.random_range(args.k_min..=args.k_max)
+        };
         let due = match args.rate {
             Some(rate) => Duration::from_secs_f64(index as f64 / rate),
             // Spread the rows of one trace second evenly over that second.
@@ -172,7 +198,7 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planne
             request_no: index as u64,
             lat: point.lat,
             lon: point.lon,
-            k: Some(rng.random_range(args.k_min..=args.k_max)),
+            k: Some(k),
             dx_m: Some(uniform_f(&mut rng, args.dx_min, args.dx_max)),
             dy_m: Some(uniform_f(&mut rng, args.dy_min, args.dy_max)),
             dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
@@ -185,6 +211,7 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planne
         };
         planned.push(Planned {
             request,
+            user,
             stream,
             due,
         });
@@ -280,7 +307,9 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     // Per-stream request lists; the send instants are recorded per request_no.
     let mut per_stream: Vec<Vec<(Duration, LocationRequest)>> = vec![Vec::new(); args.clients];
     let mut requested = Vec::with_capacity(total);
+    let mut user_of = Vec::with_capacity(total);
     for p in planned {
+        user_of.push(p.user as u64);
         requested.push((
             p.request.k.unwrap_or(1),
             p.request.dx_m.unwrap_or(0.0),
@@ -360,6 +389,8 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     let mut overhead = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
     // Groups: identified by their shared box and interval; value = (latest send ns, its request, recv).
     let mut groups: HashMap<GroupKey, GroupSeen> = HashMap::new();
+    let mut group_ids: HashMap<GroupKey, u64> = HashMap::new();
+    let mut tracked: Vec<CloakedObservation> = Vec::new();
     let mut last_outcome = start;
     let mut last_cloaked = start;
     let mut senders_done = false;
@@ -443,6 +474,15 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
                         entry.0 = sent_ns;
                         entry.1 = at;
                     }
+                    if args.session_ms.is_some() {
+                        let next_id = group_ids.len() as u64;
+                        tracked.push(CloakedObservation {
+                            user: user_of[no],
+                            group: *group_ids.entry(key).or_insert(next_id),
+                            formed_at_ms: c.t_end_ms,
+                            k,
+                        });
+                    }
                 }
             }
             Some(Outcome::Expired(_)) => expired += 1,
@@ -509,6 +549,9 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         cloak_latency_ms: Percentiles::of(&cloak_latency),
         reply_latency_ms: Percentiles::of(&reply_latency),
         broker_overhead_ms: Percentiles::of(&overhead),
+        session_anonymity: args
+            .session_ms
+            .map(|session_ms| session_anonymity(&tracked, session_ms)),
     })
 }
 
@@ -543,6 +586,19 @@ fn print_report(r: &SimulationReport) {
         println!(
             "{name:<20} p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             p.p50, p.p90, p.p99, p.max
+        );
+    }
+    if let Some(a) = &r.session_anonymity {
+        println!(
+            "session anonymity    {} sessions of {} ms, {} with >= 2 cloaked requests: common users p10 {}, p50 {}, p90 {}; below k {:.2} %, identified {:.2} %",
+            a.sessions,
+            a.session_ms,
+            a.repeated_sessions,
+            a.p10,
+            a.p50,
+            a.p90,
+            100.0 * a.share_below_k,
+            100.0 * a.share_identified
         );
     }
 }

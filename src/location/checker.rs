@@ -16,7 +16,11 @@
 //!   deadline and not before any member arrived;
 //! - `Expired` is reported only for requests whose deadline is before the call's time, and after each
 //!   call no pending request is past its deadline (expiry is complete);
-//! - pseudonyms are unique; `next_deadline` and `pending_len` match the model after every call.
+//! - pseudonyms are unique; `next_deadline` and `pending_len` match the model after every call;
+//! - with sessions ([`check_sessions`]): for every user and session (from the formation of his first
+//!   group until `session_ms` later), the users common to all the session's groups holding a request of
+//!   his number at least the largest k among those requests. [`check_with`] then also accepts an
+//!   `Expired` for the request just submitted, reported before its deadline (it is never forwarded).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -293,6 +297,12 @@ pub fn check_padded_box(padded: &GeoBox, members: &[CloakRequest]) -> Result<(),
 /// Checks a recorded run. The run should end with an `Expire` call late enough to flush every pending
 /// request, so that "exactly one outcome" can be checked.
 pub fn check(observations: &[Observation]) -> Result<Summary, String> {
+    check_with(observations, false)
+}
+
+/// [`check`], also accepting (when `early_expiry`) an `Expired` for the request just submitted before
+/// its deadline, as an engine with sessions reports a request it cannot cloak in its session.
+pub fn check_with(observations: &[Observation], early_expiry: bool) -> Result<Summary, String> {
     let mut model = Model {
         pending: BTreeMap::new(),
         by_deadline: BTreeSet::new(),
@@ -327,8 +337,19 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
                     model.summary.accepted += 1;
                     let now = req.arrival_ms;
                     let mut inserted = false;
+                    let mut expired_at_once = false;
                     for outcome in outcomes {
                         match outcome {
+                            Outcome::Expired { id, deadline_ms }
+                                if early_expiry && *id == req.id && !inserted =>
+                            {
+                                if *deadline_ms != req.deadline_ms() || expired_at_once {
+                                    return Err(at(format!("bad early Expired of {id}")));
+                                }
+                                model.expiry_complete(now).map_err(at)?;
+                                expired_at_once = true;
+                                model.summary.expired += 1;
+                            }
                             Outcome::Expired { id, deadline_ms } => {
                                 if inserted {
                                     return Err(at("Expired after a group".into()));
@@ -336,6 +357,9 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
                                 model.expired(*id, *deadline_ms, now).map_err(at)?;
                             }
                             Outcome::Cloaked(group) => {
+                                if expired_at_once {
+                                    return Err(at("a group after the request expired".into()));
+                                }
                                 if !inserted {
                                     model.expiry_complete(now).map_err(at)?;
                                     model.insert(req);
@@ -345,7 +369,7 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
                             }
                         }
                     }
-                    if !inserted {
+                    if !inserted && !expired_at_once {
                         model.expiry_complete(now).map_err(at)?;
                         model.insert(req);
                     }
@@ -394,4 +418,110 @@ pub fn check(observations: &[Observation]) -> Result<Summary, String> {
         return Err(format!("request {} never got an outcome", r.id));
     }
     Ok(model.summary)
+}
+
+/// What [`check_sessions`] saw: sessions with at least two groups, and the smallest intersection.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionSummary {
+    pub sessions: usize,
+    pub repeated_sessions: usize,
+    pub smallest_repeated_intersection: Option<usize>,
+}
+
+/// Checks the memorized-anonymity-set guarantee over a recorded run, from the groups alone: sessions
+/// start at a user's first group formation and last `session_ms`; within one, the intersection of the
+/// user sets of his groups must hold at least the largest k of his requests in them.
+pub fn check_sessions(
+    observations: &[Observation],
+    session_ms: i64,
+) -> Result<SessionSummary, String> {
+    struct Session {
+        start: i64,
+        common: BTreeSet<u64>,
+        largest_k: u32,
+        groups: usize,
+    }
+    let mut requests: BTreeMap<RequestId, CloakRequest> = BTreeMap::new();
+    let mut sessions: BTreeMap<u64, Session> = BTreeMap::new();
+    let mut summary = SessionSummary::default();
+    let finish = |s: &Session, summary: &mut SessionSummary| {
+        summary.sessions += 1;
+        if s.groups >= 2 {
+            summary.repeated_sessions += 1;
+            let n = s.common.len();
+            summary.smallest_repeated_intersection = Some(
+                summary
+                    .smallest_repeated_intersection
+                    .map_or(n, |m| m.min(n)),
+            );
+        }
+    };
+    for (step, observation) in observations.iter().enumerate() {
+        let Call::Submit {
+            req,
+            result,
+            outcomes,
+        } = &observation.call
+        else {
+            continue;
+        };
+        if result.is_ok() {
+            requests.insert(req.id, req.clone());
+        }
+        let formed_at = req.arrival_ms;
+        for outcome in outcomes {
+            let Outcome::Cloaked(group) = outcome else {
+                continue;
+            };
+            let members: Vec<&CloakRequest> = group
+                .members
+                .iter()
+                .map(|(id, _)| {
+                    requests
+                        .get(id)
+                        .ok_or(format!("call {step}: unknown member {id}"))
+                })
+                .collect::<Result<_, _>>()?;
+            let users: BTreeSet<u64> = members.iter().map(|m| m.user).collect();
+            for m in &members {
+                let live = sessions
+                    .get(&m.user)
+                    .is_some_and(|s| formed_at < s.start + session_ms);
+                if !live {
+                    if let Some(old) = sessions.remove(&m.user) {
+                        finish(&old, &mut summary);
+                    }
+                    sessions.insert(
+                        m.user,
+                        Session {
+                            start: formed_at,
+                            common: users.clone(),
+                            largest_k: m.k,
+                            groups: 1,
+                        },
+                    );
+                    continue;
+                }
+                let Some(s) = sessions.get_mut(&m.user) else {
+                    continue;
+                };
+                s.common = s.common.intersection(&users).copied().collect();
+                s.largest_k = s.largest_k.max(m.k);
+                s.groups += 1;
+                if s.common.len() < s.largest_k as usize {
+                    return Err(format!(
+                        "call {step}: user {}'s session since {} keeps {} common users < k = {}",
+                        m.user,
+                        s.start,
+                        s.common.len(),
+                        s.largest_k
+                    ));
+                }
+            }
+        }
+    }
+    for s in sessions.values() {
+        finish(s, &mut summary);
+    }
+    Ok(summary)
 }

@@ -36,6 +36,12 @@
 //! at time t has `deadline >= t`. Output is a deterministic function of the call sequence and the seed:
 //! the id map is only used for lookups, never iterated, and every ordering used has a total tie-break.
 //!
+//! Sessions (optional, [`Engine::with_sessions`]): an edge also requires each user to lie in the other's
+//! memorized anonymity set, and a request's k is raised to its session's largest k, so the users common
+//! to a session's groups never drop below k (see [`crate::location::session`]). A request whose
+//! memorized set is too small for its k, or (under the `Expire` policy) that finds no group on arrival
+//! while in a session, is reported `Expired` at once, before its deadline.
+//!
 //! Known limitations: longitudes are not wrapped at the antimeridian, so requests on opposite sides of
 //! ±180° never share a group (conservative: fewer edges, never an unsafe one); groups have at most
 //! `MAX_NEIGHBOURS + 1` members, so a request with k > 129 can never be cloaked (it expires).
@@ -50,6 +56,7 @@ use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
 
 use super::geo::{GeoBox, METRES_PER_DEGREE_LAT};
 use super::padding;
+use super::session::{SessionPolicy, SessionSettings, SessionTable};
 use super::{
     CloakRequest, CloakedGroup, Outcome, Pseudonym, RequestId, SearchMode, SubmitError, UserKey,
 };
@@ -221,6 +228,10 @@ pub struct Engine {
     adjacency_ready: bool,
     chosen: Vec<u32>,
     k_values: Vec<u32>,
+    /// Memorized anonymity sets of users in a session (off unless [`Engine::with_sessions`]).
+    sessions: SessionTable,
+    /// The time of the arrival being searched (the formation time of a group it completes).
+    now_ms: i64,
 }
 
 impl Engine {
@@ -239,7 +250,16 @@ impl Engine {
             adjacency_ready: false,
             chosen: Vec::new(),
             k_values: Vec::new(),
+            sessions: SessionTable::new(SessionSettings::OFF),
+            now_ms: 0,
         }
+    }
+
+    /// Turns on memorized anonymity sets (see [`crate::location::session`]): within a user's session
+    /// his requests are only cloaked together with users of his previous group.
+    pub fn with_sessions(mut self, settings: SessionSettings) -> Engine {
+        self.sessions = SessionTable::new(settings);
+        self
     }
 
     /// First expires every pending request whose deadline < req.arrival_ms (pushing
@@ -253,10 +273,29 @@ impl Engine {
         self.expire(req.arrival_ms, out);
 
         let grouping_box = req.grouping_box();
-        let new = Vertex::of(u32::MAX, &req, grouping_box);
+        let mut new = Vertex::of(u32::MAX, &req, grouping_box);
+        self.now_ms = req.arrival_ms;
+        if self.sessions.enabled() {
+            new.k = self.sessions.effective_k(new.user, self.now_ms, new.k);
+            if self.sessions.hopeless(new.user, self.now_ms, new.k) {
+                // Its memorized set is too small for its k: it can never be cloaked in this session.
+                out.push(Outcome::Expired {
+                    id: req.id,
+                    deadline_ms: req.deadline_ms(),
+                });
+                return Ok(());
+            }
+        }
         self.collect_neighbours(&new);
         if self.search_group(&new) {
             self.emit_group(&new, req.constraint_box(), out);
+        } else if self.sessions.policy() == SessionPolicy::Expire
+            && self.sessions.in_session(new.user, self.now_ms)
+        {
+            out.push(Outcome::Expired {
+                id: req.id,
+                deadline_ms: req.deadline_ms(),
+            });
         } else {
             self.insert_pending(req, grouping_box);
         }
@@ -277,6 +316,7 @@ impl Engine {
                 out.push(Outcome::Expired { id, deadline_ms });
             }
         }
+        self.sessions.forget_ended(now_ms);
         self.clean_deadline_top();
         self.rebuild_index_if_sparse();
     }
@@ -404,6 +444,14 @@ impl Engine {
             if !vertex.adjacent(new) {
                 continue;
             }
+            if self.sessions.enabled() {
+                if !self.sessions.compatible(vertex.user, new.user, self.now_ms) {
+                    continue;
+                }
+                vertex.k = self
+                    .sessions
+                    .effective_k(vertex.user, self.now_ms, vertex.k);
+            }
             let east = (vertex.lon - new.lon) * metres_per_degree_lon;
             let north = (vertex.lat - new.lat) * METRES_PER_DEGREE_LAT;
             vertex.distance2 = east * east + north * north;
@@ -453,7 +501,11 @@ impl Engine {
         for i in 0..n {
             let a = self.neighbours[i];
             for j in i + 1..n {
-                if a.adjacent(&self.neighbours[j]) {
+                let b = &self.neighbours[j];
+                if a.adjacent(b)
+                    && (!self.sessions.enabled()
+                        || self.sessions.compatible(a.user, b.user, self.now_ms))
+                {
                     self.adjacency[i] |= 1 << j;
                     self.adjacency[j] |= 1 << i;
                 }
@@ -505,6 +557,17 @@ impl Engine {
         let mut t_end_ms = new.arrival_ms;
         let mut members = Vec::with_capacity(self.chosen.len() + 1);
         members.push((new.id, Pseudonym(self.rng.random::<u128>())));
+        if self.sessions.enabled() {
+            let mut session_members = Vec::with_capacity(self.chosen.len() + 1);
+            session_members.push((new.user, new.k));
+            session_members.extend(self.chosen.iter().map(|&c| {
+                (
+                    self.neighbours[c as usize].user,
+                    self.neighbours[c as usize].k,
+                )
+            }));
+            self.sessions.record_group(&session_members, self.now_ms);
+        }
         for index in 0..self.chosen.len() {
             let member = self.neighbours[self.chosen[index] as usize];
             mbr.extend(member.lat, member.lon);
@@ -982,6 +1045,75 @@ mod tests {
             if let Err(e) = checker::check(&observations) {
                 prop_assert!(false, "{}", e);
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        #[test]
+        fn random_streams_with_sessions_satisfy_both_checkers(
+            (centres, spread_m, specs) in scenario(),
+            nbr_k in any::<bool>(),
+            hold in any::<bool>(),
+            session_ms in prop_oneof![1_000u64..20_000, 20_000u64..400_000],
+            seed in any::<u64>(),
+        ) {
+            let ops = build_ops(&centres, spread_m, &specs);
+            let mode = if nbr_k { SearchMode::NbrK } else { SearchMode::LocalK };
+            let policy = if hold { SessionPolicy::Hold } else { SessionPolicy::Expire };
+            let mut engine =
+                Engine::new(mode, seed).with_sessions(SessionSettings { session_ms, policy });
+            let observations = record(&mut engine, &ops);
+            if let Err(e) = checker::check_with(&observations, true) {
+                prop_assert!(false, "{}", e);
+            }
+            if let Err(e) = checker::check_sessions(&observations, session_ms as i64) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    /// Runs the Oldenburg slice, returning the engine's summary and the session checker's verdict.
+    fn oldenburg_sessions(
+        sessions: SessionSettings,
+        session_ms: i64,
+    ) -> (checker::Summary, Result<checker::SessionSummary, String>) {
+        // A user's k is his setting, not a fresh draw per request.
+        let requests: Vec<CloakRequest> = crate::location::replay::oldenburg_slice()
+            .into_iter()
+            .map(|r| CloakRequest {
+                k: 2 + (r.user % 9) as u32,
+                ..r
+            })
+            .collect();
+        let mut ops: Vec<Op> = requests.iter().cloned().map(Op::Submit).collect();
+        ops.push(Op::Expire(i64::MAX));
+        let mut engine = Engine::new(SearchMode::NbrK, 3).with_sessions(sessions);
+        let observations = record(&mut engine, &ops);
+        let summary = checker::check_with(&observations, true).unwrap();
+        (summary, checker::check_sessions(&observations, session_ms))
+    }
+
+    #[test]
+    fn query_tracking_shrinks_sessions_without_memorized_sets_and_not_with_them() {
+        // Without the defence, intersecting one user's groups over 60 s falls below k (the attack).
+        let (plain, verdict) = oldenburg_sessions(SessionSettings::OFF, 60_000);
+        assert!(verdict.is_err(), "the slice should exhibit query tracking");
+        for policy in [SessionPolicy::Hold, SessionPolicy::Expire] {
+            let settings = SessionSettings {
+                session_ms: 60_000,
+                policy,
+            };
+            let (summary, verdict) = oldenburg_sessions(settings, 60_000);
+            let sessions = verdict.unwrap();
+            eprintln!(
+                "{policy:?}: success {:.4} (without: {:.4}), {sessions:?}",
+                summary.success_rate(),
+                plain.success_rate()
+            );
+            assert!(sessions.repeated_sessions > 100, "{sessions:?}");
+            assert!(summary.cloaked > 1_000, "{summary:?}");
         }
     }
 

@@ -27,6 +27,8 @@ pub mod engine;
 pub mod geo;
 pub mod padding;
 pub mod replay;
+pub mod session;
+pub mod tracking;
 
 pub use engine::Engine;
 pub use geo::GeoBox;

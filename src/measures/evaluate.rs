@@ -7,6 +7,8 @@
 //! with its true answers) depends only on the original table and the options, so it is computed once
 //! and shared by every release measured against the same table (the frontier); measuring a release
 //! reads nothing but the release and the baseline.
+use std::sync::atomic::AtomicBool;
+
 use serde::Serialize;
 
 use crate::measures::populations::LargePopulations;
@@ -91,18 +93,35 @@ pub struct Baseline {
 
 impl Baseline {
     pub fn new(table: &Table, options: EvaluationOptions) -> Result<Baseline, OptionsError> {
+        let never = AtomicBool::new(false);
+        Ok(Self::new_unless(table, options, &never)?
+            .expect("a baseline that cannot be cancelled completes"))
+    }
+
+    /// [`Baseline::new`], giving up (`Ok(None)`) soon after `cancelled` turns true: the daemon
+    /// sets it when the caller goes away or its deadline passes.
+    pub fn new_unless(
+        table: &Table,
+        options: EvaluationOptions,
+        cancelled: &AtomicBool,
+    ) -> Result<Option<Baseline>, OptionsError> {
         options.validate()?;
-        Ok(Baseline {
+        let populations = LargePopulations::mine(table, options.min_support);
+        let Some(workload) = QueryWorkload::generate_unless(
+            table,
+            options.queries,
+            options.qd,
+            options.sel,
+            options.seed,
+            cancelled,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Baseline {
             options,
-            populations: LargePopulations::mine(table, options.min_support),
-            workload: QueryWorkload::generate(
-                table,
-                options.queries,
-                options.qd,
-                options.sel,
-                options.seed,
-            ),
-        })
+            populations,
+            workload,
+        }))
     }
 }
 
@@ -147,6 +166,18 @@ pub fn evaluate(
     baseline: &Baseline,
     release: &Release,
 ) -> Result<Evaluation, EvaluateError> {
+    let never = AtomicBool::new(false);
+    Ok(evaluate_unless(table, baseline, release, &never)?
+        .expect("an evaluation that cannot be cancelled completes"))
+}
+
+/// [`evaluate`], giving up (`Ok(None)`) soon after `cancelled` turns true.
+pub fn evaluate_unless(
+    table: &Table,
+    baseline: &Baseline,
+    release: &Release,
+    cancelled: &AtomicBool,
+) -> Result<Option<Evaluation>, EvaluateError> {
     let view = ReleaseView::new(table, release)?;
     if view.rows() != table.rows() as u64 {
         return Err(EvaluateError::RowCount {
@@ -156,12 +187,18 @@ pub fn evaluate(
     }
     let report = report::evaluate(release, "evaluated", &PrivacySpec::default().models())?;
     let privacy = privacy_loss(&view.class_histograms, view.domain);
-    Ok(Evaluation {
+    let Some(query_error) = baseline
+        .workload
+        .relative_error_unless(table, &view, cancelled)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Evaluation {
         ploss: privacy.ploss,
         uloss: baseline.populations.uloss(table, &view),
         a_know: privacy.a_know,
         a_acc: privacy.a_acc,
-        query_error: baseline.workload.relative_error(table, &view),
+        query_error,
         discernibility: report.discernibility,
         avg_class_size: report.avg_class_size,
         rows: view.rows(),
@@ -171,5 +208,5 @@ pub fn evaluate(
         queries: baseline.workload.queries.len() as u64,
         qd: baseline.workload.qd as u64,
         sel: baseline.workload.sel,
-    })
+    }))
 }

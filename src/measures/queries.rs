@@ -10,6 +10,8 @@
 //! Invariants: the workload depends only on the table and the seed; only queries with a non-zero
 //! actual count are kept (drawing at most 100 × the requested number); the original table as its own
 //! release answers every query exactly.
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use rand::Rng;
 use rand::SeedableRng;
 use rand::seq::index::sample;
@@ -35,6 +37,9 @@ pub struct CountQuery {
     pub sensitive: Vec<bool>,
 }
 
+/// Queries drawn or measured between two looks at the cancellation flag.
+const CANCEL_CHECK_EVERY: usize = 64;
+
 /// Queries with their actual answers on the original table.
 #[derive(Debug, Clone)]
 pub struct QueryWorkload {
@@ -54,13 +59,31 @@ fn selected(selection: &Selection, code: u32) -> bool {
 impl QueryWorkload {
     /// Draws `count` queries with a non-zero answer (fewer if 100 × `count` draws do not find them).
     pub fn generate(table: &Table, count: usize, qd: usize, sel: f64, seed: u64) -> QueryWorkload {
+        let never = AtomicBool::new(false);
+        Self::generate_unless(table, count, qd, sel, seed, &never)
+            .expect("generation that cannot be cancelled completes")
+    }
+
+    /// [`QueryWorkload::generate`], giving up (`None`) soon after `cancelled` turns true.
+    pub fn generate_unless(
+        table: &Table,
+        count: usize,
+        qd: usize,
+        sel: f64,
+        seed: u64,
+        cancelled: &AtomicBool,
+    ) -> Option<QueryWorkload> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let qd = qd.clamp(1, table.quasi.len());
         let m = table.sensitive.domain.len();
-        let mut queries = Vec::with_capacity(count);
-        let mut actual = Vec::with_capacity(count);
-        let mut draws = 0;
+        // Grown as queries are found: `count` is the caller's number, not an allocation size.
+        let mut queries = Vec::new();
+        let mut actual = Vec::new();
+        let mut draws = 0usize;
         while queries.len() < count && draws < count.saturating_mul(100) {
+            if draws.is_multiple_of(CANCEL_CHECK_EVERY) && cancelled.load(Ordering::Relaxed) {
+                return None;
+            }
             draws += 1;
             let attributes = sample(&mut rng, table.quasi.len(), qd).into_vec();
             let predicates: Vec<(usize, Selection)> = attributes
@@ -104,25 +127,40 @@ impl QueryWorkload {
                 actual.push(answer as f64);
             }
         }
-        QueryWorkload {
+        Some(QueryWorkload {
             queries,
             actual,
             qd,
             sel,
-        }
+        })
     }
 
     /// Mean relative error of the release's estimates; 0 for an empty workload.
     pub fn relative_error(&self, table: &Table, view: &ReleaseView) -> f64 {
+        let never = AtomicBool::new(false);
+        self.relative_error_unless(table, view, &never)
+            .expect("a measurement that cannot be cancelled completes")
+    }
+
+    /// [`QueryWorkload::relative_error`], giving up (`None`) soon after `cancelled` turns true.
+    pub fn relative_error_unless(
+        &self,
+        table: &Table,
+        view: &ReleaseView,
+        cancelled: &AtomicBool,
+    ) -> Option<f64> {
         if self.queries.is_empty() {
-            return 0.0;
+            return Some(0.0);
         }
         let mut sum = 0.0;
-        for (query, &actual) in self.queries.iter().zip(&self.actual) {
+        for (i, (query, &actual)) in self.queries.iter().zip(&self.actual).enumerate() {
+            if i.is_multiple_of(CANCEL_CHECK_EVERY) && cancelled.load(Ordering::Relaxed) {
+                return None;
+            }
             let estimate = estimated_count(table, view, query);
             sum += (estimate - actual).abs() / actual;
         }
-        sum / self.queries.len() as f64
+        Some(sum / self.queries.len() as f64)
     }
 }
 

@@ -6,6 +6,7 @@
 //! (a label at level i always has the same parent at level i+1); all lines end in one single root.
 //! Levels are numbered from 0 (the leaf) to `height() - 1` (the root). Nodes are identified by
 //! (level, label), so the same label may appear at different levels.
+use crate::text::quote;
 use std::collections::HashMap;
 
 /// Index of a node of a hierarchy.
@@ -65,7 +66,8 @@ pub enum HierarchyError {
         column: usize,
     },
     #[error(
-        "{source_name}:{line}: leaf {value:?} already defined on line {first_line} (rule: leaves are unique)"
+        "{source_name}:{line}: leaf {} already defined on line {first_line} (rule: leaves are unique)",
+        quote(.value)
     )]
     DuplicateLeaf {
         source_name: String,
@@ -74,7 +76,10 @@ pub enum HierarchyError {
         first_line: usize,
     },
     #[error(
-        "{source_name}:{line}:{column}: {label:?} has parent {parent:?} here but {first_parent:?} on line {first_line} (rule: a hierarchy is a tree)"
+        "{source_name}:{line}:{column}: {} has parent {} here but {} on line {first_line} (rule: a hierarchy is a tree)",
+        quote(.label),
+        quote(.parent),
+        quote(.first_parent)
     )]
     NotATree {
         source_name: String,
@@ -86,7 +91,9 @@ pub enum HierarchyError {
         first_line: usize,
     },
     #[error(
-        "{source_name}:{line}:{column}: root {root:?} differs from {first_root:?} of line 1 (rule: a hierarchy has one root)"
+        "{source_name}:{line}:{column}: root {} differs from {} of line 1 (rule: a hierarchy has one root)",
+        quote(.root),
+        quote(.first_root)
     )]
     SeveralRoots {
         source_name: String,

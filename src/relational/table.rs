@@ -14,6 +14,7 @@ use std::io::Read;
 
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::models::SensitiveDistribution;
+use crate::text::quote;
 
 /// What a column is to the anonymizer.
 // One value per column of a schema: the size of a hierarchy inline does not matter.
@@ -149,7 +150,9 @@ pub enum TableError {
         found: usize,
     },
     #[error(
-        "{source_name}:{line}:{column}: {value:?} in column '{name}' is not a number (rule: numeric columns hold finite numbers)"
+        "{source_name}:{line}:{column}: {} in column {} is not a number (rule: numeric columns hold finite numbers)",
+        quote(.value),
+        quote(.name)
     )]
     NotANumber {
         source_name: String,
@@ -159,7 +162,9 @@ pub enum TableError {
         value: String,
     },
     #[error(
-        "{source_name}:{line}:{column}: {value:?} in column '{name}' is missing from its hierarchy (rule: every value of a categorical quasi-identifier is a leaf of its hierarchy)"
+        "{source_name}:{line}:{column}: {} in column {} is missing from its hierarchy (rule: every value of a categorical quasi-identifier is a leaf of its hierarchy)",
+        quote(.value),
+        quote(.name)
     )]
     NotInHierarchy {
         source_name: String,
@@ -670,7 +675,7 @@ mod tests {
         );
         assert!(
             err("ssn,age,sex,disease\n1,30,Other,a\n")
-                .contains("t.csv:2:3: \"Other\" in column 'sex' is missing from its hierarchy")
+                .contains("t.csv:2:3: \"Other\" in column \"sex\" is missing from its hierarchy")
         );
         assert!(err("ssn,age,sex,disease\n").contains("no rows"));
         assert!(err("").contains("no rows"));

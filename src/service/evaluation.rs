@@ -2,49 +2,95 @@
 //! The request carries the job (TOML), its hierarchies, the original table and the release inline;
 //! the measurement runs on a blocking thread.
 //!
-//! Invariants: uploads (after gzip decoding) are bounded by `tables.max_bytes` and the table by
-//! `tables.max_rows`; at most `tables.max_concurrent_jobs` evaluations run at once, further ones get
-//! RESOURCE_EXHAUSTED; malformed input is INVALID_ARGUMENT with the file, line and rule.
+//! Invariants: uploads (after gzip decoding) are bounded by `tables.max_bytes`, the table by
+//! `tables.max_rows` and the query workload by `tables.max_queries`, each checked before anything of
+//! that size is allocated; evaluations hold a place of the one table-job limiter
+//! (`tables.max_concurrent_jobs`, shared with TableAnonymizer), further ones get RESOURCE_EXHAUSTED;
+//! a call whose client goes away or whose deadline passes stops its measurement and frees its place;
+//! malformed input is INVALID_ARGUMENT with the file, line and rule.
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::Semaphore;
+use tonic::Status;
 
 use crate::config::TablesConfig;
-use crate::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
+use crate::measures::evaluate::{Baseline, EvaluationOptions, evaluate_unless};
 use crate::measures::released::read_release;
 use crate::proto::table_evaluator_server::{TableEvaluator, TableEvaluatorServer};
 use crate::proto::{EvaluateRequest, EvaluateResponse};
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::read_csv;
+use crate::service::{LimitExceeded, StreamLimit};
+use crate::text::quote;
+
+/// Why an evaluation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EvaluationError {
+    /// Malformed input: the message names the field (file), line and rule.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{field}: {got} is more than {limit} = {max}")]
+    TooLarge {
+        field: &'static str,
+        got: u64,
+        limit: &'static str,
+        max: u64,
+    },
+    #[error("tables.max_concurrent_jobs: {0}")]
+    Busy(#[from] LimitExceeded),
+    #[error("the evaluation was cancelled (the caller went away or its deadline passed)")]
+    Cancelled,
+    #[error("evaluation failed: {0}")]
+    Internal(String),
+}
+
+impl From<EvaluationError> for Status {
+    fn from(err: EvaluationError) -> Status {
+        let message = err.to_string();
+        match err {
+            EvaluationError::Invalid(_) => Status::invalid_argument(message),
+            EvaluationError::TooLarge { .. } | EvaluationError::Busy(_) => {
+                Status::resource_exhausted(message)
+            }
+            EvaluationError::Cancelled => Status::cancelled(message),
+            EvaluationError::Internal(_) => Status::internal(message),
+        }
+    }
+}
+
+fn invalid(message: impl std::fmt::Display) -> EvaluationError {
+    EvaluationError::Invalid(message.to_string())
+}
 
 /// The evaluator service.
 #[derive(Debug, Clone)]
 pub struct Evaluator {
     max_rows: usize,
     max_bytes: usize,
-    jobs: Arc<Semaphore>,
+    max_queries: usize,
+    jobs: StreamLimit,
 }
 
-/// The `TableEvaluator` server with the limits of `config`.
-pub fn table_evaluator(config: &TablesConfig) -> TableEvaluatorServer<Evaluator> {
+/// The `TableEvaluator` server with the limits of `config`; `jobs` is the table-job limiter shared
+/// with TableAnonymizer ([`crate::service::table::table_jobs`]).
+pub fn table_evaluator(
+    config: &TablesConfig,
+    jobs: StreamLimit,
+) -> TableEvaluatorServer<Evaluator> {
     TableEvaluatorServer::new(Evaluator {
         max_rows: config.max_rows,
         max_bytes: config.max_bytes,
-        jobs: Arc::new(Semaphore::new(config.max_concurrent_jobs.max(1))),
+        max_queries: config.max_queries,
+        jobs,
     })
     .max_decoding_message_size(config.max_bytes.saturating_add(1 << 20))
 }
 
-fn invalid(message: impl std::fmt::Display) -> tonic::Status {
-    tonic::Status::invalid_argument(message.to_string())
-}
-
 /// Plain bytes of an upload that may be gzip-compressed, at most `limit` bytes once decoded.
-#[allow(clippy::result_large_err)]
-fn decoded(name: &str, bytes: &[u8], limit: usize) -> Result<Vec<u8>, tonic::Status> {
+fn decoded(name: &'static str, bytes: &[u8], limit: usize) -> Result<Vec<u8>, EvaluationError> {
     if !bytes.starts_with(&[0x1f, 0x8b]) {
         return Ok(bytes.to_vec());
     }
@@ -54,78 +100,141 @@ fn decoded(name: &str, bytes: &[u8], limit: usize) -> Result<Vec<u8>, tonic::Sta
         .read_to_end(&mut out)
         .map_err(|e| invalid(format!("{name}: not valid gzip: {e}")))?;
     if out.len() > limit {
-        return Err(tonic::Status::resource_exhausted(format!(
-            "{name}: more than tables.max_bytes = {limit} bytes once decompressed"
-        )));
+        return Err(EvaluationError::TooLarge {
+            field: name,
+            got: out.len() as u64,
+            limit: "tables.max_bytes (bytes once decompressed)",
+            max: limit as u64,
+        });
     }
     Ok(out)
 }
 
-#[allow(clippy::result_large_err)]
-fn run(
-    request: EvaluateRequest,
-    max_rows: usize,
-    max_bytes: usize,
-) -> Result<EvaluateResponse, tonic::Status> {
-    let job = JobSpec::parse("job_toml", &request.job_toml).map_err(invalid)?;
-    let hierarchies: HashMap<&str, &str> = request
-        .hierarchies
-        .iter()
-        .map(|h| (h.path.as_str(), h.text.as_str()))
-        .collect();
-    let schema = job
-        .schema(|path, column| -> Result<Hierarchy, tonic::Status> {
+/// Sets its flag when dropped: the blocking measurement sees it and stops.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Evaluator {
+    /// The request's options, every size checked against its limit before anything is allocated.
+    fn options(&self, request: &EvaluateRequest) -> Result<EvaluationOptions, EvaluationError> {
+        let defaults = EvaluationOptions::default();
+        let queries = request.queries.map_or(defaults.queries as u64, u64::from);
+        if queries > self.max_queries as u64 {
+            return Err(EvaluationError::TooLarge {
+                field: "queries",
+                got: queries,
+                limit: "tables.max_queries",
+                max: self.max_queries as u64,
+            });
+        }
+        Ok(EvaluationOptions {
+            min_support: request.min_support.unwrap_or(defaults.min_support),
+            queries: queries as usize,
+            qd: request.qd.map_or(defaults.qd, |q| q as usize),
+            sel: request.sel.unwrap_or(defaults.sel),
+            seed: request.query_seed.unwrap_or(defaults.seed),
+        })
+    }
+
+    fn run(
+        &self,
+        request: EvaluateRequest,
+        options: EvaluationOptions,
+        cancelled: &AtomicBool,
+    ) -> Result<EvaluateResponse, EvaluationError> {
+        let (max_rows, max_bytes) = (self.max_rows, self.max_bytes);
+        let job = JobSpec::parse("job_toml", &request.job_toml).map_err(invalid)?;
+        let hierarchies: HashMap<&str, &str> = request
+            .hierarchies
+            .iter()
+            .map(|h| (h.path.as_str(), h.text.as_str()))
+            .collect();
+        let schema = job.schema(|path, column| -> Result<Hierarchy, EvaluationError> {
             let text = hierarchies.get(path).ok_or_else(|| {
                 invalid(format!(
-                    "hierarchy {path:?} of column {column:?} is not in the request (rule: send every hierarchy the job names)"
+                    "hierarchy {} of column {} is not in the request (rule: send every hierarchy the job names)",
+                    quote(path),
+                    quote(column)
                 ))
             })?;
             Hierarchy::parse(path, text).map_err(invalid)
         })?;
-    let original = decoded("original_csv", &request.original_csv, max_bytes)?;
-    let table =
-        read_csv(schema, original.as_slice(), "original_csv", job.delimiter).map_err(invalid)?;
-    if table.rows() > max_rows {
-        return Err(tonic::Status::resource_exhausted(format!(
-            "original_csv: {} rows, more than tables.max_rows = {max_rows}",
-            table.rows()
-        )));
+        let original = decoded("original_csv", &request.original_csv, max_bytes)?;
+        let table = read_csv(schema, original.as_slice(), "original_csv", job.delimiter)
+            .map_err(invalid)?;
+        if table.rows() > max_rows {
+            return Err(EvaluationError::TooLarge {
+                field: "original_csv",
+                got: table.rows() as u64,
+                limit: "tables.max_rows",
+                max: max_rows as u64,
+            });
+        }
+        let release_bytes = decoded("release_csv", &request.release_csv, max_bytes)?;
+        let sensitive_bytes = decoded("sensitive_csv", &request.sensitive_csv, max_bytes)?;
+        let mut sensitive_reader = sensitive_bytes.as_slice();
+        let release = read_release(
+            &table,
+            release_bytes.as_slice(),
+            "release_csv",
+            (!sensitive_bytes.is_empty())
+                .then_some((&mut sensitive_reader as &mut dyn Read, "sensitive_csv")),
+            job.delimiter,
+        )
+        .map_err(invalid)?;
+        let baseline = Baseline::new_unless(&table, options, cancelled)
+            .map_err(invalid)?
+            .ok_or(EvaluationError::Cancelled)?;
+        let e = evaluate_unless(&table, &baseline, &release, cancelled)
+            .map_err(invalid)?
+            .ok_or(EvaluationError::Cancelled)?;
+        Ok(EvaluateResponse {
+            ploss: e.ploss,
+            uloss: e.uloss,
+            a_know: e.a_know,
+            a_acc: e.a_acc,
+            query_error: e.query_error,
+            discernibility: e.discernibility,
+            avg_class_size: e.avg_class_size,
+            rows: e.rows,
+            classes: e.classes,
+            large_populations: e.large_populations,
+            queries: e.queries,
+        })
     }
-    let release_bytes = decoded("release_csv", &request.release_csv, max_bytes)?;
-    let sensitive_bytes = decoded("sensitive_csv", &request.sensitive_csv, max_bytes)?;
-    let mut sensitive_reader = sensitive_bytes.as_slice();
-    let release = read_release(
-        &table,
-        release_bytes.as_slice(),
-        "release_csv",
-        (!sensitive_bytes.is_empty())
-            .then_some((&mut sensitive_reader as &mut dyn Read, "sensitive_csv")),
-        job.delimiter,
-    )
-    .map_err(invalid)?;
-    let defaults = EvaluationOptions::default();
-    let options = EvaluationOptions {
-        min_support: request.min_support.unwrap_or(defaults.min_support),
-        queries: request.queries.map_or(defaults.queries, |q| q as usize),
-        qd: request.qd.map_or(defaults.qd, |q| q as usize),
-        sel: request.sel.unwrap_or(defaults.sel),
-        seed: request.query_seed.unwrap_or(defaults.seed),
-    };
-    let baseline = Baseline::new(&table, options).map_err(invalid)?;
-    let e = evaluate(&table, &baseline, &release).map_err(invalid)?;
-    Ok(EvaluateResponse {
-        ploss: e.ploss,
-        uloss: e.uloss,
-        a_know: e.a_know,
-        a_acc: e.a_acc,
-        query_error: e.query_error,
-        discernibility: e.discernibility,
-        avg_class_size: e.avg_class_size,
-        rows: e.rows,
-        classes: e.classes,
-        large_populations: e.large_populations,
-        queries: e.queries,
-    })
+
+    async fn evaluate_request(
+        &self,
+        request: EvaluateRequest,
+    ) -> Result<EvaluateResponse, EvaluationError> {
+        let upload =
+            request.original_csv.len() + request.release_csv.len() + request.sensitive_csv.len();
+        if upload > self.max_bytes {
+            return Err(EvaluationError::TooLarge {
+                field: "original_csv + release_csv + sensitive_csv",
+                got: upload as u64,
+                limit: "tables.max_bytes",
+                max: self.max_bytes as u64,
+            });
+        }
+        let options = self.options(&request)?;
+        let slot = self.jobs.acquire()?;
+        let cancelled = Arc::new(AtomicBool::new(false));
+        // Dropped with this future when the client cancels or its deadline passes.
+        let _cancel = CancelOnDrop(Arc::clone(&cancelled));
+        let evaluator = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            evaluator.run(request, options, &cancelled)
+        })
+        .await
+        .map_err(|e| EvaluationError::Internal(e.to_string()))?
+    }
 }
 
 #[tonic::async_trait]
@@ -133,28 +242,8 @@ impl TableEvaluator for Evaluator {
     async fn evaluate(
         &self,
         request: tonic::Request<EvaluateRequest>,
-    ) -> Result<tonic::Response<EvaluateResponse>, tonic::Status> {
-        let permit = Arc::clone(&self.jobs).try_acquire_owned().map_err(|_| {
-            tonic::Status::resource_exhausted(
-                "tables.max_concurrent_jobs evaluations are running; retry later",
-            )
-        })?;
-        let request = request.into_inner();
-        let upload =
-            request.original_csv.len() + request.release_csv.len() + request.sensitive_csv.len();
-        if upload > self.max_bytes {
-            return Err(tonic::Status::resource_exhausted(format!(
-                "{upload} bytes uploaded, more than tables.max_bytes = {}",
-                self.max_bytes
-            )));
-        }
-        let (max_rows, max_bytes) = (self.max_rows, self.max_bytes);
-        let response = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            run(request, max_rows, max_bytes)
-        })
-        .await
-        .map_err(|e| tonic::Status::internal(format!("evaluation failed: {e}")))??;
+    ) -> Result<tonic::Response<EvaluateResponse>, Status> {
+        let response = self.evaluate_request(request.into_inner()).await?;
         Ok(tonic::Response::new(response))
     }
 }

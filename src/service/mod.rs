@@ -1,5 +1,11 @@
 //! gRPC adapters: proto <-> domain conversion, validation and status codes. Services hold no science;
 //! they hand validated domain values to the engines (directly, or through the actor that owns one).
+//!
+//! Each service has one error enum and one `From<Error> for tonic::Status` (its code mapping); no
+//! handler builds a status by hand. Shared here: [`StreamLimit`] (a counting limit whose refusal is
+//! [`LimitExceeded`]), [`InboundError`] (what a broken request stream means: an oversized or
+//! undecodable message, or a transport failure) and [`quote`], the one way an error message quotes an
+//! input value (at most [`QUOTE_BYTES`] bytes of it).
 
 pub mod evaluation;
 pub mod location;
@@ -9,7 +15,13 @@ pub mod transactions;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A counting limit on concurrent streams of one kind; a [`StreamSlot`] frees its place when dropped.
+/// Largest request message when the daemon does not set `server.max_message_bytes` (tonic's default).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+pub use crate::text::{QUOTE_BYTES, quote};
+
+/// A counting limit on concurrent streams or jobs of one kind; a [`StreamSlot`] frees its place when
+/// dropped.
 #[derive(Debug, Clone)]
 pub struct StreamLimit {
     name: &'static str,
@@ -23,8 +35,17 @@ pub struct StreamSlot {
     in_use: Arc<AtomicUsize>,
 }
 
+/// A [`StreamLimit`] was full: each service maps it to RESOURCE_EXHAUSTED.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{in_use} are running, the limit {name} is {max}; retry later")]
+pub struct LimitExceeded {
+    pub name: &'static str,
+    pub in_use: usize,
+    pub max: usize,
+}
+
 impl StreamLimit {
-    /// `name` is the configuration key of the limit, quoted in the RESOURCE_EXHAUSTED message.
+    /// `name` is the configuration key of the limit, quoted in the refusal.
     pub fn new(name: &'static str, max: usize) -> StreamLimit {
         StreamLimit {
             name,
@@ -33,9 +54,8 @@ impl StreamLimit {
         }
     }
 
-    /// Takes a place, or answers RESOURCE_EXHAUSTED naming the limit.
-    #[allow(clippy::result_large_err)]
-    pub fn acquire(&self) -> Result<StreamSlot, tonic::Status> {
+    /// Takes a place, or refuses naming the limit.
+    pub fn acquire(&self) -> Result<StreamSlot, LimitExceeded> {
         let taken = self
             .in_use
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -45,10 +65,11 @@ impl StreamLimit {
             Ok(_) => Ok(StreamSlot {
                 in_use: Arc::clone(&self.in_use),
             }),
-            Err(n) => Err(tonic::Status::resource_exhausted(format!(
-                "{n} streams are open, the limit {} is {}",
-                self.name, self.max
-            ))),
+            Err(in_use) => Err(LimitExceeded {
+                name: self.name,
+                in_use,
+                max: self.max,
+            }),
         }
     }
 
@@ -82,16 +103,16 @@ impl PrincipalStreamLimit {
         }
     }
 
-    /// Takes a place for `principal`, or answers RESOURCE_EXHAUSTED naming the limit.
-    #[allow(clippy::result_large_err)]
-    pub fn acquire(&self, principal: &str) -> Result<PrincipalSlot, tonic::Status> {
+    /// Takes a place for `principal`, or refuses naming the limit.
+    pub fn acquire(&self, principal: &str) -> Result<PrincipalSlot, LimitExceeded> {
         let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
         let count = in_use.entry(principal.to_string()).or_insert(0);
         if *count >= self.max {
-            return Err(tonic::Status::resource_exhausted(format!(
-                "principal {principal:?} already has {count} streams open, the limit {} is {}",
-                self.name, self.max
-            )));
+            return Err(LimitExceeded {
+                name: self.name,
+                in_use: *count,
+                max: self.max,
+            });
         }
         *count += 1;
         Ok(PrincipalSlot {
@@ -119,6 +140,56 @@ impl Drop for StreamSlot {
     }
 }
 
+/// Why reading a request stream failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InboundError {
+    /// A message longer than `server.max_message_bytes` (or than it once decompressed).
+    #[error("message: larger than the limit server.max_message_bytes = {limit} bytes ({detail})")]
+    TooLarge { limit: usize, detail: String },
+    /// A message that is not a valid protobuf of the method's type, or broken gRPC framing.
+    #[error("message: cannot be decoded ({detail})")]
+    Undecodable { detail: String },
+    /// The transport failed (the client reset the stream or the connection broke): nobody is left to
+    /// tell, the stream just ends.
+    #[error("the request stream broke: {detail}")]
+    Transport { detail: String },
+}
+
+impl InboundError {
+    /// Classifies the error a request stream (`tonic::Streaming`) returned. tonic reports an
+    /// oversized message as OUT_OF_RANGE (RESOURCE_EXHAUSTED once decompressed), and a decode or
+    /// framing error as INTERNAL without a source; transport errors carry their h2/hyper source.
+    pub fn classify(status: &tonic::Status, limit: usize) -> InboundError {
+        let detail = status.message().chars().take(200).collect::<String>();
+        match status.code() {
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => {
+                InboundError::TooLarge { limit, detail }
+            }
+            tonic::Code::Internal if std::error::Error::source(status).is_none() => {
+                InboundError::Undecodable { detail }
+            }
+            _ => InboundError::Transport { detail },
+        }
+    }
+
+    /// The status that ends the stream (a transport failure has no reader, but gets one anyway).
+    pub fn status(&self) -> tonic::Status {
+        match self {
+            InboundError::TooLarge { .. } => tonic::Status::resource_exhausted(self.to_string()),
+            InboundError::Undecodable { .. } => tonic::Status::invalid_argument(self.to_string()),
+            InboundError::Transport { .. } => tonic::Status::cancelled(self.to_string()),
+        }
+    }
+}
+
+/// Reads a request stream to its end in the background, discarding what comes. A stream that failed
+/// is drained rather than dropped: HTTP/2 then never buffers frames nobody reads (which would spend
+/// the connection's frame budget and make it close every stream of the connection), and no reset is
+/// sent while the client is still sending.
+pub fn drain<T: Send + 'static>(mut inbound: tonic::Streaming<T>) {
+    tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,8 +200,7 @@ mod tests {
         let a = limit.acquire().unwrap();
         let _b = limit.acquire().unwrap();
         let err = limit.acquire().unwrap_err();
-        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
-        assert!(err.message().contains("x.max"), "{}", err.message());
+        assert!(err.to_string().contains("x.max"), "{err}");
         drop(a);
         assert_eq!(limit.in_use(), 1);
         assert!(limit.acquire().is_ok());
@@ -141,10 +211,27 @@ mod tests {
         let limit = PrincipalStreamLimit::new("x.per_principal", 1);
         let a = limit.acquire("a").unwrap();
         let err = limit.acquire("a").unwrap_err();
-        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
-        assert!(err.message().contains("x.per_principal"));
+        assert_eq!((err.name, err.in_use, err.max), ("x.per_principal", 1, 1));
         let _b = limit.acquire("b").unwrap();
         drop(a);
         assert!(limit.acquire("a").is_ok());
+    }
+
+    #[test]
+    fn inbound_errors_are_classified() {
+        let too_large = tonic::Status::out_of_range("Error, decoded message length too large");
+        assert!(matches!(
+            InboundError::classify(&too_large, 4),
+            InboundError::TooLarge { limit: 4, .. }
+        ));
+        let bad = tonic::Status::internal("failed to decode Protobuf message");
+        let classified = InboundError::classify(&bad, 4);
+        assert!(matches!(classified, InboundError::Undecodable { .. }));
+        assert_eq!(classified.status().code(), tonic::Code::InvalidArgument);
+        let gone = tonic::Status::from_error(Box::new(std::io::Error::other("reset")));
+        assert!(matches!(
+            InboundError::classify(&gone, 4),
+            InboundError::Transport { .. }
+        ));
     }
 }

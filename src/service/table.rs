@@ -32,7 +32,7 @@ use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
 use crate::relational::{AnonymizeError, anonymize};
-use crate::service::StreamLimit;
+use crate::service::{InboundError, LimitExceeded, StreamLimit, drain};
 
 /// Why a table job was refused.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +47,14 @@ pub enum TableServiceError {
     Table(#[from] TableError),
     #[error("{limit}: {rule}")]
     Limit { limit: &'static str, rule: String },
+    #[error("tables.max_concurrent_jobs: {0}")]
+    Busy(#[from] LimitExceeded),
+    #[error(
+        "tables.upload_idle_ms: no message for {idle_ms} ms while the job uploads; the job was cancelled"
+    )]
+    UploadIdle { idle_ms: u64 },
+    #[error(transparent)]
+    Inbound(#[from] InboundError),
     #[error(transparent)]
     Anonymize(#[from] AnonymizeError),
     #[error("internal error: {0}")]
@@ -58,9 +66,12 @@ impl From<TableServiceError> for Status {
         let message = e.to_string();
         match e {
             TableServiceError::Limit { .. }
+            | TableServiceError::Busy(_)
             | TableServiceError::Table(TableError::TooManyRows { .. }) => {
                 Status::resource_exhausted(message)
             }
+            TableServiceError::UploadIdle { .. } => Status::deadline_exceeded(message),
+            TableServiceError::Inbound(inbound) => inbound.status(),
             TableServiceError::Anonymize(AnonymizeError::Unsatisfiable(_)) => {
                 Status::failed_precondition(message)
             }
@@ -87,15 +98,43 @@ fn invalid(field: &str, rule: impl Into<String>) -> TableServiceError {
 pub struct TableService {
     limits: TablesConfig,
     jobs: StreamLimit,
+    max_message_bytes: usize,
 }
 
-/// The service, ready to mount in the daemon's tonic server.
-pub fn table_anonymizer(config: &TablesConfig) -> TableAnonymizerServer<TableService> {
+/// The one limiter of all table work (`tables.max_concurrent_jobs`), shared by TableAnonymizer and
+/// TableEvaluator.
+pub fn table_jobs(config: &TablesConfig) -> StreamLimit {
+    StreamLimit::new("tables.max_concurrent_jobs", config.max_concurrent_jobs)
+}
+
+/// The service, ready to mount in the daemon's tonic server; `jobs` is [`table_jobs`], shared with
+/// the evaluator.
+pub fn table_anonymizer(
+    config: &TablesConfig,
+    jobs: StreamLimit,
+    max_message_bytes: usize,
+) -> TableAnonymizerServer<TableService> {
     TableAnonymizerServer::new(TableService {
         limits: config.clone(),
-        jobs: StreamLimit::new("tables.max_concurrent_jobs", config.max_concurrent_jobs),
+        jobs,
+        max_message_bytes,
     })
-    .max_decoding_message_size(64 << 20)
+    .max_decoding_message_size(max_message_bytes)
+}
+
+/// The next request message, within `tables.upload_idle_ms`.
+async fn next_message(
+    limits: &TablesConfig,
+    max_message_bytes: usize,
+    requests: &mut Streaming<AnonymizeRequest>,
+) -> Result<Option<AnonymizeRequest>, TableServiceError> {
+    match tokio::time::timeout(limits.upload_idle, requests.message()).await {
+        Ok(Ok(message)) => Ok(message),
+        Ok(Err(status)) => Err(InboundError::classify(&status, max_message_bytes).into()),
+        Err(_) => Err(TableServiceError::UploadIdle {
+            idle_ms: u64::try_from(limits.upload_idle.as_millis()).unwrap_or(u64::MAX),
+        }),
+    }
 }
 
 /// The job of a request: from TOML text or from the structured fields.
@@ -202,14 +241,14 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
 /// Reads the job message and the row chunks into a table builder, within the limits.
 async fn receive(
     limits: &TablesConfig,
+    max_message_bytes: usize,
     requests: &mut Streaming<AnonymizeRequest>,
-) -> Result<(JobSpec, TableBuilder), Status> {
-    let first = requests
-        .message()
+) -> Result<(JobSpec, TableBuilder), TableServiceError> {
+    let first = next_message(limits, max_message_bytes, requests)
         .await?
         .ok_or_else(|| invalid("job", "the request stream is empty"))?;
     let Some(RequestPart::Job(job)) = first.part else {
-        return Err(invalid("job", "the first message must carry the job").into());
+        return Err(invalid("job", "the first message must carry the job"));
     };
     let spec = job_spec(&job)?;
     let texts: HashMap<&str, &str> = job
@@ -221,20 +260,28 @@ async fn receive(
         let text = texts.get(name).ok_or_else(|| {
             invalid(
                 "job.hierarchies",
-                format!("no hierarchy named {name:?} (for column {column:?})"),
+                format!(
+                    "no hierarchy named {} (for column {})",
+                    crate::text::quote(name),
+                    crate::text::quote(column)
+                ),
             )
         })?;
-        Ok(Hierarchy::parse(&format!("job.hierarchies[{name}]"), text)?)
+        Ok(Hierarchy::parse(
+            &format!("job.hierarchies[{}]", crate::text::quote(name)),
+            text,
+        )?)
     })?;
     if job.header.is_empty() {
-        return Err(invalid("job.header", "required: the column names of the rows").into());
+        return Err(invalid(
+            "job.header",
+            "required: the column names of the rows",
+        ));
     }
     let header: Vec<&str> = job.header.iter().map(String::as_str).collect();
-    let mut builder = TableBuilder::new(schema, &header, "rows", 0)
-        .map_err(TableServiceError::from)?
-        .with_max_rows(limits.max_rows);
+    let mut builder = TableBuilder::new(schema, &header, "rows", 0)?.with_max_rows(limits.max_rows);
     let mut bytes = 0usize;
-    while let Some(message) = requests.message().await? {
+    while let Some(message) = next_message(limits, max_message_bytes, requests).await? {
         match message.part {
             Some(RequestPart::Rows(chunk)) => {
                 for row in chunk.rows {
@@ -243,19 +290,16 @@ async fn receive(
                         return Err(TableServiceError::Limit {
                             limit: "tables.max_bytes",
                             rule: format!("the job's rows exceed {} bytes", limits.max_bytes),
-                        }
-                        .into());
+                        });
                     }
                     let line = builder.rows() as u64 + 1;
-                    builder
-                        .push_row(row.values.iter().map(String::as_str), line)
-                        .map_err(TableServiceError::from)?;
+                    builder.push_row(row.values.iter().map(String::as_str), line)?;
                 }
             }
             Some(RequestPart::Job(_)) => {
-                return Err(invalid("job", "sent twice (rule: one job per stream)").into());
+                return Err(invalid("job", "sent twice (rule: one job per stream)"));
             }
-            None => return Err(invalid("part", "empty message").into()),
+            None => return Err(invalid("part", "empty message")),
         }
     }
     Ok((spec, builder))
@@ -355,9 +399,16 @@ impl TableAnonymizer for TableService {
         &self,
         request: Request<Streaming<AnonymizeRequest>>,
     ) -> Result<Response<AnonymizeStream>, Status> {
-        let slot = self.jobs.acquire()?;
+        let slot = self.jobs.acquire().map_err(TableServiceError::from)?;
         let mut requests = request.into_inner();
-        let (spec, builder) = receive(&self.limits, &mut requests).await?;
+        let (spec, builder) =
+            match receive(&self.limits, self.max_message_bytes, &mut requests).await {
+                Ok(received) => received,
+                Err(e) => {
+                    drain(requests);
+                    return Err(e.into());
+                }
+            };
         let (release, report) = tokio::task::spawn_blocking(move || {
             let table = builder.finish()?;
             let started = Instant::now();
@@ -388,7 +439,11 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(table_anonymizer(&config))
+                .add_service(table_anonymizer(
+                    &config,
+                    table_jobs(&config),
+                    crate::service::DEFAULT_MAX_MESSAGE_BYTES,
+                ))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
         format!("http://{addr}")
@@ -400,6 +455,7 @@ mod tests {
             max_bytes: 1 << 20,
             max_concurrent_jobs: 2,
             rows_per_chunk: 3,
+            ..crate::config::Config::embedded_defaults().tables
         }
     }
 
@@ -550,7 +606,7 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         assert!(
             e.message()
-                .contains("rows:3:2: \"old\" in column 'age' is not a number"),
+                .contains("rows:3:2: \"old\" in column \"age\" is not a number"),
             "{}",
             e.message()
         );

@@ -32,7 +32,6 @@ use std::pin::Pin;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -40,18 +39,18 @@ use crate::config::TransactionsConfig;
 use crate::proto::release_feed_server::{ReleaseFeed, ReleaseFeedServer};
 use crate::proto::transaction_ingest_server::{TransactionIngest, TransactionIngestServer};
 use crate::proto::{PublishAck, ReleaseSubscription, ReleasedWindow, Transaction};
+use crate::service::{InboundError, drain};
 use crate::store::{StoreError, WindowOutcome};
+use crate::text::quote;
 use windows::{Append, AppendError, Appended, WindowManager};
 
 /// Longest stream name, in bytes (its hex form names a directory).
 pub const MAX_STREAM_NAME_BYTES: usize = 120;
-/// Records of one Publish stream handed to the writer and not yet acknowledged.
-pub const PUBLISH_IN_FLIGHT: usize = 4096;
 
 /// Why a request was refused, naming the field and the rule.
 #[derive(Debug, thiserror::Error)]
 pub enum TransactionsError {
-    #[error("{field}: {rule} (record_id {record_id:?})")]
+    #[error("{field}: {rule} (record_id {})", quote(.record_id))]
     InvalidRecord {
         field: String,
         rule: String,
@@ -59,7 +58,7 @@ pub enum TransactionsError {
     },
     #[error("{field}: {rule}")]
     InvalidArgument { field: &'static str, rule: String },
-    #[error("stream: unknown stream {0:?} (not configured and never published to)")]
+    #[error("stream: unknown stream {} (not configured and never published to)", quote(.0))]
     UnknownStream(String),
     #[error(transparent)]
     Append(#[from] AppendError),
@@ -67,6 +66,30 @@ pub enum TransactionsError {
     Store(#[from] StoreError),
     #[error("{0}")]
     WindowFailed(String),
+    #[error("window {window} of stream {} is unreadable: {detail}", quote(.stream))]
+    WindowUnreadable {
+        stream: String,
+        window: u64,
+        detail: String,
+    },
+    #[error(
+        "{limit} records were sent on this stream and not yet acknowledged, the limit of transactions.max_unacked_per_publish; read the acknowledgements, then publish the rest again"
+    )]
+    TooManyUnacked { limit: usize },
+    #[error(
+        "the transaction writer's queue is full ({queue} records waiting); publish the rest again later"
+    )]
+    WriterBusy { queue: usize },
+    #[error(
+        "the broker is shutting down; records not acknowledged were not stored, publish them again"
+    )]
+    ShuttingDown,
+    #[error("the broker is shutting down; resume from window {next}")]
+    SubscriptionStopped { next: u64 },
+    #[error(transparent)]
+    Inbound(#[from] InboundError),
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The caller's principal may not use the stream (`auth.principals.streams`).
     #[error(transparent)]
     Denied(#[from] crate::auth::Denial),
@@ -80,12 +103,23 @@ impl From<TransactionsError> for Status {
                 Status::invalid_argument(message)
             }
             TransactionsError::UnknownStream(_) => Status::not_found(message),
-            TransactionsError::Append(AppendError::TooManyOpenRecords { .. }) => {
-                Status::resource_exhausted(message)
+            TransactionsError::Append(
+                AppendError::TooManyOpenRecords { .. } | AppendError::TooManyStreams { .. },
+            )
+            | TransactionsError::TooManyUnacked { .. }
+            | TransactionsError::WriterBusy { .. } => Status::resource_exhausted(message),
+            TransactionsError::Append(AppendError::TooManyAntecedents { .. }) => {
+                Status::invalid_argument(message)
             }
             TransactionsError::Append(AppendError::Unavailable(_))
-            | TransactionsError::Store(_) => Status::unavailable(message),
-            TransactionsError::WindowFailed(_) => Status::internal(message),
+            | TransactionsError::Store(_)
+            | TransactionsError::ShuttingDown
+            | TransactionsError::SubscriptionStopped { .. } => Status::unavailable(message),
+            TransactionsError::WindowFailed(_) | TransactionsError::Internal(_) => {
+                Status::internal(message)
+            }
+            TransactionsError::WindowUnreadable { .. } => Status::data_loss(message),
+            TransactionsError::Inbound(inbound) => inbound.status(),
             TransactionsError::Denied(denial) => denial.into_status(),
         }
     }
@@ -96,6 +130,8 @@ impl From<TransactionsError> for Status {
 pub struct TransactionServices {
     config: TransactionsConfig,
     manager: WindowManager,
+    /// Largest request message (`server.max_message_bytes`).
+    max_message_bytes: usize,
     /// Becomes true when the daemon shuts down: Publish stops reading, Subscribe ends.
     shutdown: watch::Receiver<bool>,
 }
@@ -112,16 +148,23 @@ impl TransactionServices {
         Ok(TransactionServices {
             config,
             manager,
+            max_message_bytes: crate::service::DEFAULT_MAX_MESSAGE_BYTES,
             shutdown,
         })
     }
 
+    /// Sets the largest request message accepted (`server.max_message_bytes`).
+    pub fn with_max_message_bytes(mut self, max_message_bytes: usize) -> TransactionServices {
+        self.max_message_bytes = max_message_bytes;
+        self
+    }
+
     pub fn ingest_server(&self) -> TransactionIngestServer<TransactionServices> {
-        TransactionIngestServer::new(self.clone())
+        TransactionIngestServer::new(self.clone()).max_decoding_message_size(self.max_message_bytes)
     }
 
     pub fn feed_server(&self) -> ReleaseFeedServer<TransactionServices> {
-        ReleaseFeedServer::new(self.clone())
+        ReleaseFeedServer::new(self.clone()).max_decoding_message_size(self.max_message_bytes)
     }
 }
 
@@ -184,7 +227,7 @@ fn check_items(
         if let Some(first) = seen.insert(item.as_str(), i) {
             return Err(bad(
                 format!("{field}[{i}]"),
-                format!("duplicates {field}[{first}] ({item:?})"),
+                format!("duplicates {field}[{first}] ({})", quote(item)),
             ));
         }
     }
@@ -232,12 +275,6 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-fn shutting_down() -> Status {
-    Status::unavailable(
-        "the broker is shutting down; records not acknowledged were not stored, publish them again",
-    )
-}
-
 /// One entry of a Publish stream's ordered acknowledgement queue.
 enum PendingAck {
     Durable {
@@ -260,26 +297,49 @@ impl TransactionIngest for TransactionServices {
     ) -> Result<Response<AckStream>, Status> {
         let principal = crate::auth::Caller::of(&request)?;
         let mut inbound = request.into_inner();
+        let limit = self.config.max_unacked_per_publish;
         let (ack_tx, ack_rx) = mpsc::channel::<Result<PublishAck, Status>>(256);
-        let (pending_tx, mut pending_rx) = mpsc::channel::<PendingAck>(PUBLISH_IN_FLIGHT);
+        // One place beyond the limit is kept for the status that ends the stream.
+        let (pending_tx, mut pending_rx) = mpsc::channel::<PendingAck>(limit.saturating_add(1));
         let config = self.config.clone();
         let appends = self.manager.appends.clone();
+        let max_message_bytes = self.max_message_bytes;
         let mut shutdown = self.shutdown.clone();
-        // Reader: validate and hand records to the writer, in order, without waiting for acks.
+        // Reader: validate and hand records to the writer, in order, without waiting for acks or for
+        // the writer: it never blocks, so HTTP/2 never holds frames the daemon does not read. After
+        // the first refusal it keeps draining the stream until the client ends it.
         tokio::spawn(async move {
+            let refuse = |error: TransactionsError| {
+                // The reserved place: cannot be full.
+                let _ = pending_tx.try_send(PendingAck::Refused(error.into()));
+            };
             loop {
                 let message = tokio::select! {
-                    message = inbound.next() => message,
+                    message = inbound.message() => message,
                     () = stopped(&mut shutdown) => {
-                        let _ = pending_tx.send(PendingAck::Refused(shutting_down())).await;
-                        break;
+                        refuse(TransactionsError::ShuttingDown);
+                        return;
                     }
                 };
-                let Some(Ok(t)) = message else { break };
+                let t = match message {
+                    Ok(Some(t)) => t,
+                    Ok(None) => return,
+                    Err(status) => {
+                        match InboundError::classify(&status, max_message_bytes) {
+                            InboundError::Transport { .. } => {}
+                            error => refuse(error.into()),
+                        }
+                        return;
+                    }
+                };
                 let checked = validate(&t, &config)
                     .and_then(|()| principal.check_stream(&t.stream).map_err(Into::into));
                 if let Err(e) = checked {
-                    let _ = pending_tx.send(PendingAck::Refused(e.into())).await;
+                    refuse(e);
+                    break;
+                }
+                if pending_tx.capacity() <= 1 {
+                    refuse(TransactionsError::TooManyUnacked { limit });
                     break;
                 }
                 let (reply, receive) = oneshot::channel();
@@ -291,21 +351,31 @@ impl TransactionIngest for TransactionServices {
                     sensitive_items: t.sensitive_items,
                     reply,
                 };
-                if appends.send(append).await.is_err() {
-                    let refused = TransactionsError::Append(AppendError::Unavailable(
-                        "the transaction writer has stopped".into(),
-                    ));
-                    let _ = pending_tx.send(PendingAck::Refused(refused.into())).await;
-                    break;
+                match appends.try_send(append) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        refuse(TransactionsError::WriterBusy {
+                            queue: appends.max_capacity(),
+                        });
+                        break;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        refuse(TransactionsError::Append(AppendError::Unavailable(
+                            "the transaction writer has stopped".into(),
+                        )));
+                        break;
+                    }
                 }
                 let pending = PendingAck::Durable {
                     record_id,
                     reply: receive,
                 };
-                if pending_tx.send(pending).await.is_err() {
+                if pending_tx.try_send(pending).is_err() {
                     break;
                 }
             }
+            drop(pending_tx);
+            drain(inbound);
         });
         // Acknowledger: in the order sent; the first failure ends the stream.
         tokio::spawn(async move {
@@ -370,22 +440,24 @@ impl ReleaseFeed for TransactionServices {
                     let item = match read {
                         Ok(Ok(Some(WindowOutcome::Released(bytes)))) => {
                             <ReleasedWindow as prost::Message>::decode(bytes.as_slice()).map_err(
-                                |e| {
-                                    Status::data_loss(format!(
-                                        "window {next} of stream {stream:?} is unreadable: {e}"
-                                    ))
+                                |e| TransactionsError::WindowUnreadable {
+                                    stream: stream.clone(),
+                                    window: next,
+                                    detail: e.to_string(),
                                 },
                             )
                         }
                         Ok(Ok(Some(WindowOutcome::Failed(reason)))) => {
-                            Err(TransactionsError::WindowFailed(reason).into())
+                            Err(TransactionsError::WindowFailed(reason))
                         }
-                        Ok(Ok(None)) => Err(Status::internal(format!(
-                            "window {next} of stream {stream:?} is announced but missing"
+                        Ok(Ok(None)) => Err(TransactionsError::Internal(format!(
+                            "window {next} of stream {} is announced but missing",
+                            quote(&stream)
                         ))),
-                        Ok(Err(e)) => Err(TransactionsError::Store(e).into()),
-                        Err(e) => Err(Status::internal(e.to_string())),
+                        Ok(Err(e)) => Err(TransactionsError::Store(e)),
+                        Err(e) => Err(TransactionsError::Internal(e.to_string())),
                     };
+                    let item = item.map_err(Status::from);
                     let failed = item.is_err();
                     if tx.send(item).await.is_err() || failed {
                         return;
@@ -397,9 +469,7 @@ impl ReleaseFeed for TransactionServices {
                     () = tx.closed() => return,
                     () = stopped(&mut shutdown) => {
                         let _ = tx
-                            .send(Err(Status::unavailable(format!(
-                                "the broker is shutting down; resume from window {next}"
-                            ))))
+                            .send(Err(TransactionsError::SubscriptionStopped { next }.into()))
                             .await;
                         return;
                     }

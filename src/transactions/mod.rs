@@ -243,6 +243,13 @@ impl DenseItems {
     }
 }
 
+/// Adversary antecedents of one record of `items` items in exact mode: Σ_{l=1..m} C(items, l)
+/// (saturating). Summed over a window's records it bounds the antecedents exact mode enumerates, so
+/// the daemon bounds a window's cost with it before accepting a record.
+pub fn antecedent_count(items: usize, m: u32) -> u64 {
+    support::subset_count(items, m as usize)
+}
+
 /// Anonymizes one window by partial suppression (SUPPRESSOR in exact mode, SAMPLESUPPRESSOR in
 /// sampled mode), seeded by `seed`. See [`anonymize_with_adversaries`].
 pub fn anonymize(

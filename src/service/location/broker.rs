@@ -27,6 +27,7 @@ use crate::location::{
 };
 use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
 
+use super::error::LocationError;
 use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, Rejection};
 
@@ -34,7 +35,38 @@ use super::validate::{AdmittedRequest, Rejection};
 const COMMAND_BATCH: usize = 1024;
 
 pub(super) type ClientId = u64;
-pub(super) type EventSender = mpsc::Sender<Result<LocationEvent, Status>>;
+
+/// The bounded event queue of one client stream. One place beyond `location.client_queue` is kept
+/// for the status that ends the stream, so a client that reads too slowly (or whose request stream
+/// broke) always learns why its stream ended once it reads again.
+#[derive(Debug, Clone)]
+pub(super) struct EventQueue {
+    sender: mpsc::Sender<Result<LocationEvent, Status>>,
+}
+
+impl EventQueue {
+    pub(super) fn channel(
+        client_queue: usize,
+    ) -> (EventQueue, mpsc::Receiver<Result<LocationEvent, Status>>) {
+        let (sender, receiver) = mpsc::channel(client_queue.saturating_add(1));
+        (EventQueue { sender }, receiver)
+    }
+
+    /// Queues an event unless only the place reserved for the final status is left; false when the
+    /// event was not queued (the client is too slow, or gone).
+    pub(super) fn try_event(&self, event: LocationEvent) -> bool {
+        self.sender.capacity() > 1 && self.sender.try_send(Ok(event)).is_ok()
+    }
+
+    /// Ends the stream with `status` (uses the reserved place).
+    pub(super) fn finish(&self, status: Status) {
+        let _ = self.sender.try_send(Err(status));
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
 
 /// The broker's clock: Unix milliseconds read from tokio's clock, so tests can pause time.
 #[derive(Debug, Clone, Copy)]
@@ -85,7 +117,7 @@ pub(super) struct AnswerTally {
 pub(super) enum Command {
     Open {
         client: ClientId,
-        events: EventSender,
+        events: EventQueue,
         /// Name of the stream's principal.
         principal: Arc<str>,
         /// Whether the principal is held to `max_requests_per_s_per_principal`.
@@ -102,6 +134,12 @@ pub(super) enum Command {
     },
     /// The client half-closed: close its stream once nothing more can reach it.
     InboundClosed { client: ClientId },
+    /// The client's request stream broke (oversized or undecodable message): its pending requests
+    /// still get their outcome, then the stream ends with the error's status.
+    InboundFailed {
+        client: ClientId,
+        error: LocationError,
+    },
     /// The client went away.
     Gone { client: ClientId },
     /// A provider stream of `principal` took the cloaked request of `pseudonym` off its queue.
@@ -121,7 +159,9 @@ pub(super) enum Command {
 }
 
 struct ClientState {
-    events: EventSender,
+    events: EventQueue,
+    /// The status that ends the stream once it has drained (OK when `None`).
+    final_status: Option<Status>,
     principal: Arc<str>,
     rate_limited: bool,
     pending: HashSet<RequestId>,
@@ -155,7 +195,9 @@ pub(super) struct Broker {
     clock: BrokerClock,
     engine: Engine,
     next_request_id: RequestId,
-    next_user_key: UserKey,
+    /// Keyed hash (random key per broker) giving each user id the same key for the broker's lifetime,
+    /// also while he has nothing pending, as memorized anonymity sets need.
+    user_keys: std::hash::RandomState,
     /// Interned user ids with the number of their pending requests.
     users: HashMap<String, (UserKey, usize)>,
     pending: HashMap<RequestId, PendingEntry>,
@@ -180,11 +222,11 @@ impl Broker {
         provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
     ) -> Broker {
         Broker {
-            engine: Engine::new(cfg.search, seed),
+            engine: Engine::new(cfg.search, seed).with_sessions(cfg.sessions),
             cfg,
             clock: BrokerClock::new(),
             next_request_id: 0,
-            next_user_key: 0,
+            user_keys: std::hash::RandomState::new(),
             users: HashMap::new(),
             pending: HashMap::new(),
             pending_keys: HashSet::new(),
@@ -214,6 +256,7 @@ impl Broker {
                     client,
                     ClientState {
                         events,
+                        final_status: None,
                         principal,
                         rate_limited,
                         pending: HashSet::new(),
@@ -231,6 +274,13 @@ impl Broker {
             Command::InboundClosed { client } => {
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.draining = true;
+                }
+                self.maybe_close(client);
+            }
+            Command::InboundFailed { client, error } => {
+                if let Some(state) = self.clients.get_mut(&client) {
+                    state.draining = true;
+                    state.final_status = Some(error.into());
                 }
                 self.maybe_close(client);
             }
@@ -303,17 +353,17 @@ impl Broker {
         let user = match self.users.get(&request.user_id) {
             Some((key, _)) => *key,
             None => {
-                let key = self.next_user_key;
-                self.next_user_key += 1;
+                let key = std::hash::BuildHasher::hash_one(&self.user_keys, &request.user_id);
                 self.users.insert(request.user_id.clone(), (key, 0));
                 key
             }
         };
         if !self.pending_keys.insert((user, request_no)) {
-            let rejection = Rejection::invalid(
-                "request_no",
-                format!("this user already has request {request_no} pending"),
-            );
+            let rejection = Rejection {
+                field: "request_no",
+                reason: format!("the user already has request {request_no} pending"),
+                code: Code::AlreadyExists,
+            };
             return self.send(client, rejection.to_event(request_no));
         }
         let id = self.next_request_id;
@@ -588,31 +638,40 @@ impl Broker {
         }
     }
 
-    /// Sends an event; a client that is gone or reads too slowly loses its stream.
+    /// Sends an event; a client that is gone or reads too slowly loses its stream (the slow one is
+    /// told so with RESOURCE_EXHAUSTED when it reads again).
     fn send(&mut self, client: ClientId, event: LocationEvent) {
         let Some(state) = self.clients.get(&client) else {
             return;
         };
-        match state.events.try_send(Ok(event)) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(
-                    client,
-                    limit = self.cfg.client_queue,
-                    "client reads too slowly; closing its stream (location.client_queue)"
-                );
-                self.drop_client(client);
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.drop_client(client),
+        if state.events.try_event(event) {
+            return;
         }
+        if !state.events.is_closed() {
+            tracing::warn!(
+                client,
+                limit = self.cfg.client_queue,
+                "client reads too slowly; closing its stream (location.client_queue)"
+            );
+            state.events.finish(
+                LocationError::ClientTooSlow {
+                    limit: self.cfg.client_queue,
+                }
+                .into(),
+            );
+        }
+        self.drop_client(client);
     }
 
     fn maybe_close(&mut self, client: ClientId) {
         let done = self.clients.get(&client).is_some_and(|state| {
             state.draining && state.pending.is_empty() && state.awaiting_answer == 0
         });
-        if done {
-            self.clients.remove(&client);
+        if done
+            && let Some(state) = self.clients.remove(&client)
+            && let Some(status) = state.final_status
+        {
+            state.events.finish(status);
         }
     }
 

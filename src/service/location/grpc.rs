@@ -1,5 +1,11 @@
 //! The gRPC handlers of `LocationBroker` and `LbsGateway`: they read client and provider streams,
 //! validate, and talk to the broker actor over its command channel.
+//!
+//! Request streams are always drained: a reader never waits on the broker (a full command queue
+//! rejects that one request with RESOURCE_EXHAUSTED), so HTTP/2 never buffers frames the daemon does
+//! not read, and one stalled stream cannot make the connection's frame budget run out for the others.
+//! A broken request stream (oversized or undecodable message) ends the event stream with its status
+//! after every request already accepted has had its outcome.
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,16 +21,13 @@ use crate::proto::location_broker_server::LocationBroker;
 use crate::proto::{
     AnswerSummary, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest,
 };
-use crate::service::StreamSlot;
+use crate::service::{InboundError, StreamSlot, drain};
 
 use super::LocationServices;
-use super::broker::{AnswerTally, Command};
+use super::broker::{AnswerTally, Command, EventQueue};
+use super::error::LocationError;
 use super::validate::{Rejection, validate};
 use crate::auth::Caller;
-
-fn broker_gone() -> Status {
-    Status::unavailable("the location broker is shutting down")
-}
 
 /// A response stream that holds its stream-limit place while it lives.
 struct SlotStream<S, G = StreamSlot> {
@@ -54,21 +57,22 @@ impl LocationBroker for LocationServices {
         request: Request<Streaming<LocationRequest>>,
     ) -> Result<Response<Self::SubmitStream>, Status> {
         let principal = Caller::of(&request)?;
-        let slot = self.client_streams.acquire()?;
+        let slot = self.client_streams.acquire().map_err(LocationError::from)?;
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
-        let (events, event_rx) = mpsc::channel(self.cfg.client_queue);
+        let (events, event_rx) = EventQueue::channel(self.cfg.client_queue);
         self.commands
             .send(Command::Open {
                 client,
-                events,
+                events: events.clone(),
                 principal: Arc::from(principal.name.as_str()),
                 rate_limited: !principal.is_anonymous(),
             })
             .await
-            .map_err(|_| broker_gone())?;
+            .map_err(|_| LocationError::ShuttingDown)?;
         let mut inbound = request.into_inner();
         let commands = self.commands.clone();
         let cfg = Arc::clone(&self.cfg);
+        let max_message_bytes = self.max_message_bytes;
         let mut stop = self.stop.clone();
         tokio::spawn(async move {
             loop {
@@ -79,6 +83,10 @@ impl LocationBroker for LocationServices {
                 };
                 let command = match message {
                     Ok(Some(req)) => {
+                        if events.is_closed() {
+                            // The event stream is over; keep draining so HTTP/2 buffers nothing.
+                            continue;
+                        }
                         let request_no = req.request_no;
                         let admitted = validate(req, &cfg).and_then(|request| {
                             principal
@@ -109,13 +117,35 @@ impl LocationBroker for LocationServices {
                         let _ = commands.send(Command::InboundClosed { client }).await;
                         break;
                     }
-                    Err(_) => {
-                        let _ = commands.send(Command::Gone { client }).await;
+                    Err(status) => {
+                        let error = InboundError::classify(&status, max_message_bytes);
+                        let command = match error {
+                            InboundError::Transport { .. } => Command::Gone { client },
+                            error => Command::InboundFailed {
+                                client,
+                                error: error.into(),
+                            },
+                        };
+                        let _ = commands.send(command).await;
                         break;
                     }
                 };
-                if commands.send(command).await.is_err() {
-                    break;
+                let request_no = match &command {
+                    Command::Submit { request, .. } => request.request_no,
+                    Command::Reject { request_no, .. } => *request_no,
+                    _ => continue,
+                };
+                match commands.try_send(command) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        let overloaded = LocationError::Overloaded {
+                            queue: commands.max_capacity(),
+                            what: "the request was",
+                        };
+                        let rejection = Rejection::exhausted("request_no", overloaded.to_string());
+                        events.try_event(rejection.to_event(request_no));
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => break,
                 }
             }
         });
@@ -137,18 +167,23 @@ impl LbsGateway for LocationServices {
         let principal = Caller::of(&request)?;
         let service = request.into_inner().service;
         let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
-            return Err(Status::invalid_argument(format!(
-                "service: unknown service {service:?}; this broker serves {:?}",
-                self.cfg.services
-            )));
+            return Err(LocationError::UnknownService {
+                service,
+                services: self.cfg.services.clone(),
+            }
+            .into());
         };
         principal
             .check_service(&service)
-            .map_err(|denial| denial.into_status())?;
+            .map_err(LocationError::from)?;
         let principal_slot = self
             .provider_streams_per_principal
-            .acquire(&principal.name)?;
-        let slot = self.provider_streams.acquire()?;
+            .acquire(&principal.name)
+            .map_err(LocationError::from)?;
+        let slot = self
+            .provider_streams
+            .acquire()
+            .map_err(LocationError::from)?;
         let queue = self.provider_receivers[index].clone();
         let commands = self.commands.clone();
         let name: Arc<str> = Arc::from(principal.name.as_str());
@@ -183,7 +218,7 @@ impl LbsGateway for LocationServices {
         let name: Arc<str> = Arc::from(principal.name.as_str());
         let mut inbound = request.into_inner();
         let tally = Arc::new(AnswerTally::default());
-        let mut failure = None;
+        let mut failure: Option<LocationError> = None;
         loop {
             if tally.denied.load(Ordering::Relaxed) > 0 {
                 // A refused answer ends the stream (the summary below says why).
@@ -194,51 +229,67 @@ impl LbsGateway for LocationServices {
                     let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
                         Ok(p) if answer.pseudonym.len() == 32 => p,
                         _ => {
-                            failure = Some(Status::invalid_argument(format!(
-                                "pseudonym: must be 32 hex digits as received in CloakedRequest (got {:?})",
-                                answer.pseudonym
-                            )));
+                            failure = Some(LocationError::InvalidPseudonym(answer.pseudonym));
                             break;
                         }
                     };
                     if answer.payload.len() > self.cfg.max_payload_bytes {
-                        failure = Some(Status::invalid_argument(format!(
-                            "payload: must be at most {} bytes (got {})",
-                            self.cfg.max_payload_bytes,
-                            answer.payload.len()
-                        )));
+                        failure = Some(LocationError::PayloadTooLarge {
+                            limit: self.cfg.max_payload_bytes,
+                            got: answer.payload.len(),
+                        });
                         break;
                     }
-                    self.commands
-                        .send(Command::Answer {
-                            pseudonym,
-                            payload: answer.payload,
-                            tally: Arc::clone(&tally),
-                            principal: Arc::clone(&name),
-                        })
-                        .await
-                        .map_err(|_| broker_gone())?;
+                    let command = Command::Answer {
+                        pseudonym,
+                        payload: answer.payload,
+                        tally: Arc::clone(&tally),
+                        principal: Arc::clone(&name),
+                    };
+                    match self.commands.try_send(command) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            failure = Some(LocationError::Overloaded {
+                                queue: self.commands.max_capacity(),
+                                what: "this answer and the ones after it were",
+                            });
+                            break;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            return Err(LocationError::ShuttingDown.into());
+                        }
+                    }
                 }
                 Ok(None) => break,
-                Err(status) => return Err(status),
+                Err(status) => {
+                    match InboundError::classify(&status, self.max_message_bytes) {
+                        InboundError::Transport { .. } => return Err(status),
+                        error => failure = Some(error.into()),
+                    }
+                    break;
+                }
             }
+        }
+        if failure.is_some() {
+            drain(inbound);
         }
         // Every answer sent so far is routed before the summary (or the error) is returned.
         let (done, wait) = oneshot::channel();
         self.commands
             .send(Command::Sync { done })
             .await
-            .map_err(|_| broker_gone())?;
-        wait.await.map_err(|_| broker_gone())?;
-        if let Some(status) = failure {
-            return Err(status);
+            .map_err(|_| LocationError::ShuttingDown)?;
+        wait.await.map_err(|_| LocationError::ShuttingDown)?;
+        if let Some(error) = failure {
+            return Err(error.into());
         }
         let denied = tally.denied.load(Ordering::Relaxed);
         if denied > 0 {
-            return Err(Status::permission_denied(format!(
-                "pseudonym: {denied} answers were for pseudonyms principal {:?} did not receive; an answer is accepted only from the principal whose Subscribe stream received the pseudonym",
-                principal.name
-            )));
+            return Err(LocationError::AnswerNotReceived {
+                denied,
+                principal: principal.name.clone(),
+            }
+            .into());
         }
         Ok(Response::new(AnswerSummary {
             delivered: tally.delivered.load(Ordering::Relaxed),

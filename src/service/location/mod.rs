@@ -12,6 +12,7 @@
 //! still-pending ones get Rejected with UNAVAILABLE); providers never see a user id, k or exact point;
 //! every queue and table is bounded by a configured limit.
 mod broker;
+mod error;
 mod grpc;
 mod rate;
 mod validate;
@@ -25,10 +26,11 @@ use crate::config::LocationConfig;
 use crate::proto::CloakedRequest;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
-use crate::service::{PrincipalStreamLimit, StreamLimit};
+use crate::service::{DEFAULT_MAX_MESSAGE_BYTES, PrincipalStreamLimit, StreamLimit};
 
 pub use broker::BrokerClock;
 use broker::{Broker, Command};
+pub use error::LocationError;
 pub use validate::{AdmittedRequest, MAX_USER_ID_BYTES, Rejection, validate};
 
 /// Commands buffered between the client streams and the broker actor.
@@ -44,6 +46,8 @@ pub struct LocationServices {
     provider_streams: StreamLimit,
     provider_streams_per_principal: PrincipalStreamLimit,
     next_client: Arc<AtomicU64>,
+    /// Largest request message (`server.max_message_bytes`).
+    max_message_bytes: usize,
     stop: watch::Receiver<bool>,
 }
 
@@ -74,15 +78,22 @@ impl LocationServices {
             commands,
             provider_receivers: Arc::new(receivers),
             next_client: Arc::new(AtomicU64::new(0)),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             stop: shutdown,
         }
     }
 
+    /// Sets the largest request message accepted (`server.max_message_bytes`).
+    pub fn with_max_message_bytes(mut self, max_message_bytes: usize) -> LocationServices {
+        self.max_message_bytes = max_message_bytes;
+        self
+    }
+
     pub fn broker_server(&self) -> LocationBrokerServer<LocationServices> {
-        LocationBrokerServer::new(self.clone())
+        LocationBrokerServer::new(self.clone()).max_decoding_message_size(self.max_message_bytes)
     }
 
     pub fn gateway_server(&self) -> LbsGatewayServer<LocationServices> {
-        LbsGatewayServer::new(self.clone())
+        LbsGatewayServer::new(self.clone()).max_decoding_message_size(self.max_message_bytes)
     }
 }

@@ -129,8 +129,9 @@ pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRe
         return Err(Rejection::invalid(
             "service",
             format!(
-                "unknown service {:?}; this broker serves {:?}",
-                req.service, cfg.services
+                "unknown service {}; this broker serves {:?}",
+                crate::service::quote(&req.service),
+                cfg.services
             ),
         ));
     };

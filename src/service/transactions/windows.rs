@@ -40,8 +40,9 @@ use crate::store::{
 
 /// Most commands written with one fsync.
 pub const MAX_BATCH: usize = 4096;
-/// Depth of the writer's command queue (publishers wait when it is full).
-pub const WRITER_QUEUE: usize = 8192;
+/// Depth of the writer's command queue (a Publish stream finding it full ends with
+/// RESOURCE_EXHAUSTED; readers never wait on it).
+pub const WRITER_QUEUE: usize = 65_536;
 
 /// Why an append was not acknowledged.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -53,6 +54,19 @@ pub enum AppendError {
         stream: String,
         waiting: usize,
         limit: usize,
+    },
+    #[error(
+        "stream: {streams} streams exist, the limit transactions.max_streams; publish to an existing stream"
+    )]
+    TooManyStreams { streams: usize },
+    #[error(
+        "items: a record of {items} items has {antecedents} adversary antecedents with m = {m}, more than a whole window may have (transactions.max_window_antecedents = {limit}); send fewer items or use a sampled-mode stream"
+    )]
+    TooManyAntecedents {
+        items: usize,
+        m: u32,
+        antecedents: u64,
+        limit: u64,
     },
     #[error("transaction store unavailable, record not stored durably: {0}")]
     Unavailable(String),
@@ -164,6 +178,8 @@ struct StreamState {
     open_records: Vec<StoredRecord>,
     /// When the open window got its first record.
     opened_at: Option<Instant>,
+    /// Exact mode's antecedents of the open window's records (0 in sampled mode).
+    open_antecedents: u64,
     /// Closed windows possibly not yet released: id -> number of records.
     closed_pending: BTreeMap<u64, usize>,
     /// Record id -> window id, for every record ever accepted.
@@ -204,11 +220,20 @@ impl StreamState {
         self.closed_pending.insert(self.open_window, records.len());
         self.open_window += 1;
         self.opened_at = None;
+        self.open_antecedents = 0;
         ClosedWindow { close, records }
     }
 
     fn deadline(&self) -> Option<Instant> {
         self.opened_at.map(|t| t + self.settings.window)
+    }
+
+    /// What a record of `items` items costs the open window in exact mode.
+    fn antecedents(&self, items: usize) -> u64 {
+        match self.settings.mode {
+            RhoMode::Exact => crate::transactions::antecedent_count(items, self.settings.m),
+            RhoMode::Sampled { .. } => 0,
+        }
     }
 }
 
@@ -258,6 +283,7 @@ impl Writer {
                     open_window: 0,
                     open_records: Vec::new(),
                     opened_at: None,
+                    open_antecedents: 0,
                     closed_pending: BTreeMap::new(),
                     index: HashMap::new(),
                     released_at_open: released,
@@ -290,6 +316,9 @@ impl Writer {
                         );
                     }
                     st.opened_at.get_or_insert(now);
+                    st.open_antecedents = st
+                        .open_antecedents
+                        .saturating_add(st.antecedents(record.items.len()));
                     st.open_records.push(record);
                 }
                 LogEntry::Close(close) => {
@@ -373,7 +402,16 @@ impl Writer {
         let mut replies = Vec::new();
         let mut closed = Vec::new();
         let limit = self.config.max_open_records;
+        let budget = self.config.max_window_antecedents;
         for command in batch {
+            if !self.state.contains_key(&command.stream)
+                && self.state.len() >= self.config.max_streams
+            {
+                let _ = command.reply.send(Err(AppendError::TooManyStreams {
+                    streams: self.state.len(),
+                }));
+                continue;
+            }
             let st = match self.stream_state(&command.stream) {
                 Ok(st) => st,
                 Err(e) => {
@@ -402,6 +440,23 @@ impl Writer {
                 }));
                 continue;
             }
+            let cost = st.antecedents(command.items.len());
+            if cost > budget {
+                let _ = command.reply.send(Err(AppendError::TooManyAntecedents {
+                    items: command.items.len(),
+                    m: st.settings.m,
+                    antecedents: cost,
+                    limit: budget,
+                }));
+                continue;
+            }
+            if st.open_antecedents.saturating_add(cost) > budget && !st.open_records.is_empty() {
+                // Close before adding: the window stays within exact mode's budget.
+                let window = st.close_window(&command.stream);
+                entries.push(LogEntry::Close(window.close.clone()));
+                closed.push(window);
+            }
+            st.open_antecedents = st.open_antecedents.saturating_add(cost);
             let record = StoredRecord {
                 stream: command.stream,
                 window_id: st.open_window,

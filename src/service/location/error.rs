@@ -1,0 +1,63 @@
+//! Errors of the location services and their one mapping to `tonic::Status`. Per-request refusals are
+//! not errors of the stream: they are [`Rejection`](super::Rejection) events and the stream goes on.
+use tonic::Status;
+
+use crate::service::{InboundError, LimitExceeded, quote};
+
+/// Why a location stream (Submit, Subscribe or Answer) failed or ended early.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LocationError {
+    #[error("{0}")]
+    Limit(#[from] LimitExceeded),
+    #[error("service: unknown service {}; this broker serves {services:?}", quote(.service))]
+    UnknownService {
+        service: String,
+        services: Vec<String>,
+    },
+    #[error(
+        "pseudonym: must be 32 hex digits as received in CloakedRequest (got {})",
+        quote(.0)
+    )]
+    InvalidPseudonym(String),
+    #[error("payload: must be at most {limit} bytes (got {got}; location.max_payload_bytes)")]
+    PayloadTooLarge { limit: usize, got: usize },
+    #[error(
+        "the broker's command queue is full ({queue} commands waiting); {what} not accepted, send it again later"
+    )]
+    Overloaded { queue: usize, what: &'static str },
+    #[error(
+        "the client reads its events too slowly: {limit} events were waiting (location.client_queue); the stream was closed"
+    )]
+    ClientTooSlow { limit: usize },
+    #[error("the location broker is shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Inbound(#[from] InboundError),
+    /// A role or scope rule of the caller's principal.
+    #[error(transparent)]
+    Denied(#[from] crate::auth::Denial),
+    /// Answers for pseudonyms another principal received (already logged and counted).
+    #[error(
+        "pseudonym: {denied} answers were for pseudonyms principal {} did not receive; an answer is accepted only from the principal whose Subscribe stream received the pseudonym",
+        quote(.principal)
+    )]
+    AnswerNotReceived { denied: u64, principal: String },
+}
+
+impl From<LocationError> for Status {
+    fn from(err: LocationError) -> Status {
+        let message = err.to_string();
+        match err {
+            LocationError::Limit(_)
+            | LocationError::Overloaded { .. }
+            | LocationError::ClientTooSlow { .. } => Status::resource_exhausted(message),
+            LocationError::UnknownService { .. }
+            | LocationError::InvalidPseudonym(_)
+            | LocationError::PayloadTooLarge { .. } => Status::invalid_argument(message),
+            LocationError::ShuttingDown => Status::unavailable(message),
+            LocationError::Inbound(inbound) => inbound.status(),
+            LocationError::Denied(denial) => denial.into_status(),
+            LocationError::AnswerNotReceived { .. } => Status::permission_denied(message),
+        }
+    }
+}

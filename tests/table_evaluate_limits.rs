@@ -1,0 +1,117 @@
+//! TableEvaluator against the real daemon: a `queries` far past `tables.max_queries` is refused with
+//! RESOURCE_EXHAUSTED before anything is allocated (it used to abort the process allocating 206 GB),
+//! and an evaluation whose caller's deadline passes is cancelled, freeing its job slot at once.
+mod common;
+
+use std::time::Duration;
+
+use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
+use cloakd::proto::{EvaluateRequest, HierarchyFile};
+use common::{TestDaemon, config_with};
+use tonic::Code;
+
+const QIS: [&str; 5] = ["workclass", "education", "marital-status", "race", "sex"];
+
+fn adult_request(queries: u32) -> EvaluateRequest {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut job = String::from(
+        "unlisted = \"drop\"\n[columns]\nage = { role = \"quasi\", kind = \"numeric\" }\noccupation = { role = \"sensitive\" }\n",
+    );
+    let mut hierarchies = Vec::new();
+    for qi in QIS {
+        job.push_str(&format!(
+            "{qi} = {{ role = \"quasi\", hierarchy = \"{qi}.csv\" }}\n"
+        ));
+        hierarchies.push(HierarchyFile {
+            path: format!("{qi}.csv"),
+            text: std::fs::read_to_string(format!("{root}/examples/data/hierarchies/{qi}.csv"))
+                .unwrap(),
+        });
+    }
+    job.push_str("[privacy]\nk = 1\n");
+    let adult = std::fs::read(format!("{root}/examples/data/adult.csv.gz")).unwrap();
+    EvaluateRequest {
+        job_toml: job,
+        hierarchies,
+        original_csv: adult.clone(),
+        release_csv: adult,
+        sensitive_csv: Vec::new(),
+        min_support: Some(0.2),
+        queries: Some(queries),
+        qd: Some(2),
+        sel: Some(0.5),
+        query_seed: Some(1),
+    }
+}
+
+#[tokio::test]
+async fn a_huge_query_count_is_refused_and_the_daemon_lives() {
+    let daemon = TestDaemon::start_default().await;
+    let mut client = TableEvaluatorClient::new(daemon.channel().await)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    for _ in 0..2 {
+        let status = client
+            .evaluate(adult_request(u32::MAX))
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(
+            status.message().contains("queries") && status.message().contains("tables.max_queries"),
+            "{}",
+            status.message()
+        );
+    }
+    // The daemon is alive and evaluates a reasonable request.
+    let response = client
+        .evaluate(adult_request(10))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.rows, 45_222);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_abandoned_evaluation_is_cancelled_and_frees_its_slot() {
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.tables.max_queries = 3_000_000;
+        c.tables.max_concurrent_jobs = 2;
+    }))
+    .await;
+    let channel = daemon.channel().await;
+    // Two calls that would run for minutes, with a 2 s client deadline each: both slots taken.
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        let mut client =
+            TableEvaluatorClient::new(channel.clone()).max_encoding_message_size(64 << 20);
+        let mut request = tonic::Request::new(adult_request(3_000_000));
+        request.set_timeout(Duration::from_secs(2));
+        calls.push(tokio::spawn(async move { client.evaluate(request).await }));
+    }
+    for call in calls {
+        let status = call.await.unwrap().expect_err("deadline");
+        assert!(
+            matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled),
+            "{status:?}"
+        );
+    }
+    // The abandoned work stops: a new job gets a slot (before, both slots stayed busy for the
+    // whole computation and every other job got RESOURCE_EXHAUSTED).
+    let mut client = TableEvaluatorClient::new(channel).max_encoding_message_size(64 << 20);
+    let mut refused = 0;
+    loop {
+        match client.evaluate(adult_request(10)).await {
+            Ok(response) => {
+                assert_eq!(response.into_inner().rows, 45_222);
+                break;
+            }
+            Err(status) if status.code() == Code::ResourceExhausted && refused < 150 => {
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("the slots were not freed: {status:?} after {refused} tries"),
+        }
+    }
+    daemon.shutdown().await.unwrap();
+}
