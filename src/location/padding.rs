@@ -108,7 +108,7 @@ fn pad_axis<R: Rng + ?Sized>(
 ) -> (f64, f64) {
     let extent = hi - lo;
     let room = limit_hi - limit_lo;
-    if !(room > extent) || !extent.is_finite() || !room.is_finite() {
+    if !extent.is_finite() || !room.is_finite() || room <= extent {
         return (lo, hi);
     }
     // Span of n of n+1 uniform points in a unit interval: Beta(n - 1, 3) (a lone point: Beta(1, 3)).
