@@ -40,7 +40,7 @@ use crate::proto::release_feed_server::{ReleaseFeed, ReleaseFeedServer};
 use crate::proto::transaction_ingest_server::{TransactionIngest, TransactionIngestServer};
 use crate::proto::{PublishAck, ReleaseSubscription, ReleasedWindow, Transaction};
 use crate::service::{InboundError, drain};
-use crate::store::{StoreError, WindowOutcome};
+use crate::store::{DataDirLock, StoreError, WindowOutcome};
 use crate::text::quote;
 use windows::{Append, AppendError, Appended, WindowManager};
 
@@ -132,6 +132,8 @@ pub struct TransactionServices {
     manager: WindowManager,
     /// Largest request message (`server.max_message_bytes`).
     max_message_bytes: usize,
+    /// This daemon's hold on `data_dir`, released when the services are dropped.
+    _lock: std::sync::Arc<DataDirLock>,
     /// Becomes true when the daemon shuts down: Publish stops reading, Subscribe ends.
     shutdown: watch::Receiver<bool>,
 }
@@ -144,11 +146,20 @@ impl TransactionServices {
         config: TransactionsConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Result<TransactionServices, StoreError> {
+        let dir = config.data_dir.clone();
+        let lock = tokio::task::spawn_blocking(move || DataDirLock::acquire(&dir))
+            .await
+            .map_err(|e| StoreError::Io {
+                path: config.data_dir.clone(),
+                action: "locking the data directory",
+                source: std::io::Error::other(e),
+            })??;
         let manager = WindowManager::start(config.clone()).await?;
         Ok(TransactionServices {
             config,
             manager,
             max_message_bytes: crate::service::DEFAULT_MAX_MESSAGE_BYTES,
+            _lock: std::sync::Arc::new(lock),
             shutdown,
         })
     }

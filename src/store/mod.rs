@@ -3,10 +3,13 @@
 //! [`transaction_log`] is the append-only, checksummed, group-committed log of accepted transaction
 //! records and window close markers; [`released_windows`] holds each released (anonymized) window as
 //! one atomically written file. Their joint invariants, which give exactly-once release across
-//! crashes, are written at the top of [`transaction_log`].
+//! crashes, are written at the top of [`transaction_log`]. [`lock`] keeps a second daemon off the
+//! same data directory.
+pub mod lock;
 pub mod released_windows;
 pub mod transaction_log;
 
+pub use lock::DataDirLock;
 pub use released_windows::{ReleasedWindows, WindowOutcome};
 pub use transaction_log::{LogEntry, StoredParams, StoredRecord, TransactionLog, WindowClose};
 
@@ -18,6 +21,15 @@ pub enum StoreError {
         path: std::path::PathBuf,
         action: &'static str,
         source: std::io::Error,
+    },
+    #[error(
+        "data directory {} is in use by another cloakd ({}); one daemon per data directory (transactions.data_dir)",
+        .dir.display(),
+        .holder.map_or_else(|| "pid unknown".to_string(), |pid| format!("pid {pid}"))
+    )]
+    Locked {
+        dir: std::path::PathBuf,
+        holder: Option<u32>,
     },
     #[error("store file {path} is corrupt at byte {offset}: {rule}")]
     Corrupt {

@@ -12,16 +12,26 @@
 //! antecedent is not an adversary. The engine has no clock: [`UtilityReport::seconds`] is 0 when
 //! [`anonymize`] returns and is filled in by the caller that timed it (the CLI, the daemon).
 //!
-//! Layout: [`support`] counts support on vertical tid-lists, `suppressor` holds SUPPRESSOR and
-//! SAMPLESUPPRESSOR, `utility` the utility measures; this module validates input, maps item ids to a
-//! dense range and back, and assembles the [`UtilityReport`].
+//! Layout: [`support`] counts support on vertical tid-lists (bitsets for popular items),
+//! `suppressor` holds the window, the rule repair and SUPPRESSOR, `sampler` SAMPLESUPPRESSOR,
+//! `restore` the final pass that puts back suppressed occurrences no adversary needs gone, `utility`
+//! the utility measures; this module validates input, maps item ids to a dense range and back, and
+//! assembles the [`UtilityReport`].
+//!
+//! Threads: sampled mode checks each round's sample on up to `available_parallelism()` threads and
+//! the two rule minings of the report run side by side; every random draw stays on the calling
+//! thread, so the release depends on the seed alone (the daemon re-runs a window after a crash and
+//! must get the identical release).
 
 mod constraints;
+mod restore;
+mod sampler;
 pub(crate) mod support;
 mod suppressor;
 mod utility;
 
 pub use constraints::PersonalizedPlus;
+pub use restore::MAX_RESTORE_ANTECEDENTS;
 pub use suppressor::MAX_EXACT_ANTECEDENTS;
 pub use utility::{MAX_FREQUENT_ITEMSETS, MAX_RULE_ITEMS, MIN_CONFIDENCE, MIN_SUPPORT_FRACTION};
 
@@ -103,6 +113,10 @@ pub struct UtilityReport {
     pub occurrences: u64,
     /// Violated sensitive rules fixed (one per suppression step).
     pub violations: u64,
+    /// Suppressed occurrences put back at the end because no adversary became unsafe by them
+    /// (already deducted from `suppressed`).
+    #[serde(default)]
+    pub restored: u64,
     /// Association rules mined before and after.
     pub rules_before: u64,
     pub rules_after: u64,
@@ -243,6 +257,11 @@ impl DenseItems {
     }
 }
 
+/// Threads the engine's read-only checks may use: the cores this process may run on.
+fn engine_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// Adversary antecedents of one record of `items` items in exact mode: Σ_{l=1..m} C(items, l)
 /// (saturating). Summed over a window's records it bounds the antecedents exact mode enumerates, so
 /// the daemon bounds a window's cost with it before accepting a record.
@@ -290,10 +309,23 @@ pub fn anonymize_with_adversaries(
     let mut window = Window::new(original, sensitive, dense.universe.len(), params.rho, seed);
     let stats = match params.mode.samples_per_level() {
         None => window.suppress_exact(m),
-        Some(samples) => window.suppress_sampled(m, samples),
+        Some(samples) => window.suppress_sampled(m, samples, engine_threads()),
     };
-    let rules_before = utility::association_rules(&window.original, &window.original_tids);
-    let rules_after = utility::association_rules(&window.released, &window.released_tids);
+    let restored = window.restore(m);
+    // The two minings are independent reads of the window: one on a second thread when allowed.
+    let (rules_before, rules_after) = if engine_threads() > 1 {
+        std::thread::scope(|scope| {
+            let before =
+                scope.spawn(|| utility::association_rules(&window.original, &window.original_tids));
+            let after = utility::association_rules(&window.released, &window.released_tids);
+            (before.join().expect("rule mining panicked"), after)
+        })
+    } else {
+        (
+            utility::association_rules(&window.original, &window.original_tids),
+            utility::association_rules(&window.released, &window.released_tids),
+        )
+    };
     let report = UtilityReport {
         records: records.len(),
         rho: params.rho,
@@ -310,6 +342,7 @@ pub fn anonymize_with_adversaries(
         seconds: 0.0,
         occurrences: window.original_total,
         violations: stats.violations,
+        restored,
         rules_before: rules_before.rule_count(),
         rules_after: rules_after.rule_count(),
         mining_complete: rules_before.complete && rules_after.complete,

@@ -170,6 +170,116 @@ pub(crate) fn tidset_into(
     }
 }
 
+/// Bitsets over the tids for the items held by many records, beside their tid-lists: a membership
+/// test is then one word instead of a merge or a binary search. An item gets a bitset when its list
+/// has at least max(128, records / 128) tids at construction (so at most 128 · occurrences / records
+/// bitsets of records / 64 words each); the caller keeps both forms in step
+/// ([`PopularSets::remove`], [`PopularSets::insert`]).
+pub(crate) struct PopularSets {
+    sets: Vec<Option<Box<[u64]>>>,
+}
+
+impl PopularSets {
+    pub(crate) fn new(lists: &[TidList], records: usize) -> Self {
+        let threshold = (records / 128).max(128);
+        let words = records.div_ceil(64);
+        let sets = lists
+            .iter()
+            .map(|list| {
+                (list.len() >= threshold).then(|| {
+                    let mut bits = vec![0u64; words].into_boxed_slice();
+                    for &tid in list {
+                        bits[tid as usize >> 6] |= 1 << (tid & 63);
+                    }
+                    bits
+                })
+            })
+            .collect();
+        PopularSets { sets }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, item: u32) -> Option<&[u64]> {
+        self.sets[item as usize].as_deref()
+    }
+
+    pub(crate) fn remove(&mut self, item: u32, tid: u32) {
+        if let Some(bits) = self.sets[item as usize].as_deref_mut() {
+            bits[tid as usize >> 6] &= !(1 << (tid & 63));
+        }
+    }
+
+    pub(crate) fn insert(&mut self, item: u32, tid: u32) {
+        if let Some(bits) = self.sets[item as usize].as_deref_mut() {
+            bits[tid as usize >> 6] |= 1 << (tid & 63);
+        }
+    }
+}
+
+#[inline]
+fn has(bits: &[u64], tid: u32) -> bool {
+    bits[tid as usize >> 6] >> (tid & 63) & 1 == 1
+}
+
+/// [`tidset_into`] using the bitsets of popular items: the shortest list is filtered by the
+/// bitsets of the others where they exist, merged with their lists otherwise.
+pub(crate) fn tidset_with(
+    lists: &[TidList],
+    popular: &PopularSets,
+    itemset: &[u32],
+    out: &mut Vec<u32>,
+    scratch: &mut Vec<u32>,
+) {
+    out.clear();
+    let mut order: smallvec_free::Order = smallvec_free::Order::new(itemset, lists);
+    let Some(first) = order.next() else {
+        return;
+    };
+    out.extend_from_slice(&lists[first as usize]);
+    for item in order {
+        if out.is_empty() {
+            return;
+        }
+        match popular.get(item) {
+            Some(bits) => out.retain(|&tid| has(bits, tid)),
+            None => {
+                intersect_into(out, &lists[item as usize], scratch);
+                std::mem::swap(out, scratch);
+            }
+        }
+    }
+}
+
+/// |tids ∩ list of `item`| using the item's bitset when it has one.
+pub(crate) fn intersection_len_with(
+    tids: &[u32],
+    lists: &[TidList],
+    popular: &PopularSets,
+    item: u32,
+) -> usize {
+    match popular.get(item) {
+        Some(bits) => tids.iter().filter(|&&tid| has(bits, tid)).count(),
+        None => intersection_len(tids, &lists[item as usize]),
+    }
+}
+
+/// `out` = tids ∩ list of `item`, using the item's bitset when it has one.
+pub(crate) fn intersect_with(
+    tids: &[u32],
+    lists: &[TidList],
+    popular: &PopularSets,
+    item: u32,
+    out: &mut Vec<u32>,
+) {
+    match popular.get(item) {
+        Some(bits) => {
+            out.clear();
+            out.extend(tids.iter().copied().filter(|&tid| has(bits, tid)));
+        }
+        None => intersect_into(tids, &lists[item as usize], out),
+    }
+}
+
 /// Items of an itemset in ascending order of their list length (ties by item id), without heap
 /// allocation for the short itemsets the engine uses.
 mod smallvec_free {
@@ -227,6 +337,17 @@ pub(crate) fn remove_tid(list: &mut TidList, tid: u32) -> bool {
             true
         }
         Err(_) => false,
+    }
+}
+
+/// Inserts `tid` into a sorted list (no-op when present); returns whether it was added.
+pub(crate) fn insert_tid(list: &mut TidList, tid: u32) -> bool {
+    match list.binary_search(&tid) {
+        Ok(_) => false,
+        Err(at) => {
+            list.insert(at, tid);
+            true
+        }
     }
 }
 

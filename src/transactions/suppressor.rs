@@ -1,18 +1,22 @@
-//! SUPPRESSOR (Algorithm 1) and SAMPLESUPPRESSOR (Algorithm 2) of Nakagawa, Arai & Nakagawa (2018):
-//! personalized rho^m-uncertainty and (eps, delta)-rho^m-uncertainty by partial suppression.
+//! SUPPRESSOR (Algorithm 1 of Nakagawa, Arai & Nakagawa 2018): personalized rho^m-uncertainty by
+//! partial suppression, and the window state and rule repair that SAMPLESUPPRESSOR
+//! ([`super::sampler`]) shares with it.
 //!
 //! A *sensitive rule* Q → {e} concerns an adversary (u, Q) with Q ⊆ D_u (u's original items) and
 //! e ∈ E_u \ Q; it is violated in the released window D' when supp(Q ∪ {e}) > rho · supp(Q) (the
-//! comparison is made exactly in this form, in f64, here and in the tests' checker). For each
-//! violated rule the engine picks the item d ∈ Q ∪ {e} maximizing
-//! F(d) = D'(d) ln(D'(d)/D(d)) / N_s(d), where D(d), D'(d) are d's normalized frequencies in the
-//! original and released window, and suppresses d from N_s(d) records chosen uniformly (seeded
-//! ChaCha8) among the released records holding Q ∪ {e}, with
-//! N_s(e) = ceil(supp(Q∪e) − rho·supp(Q)) and N_s(q ∈ Q) = ceil((supp(Q∪e) − rho·supp(Q)) / (1 − rho)),
-//! both clamped to [1, supp(Q∪e)] against floating-point rounding. Ties in F (every F is 0 before
-//! the first suppression) go to the smaller N_s, then to e before the items of Q, then to the smaller
-//! item id. D'(d) > 0 and D(d) >= D'(d)·(released total / original total) > 0 for every candidate d
-//! because d is held by the records of the rule, so no logarithm of 0 is taken.
+//! comparison is made exactly in this form, in f64, here and in the tests' checker).
+//!
+//! Repair (where we depart from the paper's greedy choice of d ∈ Q ∪ {e} by F(d)): a violated rule
+//! is repaired by suppressing its consequent e from N_s(e) = ceil(supp(Q∪e) − rho·supp(Q)) of the
+//! records holding Q ∪ {e} (at least 1, at most supp(Q∪e), raised if f64 rounding leaves the rule
+//! violated). N_s(e) is never larger than the paper's N_s(q) = N_s(e) / (1 − rho) for an item of Q,
+//! supp(Q) stays as it is (so the other rules of Q keep their counts), and an e gone from a record
+//! stays gone for every other knowledge set of that record: when the adversary's knowledge is rare
+//! (supp(Q) = 1 for most 3- to 5-item sets of long records) suppressing an item of Q repairs only
+//! that one set, and the next sampled subset of the same record needs another. The records are
+//! chosen (1) among those whose owner marked e sensitive, (2) the longest released records first
+//! (they have the most knowledge sets that would expose e again), (3) ties by the seeded RNG.
+//! Measured effect in docs/transactions.md (BMS-WebView-2: util_info 0.33 → 0.11).
 //!
 //! Efficiency, beyond the paper's pseudo-code: support is counted on vertical tid-lists
 //! ([`super::support`]); each distinct antecedent Q is handled once per pass for all users sharing
@@ -20,7 +24,9 @@
 //! holding Q (only items e with count > rho · supp(Q) can violate, at most avg_len/rho of them), and
 //! only then tested for sensitivity (exact mode: some holder u of Q in the original window has
 //! e ∈ E_u, via the transposed lists {u : e ∈ E_u}; sampled mode: some sampled target u of Q has
-//! e ∈ E_u). Each antecedent is driven to a fixpoint before the next one.
+//! e ∈ E_u). Each antecedent is driven to its fixpoint (one pass over its candidates, since only
+//! consequents are suppressed) before the next one. Items held by many records also keep a bitset
+//! ([`super::support::PopularSets`]) for one-word membership tests.
 //!
 //! Which rules must be re-checked after a suppression (exact mode): removing d from record r lowers
 //! supp(Q') only for antecedents Q' with d ∈ Q' ⊆ D'_r; for every other Q' it can only lower some
@@ -28,7 +34,7 @@
 //! since their last check, and the window is safe for every adversary when a pass finds none.
 //!
 //! Termination: a violated rule has supp(Q∪e) > rho·supp(Q) >= 0, so N_s >= 1 and at least one item
-//! occurrence is removed (N_s <= supp(Q∪e) records hold Q∪e). The number of item occurrences is
+//! occurrence is removed (N_s <= supp(Q∪e) records hold Q∪e; with all of them removed the rule holds). The number of item occurrences is
 //! finite and never grows, so after finitely many suppressions no rule can be violated (at worst
 //! every occurrence is gone and every supp(Q) = 0). Exact mode stops after a pass without
 //! violations; sampled mode after a round whose freshly sampled adversaries are all safe, so the
@@ -38,49 +44,40 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::support::{
-    FxHashMap, TidList, for_each_subset, intersect_into, intersection_len, intersects, remove_tid,
-    subset_count, tidset_into,
+    FxHashMap, PopularSets, TidList, for_each_subset, intersect_with, intersection_len_with,
+    intersects, remove_tid, subset_count, tidset_into, tidset_with,
 };
 
 /// Largest number of antecedents (Σ_u Σ_{k<=m} C(|D_u|, k)) exact mode will enumerate.
 pub const MAX_EXACT_ANTECEDENTS: u64 = 50_000_000;
 
-/// Longest sampled knowledge whose check result is cached across rounds.
-const MAX_CACHED_KNOWLEDGE: usize = 2;
-
 /// The window under suppression, over dense item ids 0..item_count.
 pub(crate) struct Window {
-    rho: f64,
+    pub(crate) rho: f64,
     /// D'_u, sorted dense item ids.
     pub(crate) released: Vec<Vec<u32>>,
     /// D_u, sorted dense item ids.
     pub(crate) original: Vec<Vec<u32>>,
     /// E_u restricted to items held by some record, sorted dense ids.
-    sensitive: Vec<Vec<u32>>,
+    pub(crate) sensitive: Vec<Vec<u32>>,
     pub(crate) original_tids: Vec<TidList>,
     pub(crate) released_tids: Vec<TidList>,
+    /// Bitsets of the popular items of `released_tids`, kept in step with them.
+    pub(crate) released_popular: PopularSets,
     pub(crate) original_total: u64,
     pub(crate) released_total: u64,
     pub(crate) suppressed: u64,
-    /// Per item, how many of its occurrences were suppressed so far.
-    suppressed_per_item: Vec<u64>,
-    rng: ChaCha8Rng,
+    pub(crate) rng: ChaCha8Rng,
     // Scratch space reused across checks.
     counts: Vec<u32>,
     touched: Vec<u32>,
     scratch: Vec<u32>,
-    /// Items e ∉ Q with supp'(Q ∪ e) > rho · supp'(Q) at the last scan of an antecedent, sensitive
-    /// or not: a superset of them for as long as no item of Q is suppressed.
-    last_count_violating: Vec<u32>,
-    /// Whether `last_count_violating` came from a full scan (not from the vertical test of the
-    /// sampled targets' items only).
-    last_scan_complete: bool,
     tids_q_buffer: Vec<u32>,
     holding_rule_buffer: Vec<u32>,
 }
 
 /// Antecedents of exact mode with their dirty marks.
-struct Antecedents {
+pub(crate) struct Antecedents {
     m: usize,
     /// Antecedents in checking order: by size, then lexicographically.
     list: Vec<Box<[u32]>>,
@@ -124,7 +121,7 @@ impl Antecedents {
 }
 
 /// Who a candidate consequent must be sensitive for, for the rule to count.
-enum Targets<'a> {
+pub(crate) enum Targets<'a> {
     /// Exact mode: any holder of Q in the original window (tids of the original records ⊇ Q),
     /// computed on first need.
     Holders(Option<Vec<u32>>),
@@ -161,29 +158,28 @@ impl Window {
             }
             total += record.len() as u64;
         }
+        let released_popular = PopularSets::new(&original_tids, original.len());
         Window {
             rho,
             released: original.clone(),
             original,
             sensitive,
+            released_popular,
             released_tids: original_tids.clone(),
             original_tids,
             original_total: total,
             released_total: total,
             suppressed: 0,
-            suppressed_per_item: vec![0; item_count],
             rng: ChaCha8Rng::seed_from_u64(seed),
             counts: vec![0; item_count],
             touched: Vec::new(),
             scratch: Vec::new(),
-            last_count_violating: Vec::new(),
-            last_scan_complete: true,
             tids_q_buffer: Vec::new(),
             holding_rule_buffer: Vec::new(),
         }
     }
 
-    fn violates(&self, with_e: usize, support_q: usize) -> bool {
+    pub(crate) fn violates(&self, with_e: usize, support_q: usize) -> bool {
         with_e as f64 > self.rho * support_q as f64
     }
 
@@ -231,16 +227,22 @@ impl Window {
                 .sum();
             let scan_cost =
                 support_q as f64 * self.released_total as f64 / self.released.len().max(1) as f64;
-            // Short knowledge is scanned fully so its result can be cached across rounds.
-            if q.len() > MAX_CACHED_KNOWLEDGE && (sensitive_total as f64) < scan_cost {
-                self.last_scan_complete = false;
+            if (sensitive_total as f64) < scan_cost {
                 let mut candidates = Vec::new();
                 for &u in users {
                     for &e in &self.sensitive[u as usize] {
                         let holders_e = &self.released_tids[e as usize];
                         if self.violates(holders_e.len(), support_q)
                             && q.binary_search(&e).is_err()
-                            && self.violates(intersection_len(tids_q, holders_e), support_q)
+                            && self.violates(
+                                intersection_len_with(
+                                    tids_q,
+                                    &self.released_tids,
+                                    &self.released_popular,
+                                    e,
+                                ),
+                                support_q,
+                            )
                         {
                             candidates.push(e);
                         }
@@ -251,7 +253,6 @@ impl Window {
                 return candidates;
             }
         }
-        self.last_scan_complete = true;
         // Local buffers: lets the compiler keep them in registers through the hot loop.
         let mut counts = std::mem::take(&mut self.counts);
         let mut touched = std::mem::take(&mut self.touched);
@@ -275,8 +276,6 @@ impl Window {
         }
         self.touched = touched;
         self.touched.clear();
-        self.last_count_violating.clear();
-        self.last_count_violating.extend_from_slice(&candidates);
         candidates.retain(|&e| self.is_sensitive(q, e, targets, sensitive_holders));
         candidates.sort_unstable();
         candidates
@@ -284,7 +283,7 @@ impl Window {
 
     /// Drives antecedent `q` to a state where no rule Q → e is violated for its targets.
     /// Returns the number of violated rules it fixed.
-    fn fix_antecedent(
+    pub(crate) fn fix_antecedent(
         &mut self,
         q: &[u32],
         targets: &mut Targets<'_>,
@@ -316,75 +315,74 @@ impl Window {
         tids_q: &mut Vec<u32>,
         holding_rule: &mut Vec<u32>,
     ) -> u64 {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        tidset_with(
+            &self.released_tids,
+            &self.released_popular,
+            q,
+            tids_q,
+            &mut scratch,
+        );
+        self.scratch = scratch;
+        if tids_q.is_empty() {
+            return 0;
+        }
+        // Only consequents are suppressed: supp(Q) and the counts of the other consequents stay as
+        // they are, so one pass over the candidates drives Q to its fixpoint.
         let mut fixed = 0;
-        loop {
-            let mut scratch = std::mem::take(&mut self.scratch);
-            tidset_into(&self.released_tids, q, tids_q, &mut scratch);
-            self.scratch = scratch;
-            if tids_q.is_empty() {
-                self.last_count_violating.clear();
-                self.last_scan_complete = true;
-                return fixed;
+        let candidates = self.candidate_consequents(q, tids_q, targets, sensitive_holders);
+        for e in candidates {
+            intersect_with(
+                tids_q,
+                &self.released_tids,
+                &self.released_popular,
+                e,
+                holding_rule,
+            );
+            if !self.violates(holding_rule.len(), tids_q.len()) {
+                continue;
             }
-            let candidates = self.candidate_consequents(q, tids_q, targets, sensitive_holders);
-            if candidates.is_empty() {
-                return fixed;
-            }
-            let mut support_q_dropped = false;
-            for e in candidates {
-                loop {
-                    intersect_into(tids_q, &self.released_tids[e as usize], holding_rule);
-                    if !self.violates(holding_rule.len(), tids_q.len()) {
-                        break;
-                    }
-                    fixed += 1;
-                    let (d, count) = self.choose_item(q, e, holding_rule.len(), tids_q.len());
-                    let chosen = rand::seq::index::sample(&mut self.rng, holding_rule.len(), count);
-                    for index in chosen.iter() {
-                        let tid = holding_rule[index];
-                        self.suppress(tid, d, antecedents.as_deref_mut());
-                    }
-                    if d != e {
-                        support_q_dropped = true;
-                        let mut scratch = std::mem::take(&mut self.scratch);
-                        tidset_into(&self.released_tids, q, tids_q, &mut scratch);
-                        self.scratch = scratch;
-                        if tids_q.is_empty() {
-                            self.last_count_violating.clear();
-                            self.last_scan_complete = true;
-                            return fixed;
-                        }
-                    }
-                }
-            }
-            if !support_q_dropped {
-                // Only consequents were suppressed: supp(Q) and the other counts are unchanged.
-                return fixed;
+            fixed += 1;
+            let count = self.suppression_number(holding_rule.len(), tids_q.len());
+            for tid in self.choose_records(e, holding_rule, count) {
+                self.suppress(tid, e, antecedents.as_deref_mut());
             }
         }
+        fixed
     }
 
-    /// The item d ∈ Q ∪ {e} to suppress and its suppression number N_s(d).
-    fn choose_item(&self, q: &[u32], e: u32, with_e: usize, support_q: usize) -> (u32, usize) {
+    /// N_s(e) = ceil(supp(Q∪e) − rho·supp(Q)), at least 1 and at most supp(Q∪e): the fewest
+    /// records e must leave so that supp(Q∪e) <= rho·supp(Q) holds as [`Self::violates`] tests it.
+    fn suppression_number(&self, with_e: usize, support_q: usize) -> usize {
         let excess = with_e as f64 - self.rho * support_q as f64;
-        let clamp = |n: f64| -> usize { (n.ceil().max(1.0) as usize).min(with_e) };
-        let n_e = clamp(excess);
-        let n_q = clamp(excess / (1.0 - self.rho));
-        let score = |d: u32, n: usize| -> f64 {
-            let released = self.released_tids[d as usize].len() as f64 / self.released_total as f64;
-            let original = self.original_tids[d as usize].len() as f64 / self.original_total as f64;
-            released * (released / original).ln() / n as f64
-        };
-        let mut best = (e, n_e, score(e, n_e));
-        for &d in q {
-            let f = score(d, n_q);
-            // Strictly better F wins; on a tie the smaller N_s; e (already best) keeps ties otherwise,
-            // and items of Q come in ascending id order so the smaller id keeps ties among them.
-            if f > best.2 || (f == best.2 && n_q < best.1) {
-                best = (d, n_q, f);
-            }
+        let mut count = (excess.ceil().max(1.0) as usize).min(with_e);
+        while count < with_e && self.violates(with_e - count, support_q) {
+            count += 1;
         }
-        (best.0, best.1)
+        count
+    }
+
+    /// The `count` records of `holding_rule` (records holding Q ∪ e) to suppress e from: first
+    /// those whose owner marked e sensitive (e would otherwise stay exposed to that owner's other,
+    /// rarer knowledge sets), then the longest released records (the most knowledge sets), ties
+    /// broken by the seeded RNG.
+    fn choose_records(&mut self, e: u32, holding_rule: &[u32], count: usize) -> Vec<u32> {
+        let mut keyed: Vec<(bool, std::cmp::Reverse<usize>, u64, u32)> = holding_rule
+            .iter()
+            .map(|&tid| {
+                (
+                    self.sensitive[tid as usize].binary_search(&e).is_err(),
+                    std::cmp::Reverse(self.released[tid as usize].len()),
+                    self.rng.random::<u64>(),
+                    tid,
+                )
+            })
+            .collect();
+        if count < keyed.len() {
+            keyed.select_nth_unstable(count);
+            keyed.truncate(count);
+        }
+        keyed.into_iter().map(|(_, _, _, tid)| tid).collect()
     }
 
     /// Removes item `d` from record `tid` of the released window.
@@ -396,21 +394,14 @@ impl Window {
         if let Ok(at) = record.binary_search(&d) {
             record.remove(at);
             remove_tid(&mut self.released_tids[d as usize], tid);
+            self.released_popular.remove(d, tid);
             self.released_total -= 1;
             self.suppressed += 1;
-            self.suppressed_per_item[d as usize] += 1;
         }
     }
 
-    /// Suppressions so far of the items of `q` (grows exactly when some item of Q is suppressed).
-    fn version(&self, q: &[u32]) -> u64 {
-        q.iter()
-            .map(|&i| self.suppressed_per_item[i as usize])
-            .sum()
-    }
-
     /// Transposed sensitive constraint: for each item, the sorted users u with the item in E_u.
-    fn sensitive_holders(&self) -> Vec<TidList> {
+    pub(crate) fn sensitive_holders(&self) -> Vec<TidList> {
         let mut holders: Vec<TidList> = vec![Vec::new(); self.original_tids.len()];
         for (user, items) in self.sensitive.iter().enumerate() {
             for &item in items {
@@ -478,98 +469,6 @@ impl Window {
             }
         }
         stats
-    }
-
-    /// SAMPLESUPPRESSOR: n_S adversaries per level 1..=m, resampled each round, until a round finds
-    /// every sampled adversary safe.
-    pub(crate) fn suppress_sampled(&mut self, m: usize, samples_per_level: usize) -> RunStats {
-        let max_len = self.original.iter().map(Vec::len).max().unwrap_or(0);
-        let levels = m.min(max_len);
-        // users_by_level[l - 1] = users with at least l original items.
-        let users_by_level: Vec<Vec<u32>> = (1..=levels)
-            .map(|l| {
-                (0..self.original.len() as u32)
-                    .filter(|&u| self.original[u as usize].len() >= l)
-                    .collect()
-            })
-            .collect();
-        let mut stats = RunStats {
-            rounds: 0,
-            violations: 0,
-            final_adversaries: Vec::new(),
-        };
-        let no_holders: Vec<TidList> = Vec::new();
-        let mut safety_cache: FxHashMap<Vec<u32>, (u64, Vec<u32>)> = FxHashMap::default();
-        loop {
-            stats.rounds += 1;
-            let mut violated = false;
-            stats.final_adversaries.clear();
-            for (level_index, users) in users_by_level.iter().enumerate() {
-                let level = level_index + 1;
-                let mut by_knowledge: Vec<(Vec<u32>, u32)> = Vec::with_capacity(samples_per_level);
-                for _ in 0..samples_per_level {
-                    let user = users[self.rng.random_range(0..users.len())];
-                    let record = &self.original[user as usize];
-                    let mut picked =
-                        rand::seq::index::sample(&mut self.rng, record.len(), level).into_vec();
-                    picked.sort_unstable();
-                    let knowledge: Vec<u32> = picked.iter().map(|&at| record[at]).collect();
-                    by_knowledge.push((knowledge, user));
-                }
-                for (knowledge, user) in &by_knowledge {
-                    stats.final_adversaries.push(DenseAdversary {
-                        user: *user,
-                        knowledge: knowledge.clone(),
-                    });
-                }
-                by_knowledge.sort_unstable();
-                let mut start = 0;
-                while start < by_knowledge.len() {
-                    let q = by_knowledge[start].0.clone();
-                    let mut end = start;
-                    let mut users_of_q = Vec::new();
-                    while end < by_knowledge.len() && by_knowledge[end].0 == q {
-                        users_of_q.push(by_knowledge[end].1);
-                        end += 1;
-                    }
-                    users_of_q.dedup();
-                    start = end;
-                    // An antecedent none of whose items was suppressed since its last check can only
-                    // violate through consequents that already had too high a count then.
-                    let version = self.version(&q);
-                    let still_safe = safety_cache.get(&q).is_some_and(|(checked, violating)| {
-                        *checked == version
-                            && !violating.iter().any(|e| {
-                                users_of_q
-                                    .iter()
-                                    .any(|&u| self.sensitive[u as usize].binary_search(e).is_ok())
-                            })
-                    });
-                    if still_safe {
-                        continue;
-                    }
-                    let fixed = self.fix_antecedent(
-                        &q,
-                        &mut Targets::Sampled(&users_of_q),
-                        &no_holders,
-                        None,
-                    );
-                    // Knowledge of one or two items recurs across rounds; longer knowledge rarely
-                    // does and would only grow the cache.
-                    if q.len() <= MAX_CACHED_KNOWLEDGE && self.last_scan_complete {
-                        let version = self.version(&q);
-                        safety_cache.insert(q, (version, self.last_count_violating.clone()));
-                    }
-                    if fixed > 0 {
-                        violated = true;
-                        stats.violations += fixed;
-                    }
-                }
-            }
-            if !violated {
-                return stats;
-            }
-        }
     }
 
     /// Exact mode's antecedent count, for the size limit.

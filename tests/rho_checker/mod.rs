@@ -119,3 +119,70 @@ pub fn check_exact(
     }
     check_adversaries(original, released, rho, &adversaries)
 }
+
+/// Whether the released window is safe for adversary (user, Q): for every e ∈ E_user \ Q,
+/// supp'(Q ∪ {e}) <= rho · supp'(Q) or supp'(Q) = 0. Plain scans over the released records.
+pub fn is_safe_for(
+    original: &[Record],
+    released: &[Vec<u32>],
+    rho: f64,
+    user: usize,
+    knowledge: &[u32],
+) -> bool {
+    let holders: Vec<HashSet<u32>> = released
+        .iter()
+        .filter(|r| knowledge.iter().all(|i| r.contains(i)))
+        .map(|r| r.iter().copied().collect())
+        .collect();
+    let support_q = holders.len();
+    if support_q == 0 {
+        return true;
+    }
+    original[user]
+        .sensitive
+        .iter()
+        .filter(|e| !knowledge.contains(e))
+        .all(|e| {
+            let support_qe = holders.iter().filter(|r| r.contains(e)).count();
+            support_qe as f64 <= rho * support_q as f64
+        })
+}
+
+/// An independent estimate of H_l for each level l = 1..=m: the share of `samples` adversaries,
+/// drawn as the definition says (a user with >= l original items uniformly, then an l-subset of its
+/// original record uniformly, by partial Fisher-Yates with the caller's RNG), for which the release
+/// is not safe. Levels no record reaches are skipped.
+pub fn sampled_unsafe_shares(
+    original: &[Record],
+    released: &[Vec<u32>],
+    rho: f64,
+    m: usize,
+    samples: usize,
+    rng: &mut impl rand::Rng,
+) -> Vec<(usize, f64)> {
+    let mut shares = Vec::new();
+    for level in 1..=m {
+        let users: Vec<usize> = (0..original.len())
+            .filter(|&u| original[u].items.len() >= level)
+            .collect();
+        if users.is_empty() {
+            break;
+        }
+        let mut unsafe_count = 0;
+        for _ in 0..samples {
+            let user = users[rng.random_range(0..users.len())];
+            let mut items = original[user].items.clone();
+            for at in 0..level {
+                let pick = rng.random_range(at..items.len());
+                items.swap(at, pick);
+            }
+            let mut knowledge = items[..level].to_vec();
+            knowledge.sort_unstable();
+            if !is_safe_for(original, released, rho, user, &knowledge) {
+                unsafe_count += 1;
+            }
+        }
+        shares.push((level, unsafe_count as f64 / samples as f64));
+    }
+    shares
+}

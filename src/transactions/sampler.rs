@@ -1,0 +1,359 @@
+//! SAMPLESUPPRESSOR (Algorithm 2 of Nakagawa, Arai & Nakagawa 2018): (eps, delta)-rho^m-uncertainty
+//! by rounds of freshly sampled adversaries.
+//!
+//! Each round (1) draws n_S adversaries per level l = 1..=min(m, longest record) as the paper
+//! specifies (a user with >= l original items uniformly, then an l-subset of its original record
+//! uniformly) from the window's seeded RNG; (2) finds R_S, the distinct knowledge sets Q of the
+//! sample with a violated rule Q → e, e ∈ E_u \ Q for one of Q's sampled targets u; (3) fixes them
+//! one after the other in sample order, each re-checked against the window as the earlier fixes left
+//! it (the paper's line 11). A round with R_S = ∅ ends the run: the window, fixed before that round's
+//! sample was drawn, is then safe for every adversary of the sample (Theorem 7's premise), and those
+//! adversaries are returned.
+//!
+//! Step (2) only reads the window, so its distinct knowledge sets are checked on several threads
+//! (interleaved, results put back in sample order): every verdict is a function of the window alone,
+//! so the release does not depend on the thread count. All randomness (sample, records to suppress
+//! from) is drawn by the one thread that runs steps (1) and (3).
+//!
+//! Incremental checking: during suppression supports only fall. For a knowledge set Q checked
+//! earlier by a full scan, the cache keeps bound = floor(0.75 · rho · supp'(Q)) and the items e ∉ Q
+//! with supp'(Q ∪ e) > bound then ("over" items, sensitive or not). Any other item's count was
+//! <= bound and can only have fallen, so while bound <= rho · supp'(Q) still holds (supp'(Q) fell
+//! by at most about a quarter) none of them can violate, and Q is re-checked by intersecting its
+//! tid-list with those of its over items only. Otherwise Q gets a full check again.
+use rand::Rng;
+
+use super::support::{FxHashMap, intersection_len_with, tidset_with};
+use super::suppressor::{DenseAdversary, RunStats, Targets, Window};
+
+/// Knowledge sets with at least this support are cached after a full scan (below it, a scan costs
+/// about as much as the cached check).
+const CACHE_MIN_SUPPORT: usize = 8;
+/// A cache entry lists the items above this share of the violation threshold rho · supp'(Q).
+const CACHE_SLACK: f64 = 0.75;
+/// Largest number of cached knowledge sets (bounds memory on very long runs).
+const MAX_CACHE_ENTRIES: usize = 1 << 21;
+/// Smallest number of distinct knowledge sets worth a second thread.
+const MIN_PARALLEL_CHECKS: usize = 64;
+
+/// A knowledge set's state at its last full check.
+struct Checked {
+    /// floor(CACHE_SLACK · rho · supp'(Q)) at the full check (<= rho · supp'(Q) then).
+    bound: u32,
+    /// Items e ∉ Q with supp'(Q ∪ e) > bound (at the last check), sorted.
+    over: Box<[u32]>,
+}
+
+/// Per-thread scratch buffers of the checks.
+struct Scratch {
+    counts: Vec<u32>,
+    touched: Vec<u32>,
+    tids_q: Vec<u32>,
+    buffer: Vec<u32>,
+}
+
+impl Scratch {
+    fn new(items: usize) -> Self {
+        Scratch {
+            counts: vec![0; items],
+            touched: Vec::new(),
+            tids_q: Vec::new(),
+            buffer: Vec::new(),
+        }
+    }
+}
+
+/// The verdict on one knowledge set, and a new cache entry when one was computed.
+struct Verdict {
+    violated: bool,
+    entry: Option<Checked>,
+}
+
+/// Whether some rule Q → e with e ∈ E_u \ Q of a target u of `users` is violated in the window.
+fn check(
+    window: &Window,
+    q: &[u32],
+    users: &[u32],
+    cached: Option<&Checked>,
+    scratch: &mut Scratch,
+) -> Verdict {
+    tidset_with(
+        &window.released_tids,
+        &window.released_popular,
+        q,
+        &mut scratch.tids_q,
+        &mut scratch.buffer,
+    );
+    let tids_q = &scratch.tids_q;
+    let support = tids_q.len();
+    if support == 0 {
+        return Verdict {
+            violated: false,
+            entry: None,
+        };
+    }
+    let sensitive_for_target = |e: u32| {
+        users
+            .iter()
+            .any(|&u| window.sensitive[u as usize].binary_search(&e).is_ok())
+    };
+    if let Some(cached) = cached.filter(|c| !window.violates(c.bound as usize, support)) {
+        // Every item outside `over` still has count <= bound <= rho · supp'(Q).
+        let mut over = Vec::with_capacity(cached.over.len());
+        let mut violated = false;
+        for &e in cached.over.iter() {
+            let count =
+                intersection_len_with(tids_q, &window.released_tids, &window.released_popular, e);
+            if count > cached.bound as usize {
+                over.push(e);
+                violated = violated || (window.violates(count, support) && sensitive_for_target(e));
+            }
+        }
+        return Verdict {
+            violated,
+            entry: Some(Checked {
+                bound: cached.bound,
+                over: over.into_boxed_slice(),
+            }),
+        };
+    }
+    let sensitive_total: usize = users
+        .iter()
+        .map(|&u| window.sensitive[u as usize].len())
+        .sum();
+    let scan_cost =
+        support as f64 * window.released_total as f64 / window.released.len().max(1) as f64;
+    if support < CACHE_MIN_SUPPORT && (sensitive_total as f64) < scan_cost {
+        // Test the targets' sensitive items vertically; an item whose own support is at most
+        // rho · supp(Q) cannot violate.
+        let violated = users.iter().any(|&u| {
+            window.sensitive[u as usize].iter().any(|&e| {
+                let holders = &window.released_tids[e as usize];
+                window.violates(holders.len(), support)
+                    && q.binary_search(&e).is_err()
+                    && window.violates(
+                        intersection_len_with(
+                            tids_q,
+                            &window.released_tids,
+                            &window.released_popular,
+                            e,
+                        ),
+                        support,
+                    )
+            })
+        });
+        return Verdict {
+            violated,
+            entry: None,
+        };
+    }
+    for &tid in tids_q {
+        for &item in &window.released[tid as usize] {
+            let slot = &mut scratch.counts[item as usize];
+            if *slot == 0 {
+                scratch.touched.push(item);
+            }
+            *slot += 1;
+        }
+    }
+    // The cache keeps the items above a lower bound, so that it stays valid while supp'(Q) falls
+    // to about CACHE_SLACK of its present value.
+    let bound = (CACHE_SLACK * window.rho * support as f64).floor() as u32;
+    let mut over = Vec::new();
+    let mut violated = false;
+    for &item in &scratch.touched {
+        let count = std::mem::take(&mut scratch.counts[item as usize]) as usize;
+        if count > bound as usize && q.binary_search(&item).is_err() {
+            over.push(item);
+            violated = violated || (window.violates(count, support) && sensitive_for_target(item));
+        }
+    }
+    scratch.touched.clear();
+    over.sort_unstable();
+    Verdict {
+        violated,
+        entry: (support >= CACHE_MIN_SUPPORT).then(|| Checked {
+            bound,
+            over: over.into_boxed_slice(),
+        }),
+    }
+}
+
+/// Checks every knowledge set of `groups` against the window, on up to `threads` threads; the
+/// verdicts come back in `groups` order.
+fn check_all(
+    window: &Window,
+    groups: &[(Vec<u32>, Vec<u32>)],
+    cache: &FxHashMap<Box<[u32]>, Checked>,
+    scratches: &mut [Scratch],
+) -> Vec<Verdict> {
+    let threads = scratches
+        .len()
+        .min(groups.len() / MIN_PARALLEL_CHECKS)
+        .max(1);
+    let run = |worker: usize, scratch: &mut Scratch| -> Vec<Verdict> {
+        groups
+            .iter()
+            .skip(worker)
+            .step_by(threads)
+            .map(|(q, users)| check(window, q, users, cache.get(&q[..]), scratch))
+            .collect()
+    };
+    if threads == 1 {
+        return run(0, &mut scratches[0]);
+    }
+    let per_worker: Vec<Vec<Verdict>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = scratches[..threads]
+            .iter_mut()
+            .enumerate()
+            .map(|(worker, scratch)| scope.spawn(move || run(worker, scratch)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a check thread panicked"))
+            .collect()
+    });
+    let mut iters: Vec<_> = per_worker.into_iter().map(Vec::into_iter).collect();
+    (0..groups.len())
+        .map(|at| {
+            iters[at % threads]
+                .next()
+                .expect("every worker returns its share")
+        })
+        .collect()
+}
+
+impl Window {
+    /// SAMPLESUPPRESSOR: n_S adversaries per level 1..=m, resampled each round, until a round finds
+    /// every sampled adversary safe. Checks run on up to `threads` threads (>= 1); the release does
+    /// not depend on it.
+    pub(crate) fn suppress_sampled(
+        &mut self,
+        m: usize,
+        samples_per_level: usize,
+        threads: usize,
+    ) -> RunStats {
+        let max_len = self.original.iter().map(Vec::len).max().unwrap_or(0);
+        let levels = m.min(max_len);
+        // users_by_level[l - 1] = users with at least l original items.
+        let users_by_level: Vec<Vec<u32>> = (1..=levels)
+            .map(|l| {
+                (0..self.original.len() as u32)
+                    .filter(|&u| self.original[u as usize].len() >= l)
+                    .collect()
+            })
+            .collect();
+        let mut stats = RunStats {
+            rounds: 0,
+            violations: 0,
+            final_adversaries: Vec::new(),
+        };
+        let item_count = self.released_tids.len();
+        let mut scratches: Vec<Scratch> = (0..threads.max(1))
+            .map(|_| Scratch::new(item_count))
+            .collect();
+        let mut cache: FxHashMap<Box<[u32]>, Checked> = FxHashMap::default();
+        loop {
+            stats.rounds += 1;
+            stats.final_adversaries.clear();
+            // (1) The sample, grouped by knowledge set: (Q, its distinct targets), level by level.
+            let mut groups: Vec<(Vec<u32>, Vec<u32>)> = Vec::new();
+            for (level_index, users) in users_by_level.iter().enumerate() {
+                let level = level_index + 1;
+                let mut sample: Vec<(Vec<u32>, u32)> = Vec::with_capacity(samples_per_level);
+                for _ in 0..samples_per_level {
+                    let user = users[self.rng.random_range(0..users.len())];
+                    let record = &self.original[user as usize];
+                    let mut picked =
+                        rand::seq::index::sample(&mut self.rng, record.len(), level).into_vec();
+                    picked.sort_unstable();
+                    let knowledge: Vec<u32> = picked.iter().map(|&at| record[at]).collect();
+                    sample.push((knowledge, user));
+                }
+                stats
+                    .final_adversaries
+                    .extend(sample.iter().map(|(knowledge, user)| DenseAdversary {
+                        user: *user,
+                        knowledge: knowledge.clone(),
+                    }));
+                sample.sort_unstable();
+                for (knowledge, user) in sample {
+                    match groups.last_mut() {
+                        Some((q, users)) if *q == knowledge => {
+                            if users.last() != Some(&user) {
+                                users.push(user);
+                            }
+                        }
+                        _ => groups.push((knowledge, vec![user])),
+                    }
+                }
+            }
+            // (2) R_S, read-only.
+            let verdicts = check_all(self, &groups, &cache, &mut scratches);
+            let mut violating: Vec<bool> = Vec::with_capacity(groups.len());
+            for ((q, _), verdict) in groups.iter().zip(verdicts) {
+                violating.push(verdict.violated);
+                if let Some(entry) = verdict.entry
+                    && (cache.len() < MAX_CACHE_ENTRIES || cache.contains_key(&q[..]))
+                {
+                    cache.insert(q.clone().into_boxed_slice(), entry);
+                }
+            }
+            if !violating.iter().any(|&v| v) {
+                return stats;
+            }
+            // (3) Fix them in sample order.
+            for ((q, users), _) in groups.iter().zip(&violating).filter(|(_, v)| **v) {
+                stats.violations += self.fix_antecedent(q, &mut Targets::Sampled(users), &[], None);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use super::super::suppressor::Window;
+
+    /// A seeded window of `records` records over 40 items, some long; item i is sensitive for a
+    /// user with probability 0.5 when i < 8, else 0.02.
+    fn window(records: usize, seed: u64) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut original = Vec::new();
+        let mut sensitive = Vec::new();
+        for _ in 0..records {
+            let len = if rng.random_bool(0.2) {
+                rng.random_range(6..20)
+            } else {
+                rng.random_range(1..6)
+            };
+            let mut items: Vec<u32> = rand::seq::index::sample(&mut rng, 40, len)
+                .iter()
+                .map(|i| i as u32)
+                .collect();
+            items.sort_unstable();
+            original.push(items);
+            sensitive.push(
+                (0..40u32)
+                    .filter(|&i| rng.random_bool(if i < 8 { 0.5 } else { 0.02 }))
+                    .collect(),
+            );
+        }
+        (original, sensitive)
+    }
+
+    #[test]
+    fn release_does_not_depend_on_the_thread_count() {
+        let (original, sensitive) = window(3000, 11);
+        let run = |threads: usize| {
+            let mut w = Window::new(original.clone(), sensitive.clone(), 40, 0.5, 7);
+            let stats = w.suppress_sampled(5, 200, threads);
+            (w.released, stats.rounds, stats.violations)
+        };
+        let one = run(1);
+        assert!(one.2 > 0, "the window needs suppression");
+        assert_eq!(run(2), one);
+        assert_eq!(run(3), one);
+    }
+}
