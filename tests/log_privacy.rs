@@ -4,13 +4,13 @@
 mod security_support;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_broker_client::LocationBrokerClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LbsSubscription, LocationRequest};
-use security_support::{Bearer, token_of};
+use security_support::{Bearer, connect_when_listening, token_of};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -166,20 +166,9 @@ async fn no_token_user_id_or_position_in_trace_logs() {
         .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let channel = loop {
-        match tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            Ok(channel) => break channel,
-            Err(_) if started.elapsed() < Duration::from_secs(30) => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(err) => panic!("daemon never listened: {err}"),
-        }
-    };
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}")).unwrap();
+    let channel = connect_when_listening(|| endpoint.connect()).await;
     workload(channel).await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -11,7 +11,9 @@ use cloakd::auth::Role;
 use cloakd::proto::LbsSubscription;
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use common::TestDaemon;
-use security_support::{Bearer, TestPki, principal, secured_config, tls_channel, token_of};
+use security_support::{
+    Bearer, TestPki, connect_when_listening, principal, secured_config, tls_channel, token_of,
+};
 use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
 use tonic_health::pb::HealthCheckRequest;
@@ -131,16 +133,7 @@ async fn sighup_reloads_certificates_without_dropping_the_listener() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let first = loop {
-        match tls_channel(addr, &pki.ca_pem, None).await {
-            Ok(channel) => break channel,
-            Err(_) if started.elapsed() < Duration::from_secs(30) => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(err) => panic!("daemon never served TLS: {err}"),
-        }
-    };
+    let first = connect_when_listening(|| tls_channel(addr, &pki.ca_pem, None)).await;
 
     // A new CA issues the server a new certificate; the files are replaced and SIGHUP sent.
     let next = TestPki::new();

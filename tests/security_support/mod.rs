@@ -171,3 +171,21 @@ pub async fn tls_channel(
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap()
 }
+
+/// Retries `connect` until a daemon started as a separate process listens (30 s at most).
+pub async fn connect_when_listening<F, Fut>(mut connect: F) -> Channel
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Channel, tonic::transport::Error>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        match connect().await {
+            Ok(channel) => return channel,
+            Err(_) if started.elapsed() < std::time::Duration::from_secs(30) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
+            Err(err) => panic!("the daemon never listened: {err}"),
+        }
+    }
+}
