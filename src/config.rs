@@ -61,7 +61,6 @@ pub struct RawServer {
     pub max_message_bytes: usize,
     pub max_connections: usize,
     pub handshake_timeout_ms: u64,
-    pub idle_timeout_ms: u64,
     pub keepalive_interval_ms: u64,
     pub keepalive_timeout_ms: u64,
     pub http2_connection_window_bytes: u32,
@@ -117,6 +116,10 @@ pub struct RawLocation {
     pub search: String,
     pub session_ms: u64,
     pub session_policy: String,
+    pub default_model: String,
+    pub presence_max_age_ms: u64,
+    pub max_tracked_users: usize,
+    pub presence_target_m: f64,
     pub max_pending: usize,
     pub max_pending_per_stream: usize,
     pub max_client_streams: usize,
@@ -206,8 +209,6 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// A connection must send its first bytes (HTTP/2 preface or TLS hello) within this.
     pub handshake_timeout: Duration,
-    /// A connection with no open stream for this long is closed.
-    pub idle_timeout: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
     pub http2_connection_window_bytes: u32,
@@ -244,6 +245,16 @@ pub struct PrincipalConfig {
 }
 
 pub use crate::location::SearchMode;
+pub use crate::location::presence::PresenceParams;
+
+/// How a location request is made k-anonymous (the `model` field of a request, or its default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloakModel {
+    /// CliqueCloak: wait for k requests of k users that meet in space and time.
+    Requests,
+    /// k users present: a reciprocal region of at least k users' latest positions, at once.
+    Presence,
+}
 pub use crate::location::session::{SessionPolicy, SessionSettings};
 
 #[derive(Debug, Clone)]
@@ -262,6 +273,10 @@ pub struct LocationConfig {
     pub search: SearchMode,
     /// Memorized anonymity sets against query tracking (`session_ms == 0`: off).
     pub sessions: SessionSettings,
+    /// Model of a request that leaves `model` unset.
+    pub default_model: CloakModel,
+    /// The presence engine's limits.
+    pub presence: PresenceParams,
     pub max_pending: usize,
     pub max_pending_per_stream: usize,
     pub max_client_streams: usize,
@@ -540,7 +555,6 @@ impl RawServer {
             max_message_bytes: self.max_message_bytes,
             max_connections: positive_usize("server.max_connections", self.max_connections)?,
             handshake_timeout: millis("server.handshake_timeout_ms", self.handshake_timeout_ms)?,
-            idle_timeout: millis("server.idle_timeout_ms", self.idle_timeout_ms)?,
             keepalive_interval: millis("server.keepalive_interval_ms", self.keepalive_interval_ms)?,
             keepalive_timeout: millis("server.keepalive_timeout_ms", self.keepalive_timeout_ms)?,
             http2_connection_window_bytes: window(
@@ -649,6 +663,30 @@ impl RawLocation {
                 ));
             }
         };
+        let default_model = match self.default_model.as_str() {
+            "requests" => CloakModel::Requests,
+            "presence" => CloakModel::Presence,
+            other => {
+                return Err(invalid(
+                    "location.default_model",
+                    format!("must be \"requests\" or \"presence\" (got {other:?})"),
+                ));
+            }
+        };
+        if self.presence_max_age_ms == 0 {
+            return Err(invalid(
+                "location.presence_max_age_ms",
+                "must be at least 1",
+            ));
+        }
+        let presence = PresenceParams {
+            max_age_ms: self.presence_max_age_ms,
+            max_tracked_users: positive_usize(
+                "location.max_tracked_users",
+                self.max_tracked_users,
+            )?,
+            target_side_m: positive_metres("location.presence_target_m", self.presence_target_m)?,
+        };
         Ok(LocationConfig {
             services: self.services,
             default_k: self.default_k,
@@ -666,6 +704,8 @@ impl RawLocation {
                 session_ms: self.session_ms,
                 policy,
             },
+            default_model,
+            presence,
             max_pending: positive_usize("location.max_pending", self.max_pending)?,
             max_pending_per_stream: positive_usize(
                 "location.max_pending_per_stream",
@@ -1014,6 +1054,26 @@ mod tests {
             ),
             ("CLOAKD_LOCATION__MAX_DX_M", "-1.0", "location.max_dx_m"),
             ("CLOAKD_LOCATION__MAX_K", "500", "location.max_k"),
+            (
+                "CLOAKD_LOCATION__DEFAULT_MODEL",
+                "\"crowd\"",
+                "location.default_model",
+            ),
+            (
+                "CLOAKD_LOCATION__PRESENCE_MAX_AGE_MS",
+                "0",
+                "location.presence_max_age_ms",
+            ),
+            (
+                "CLOAKD_LOCATION__MAX_TRACKED_USERS",
+                "0",
+                "location.max_tracked_users",
+            ),
+            (
+                "CLOAKD_LOCATION__PRESENCE_TARGET_M",
+                "-5.0",
+                "location.presence_target_m",
+            ),
         ];
         for (var, value, key) in cases {
             let err = Config::load_with_env(None, env(&[(var, value)]))

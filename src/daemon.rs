@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::server::NamedService;
 
 use crate::auth::{AuthLayer, Authenticator};
@@ -111,11 +110,26 @@ pub async fn serve(
         auth_required = config.auth.required,
         "cloakd listening"
     );
+    let server_cfg = &config.server;
+    let incoming = crate::connections::accept(
+        listener,
+        server_cfg.max_connections,
+        server_cfg.handshake_timeout,
+        stop_rx.clone(),
+    );
     let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(config.server.max_concurrent_streams)
-        .tcp_nodelay(true)
-        // BDP-based flow control: one busy stream must not stall on the 64 KiB default window.
-        .http2_adaptive_window(Some(true))
+        .max_concurrent_streams(server_cfg.max_concurrent_streams)
+        // Fixed windows rather than BDP-adapted ones: h2's budget for small DATA frames is half the
+        // connection window, so a large fixed window keeps clients that pipeline small messages
+        // (request streams are always drained) far from GOAWAY ENHANCE_YOUR_CALM.
+        .initial_connection_window_size(server_cfg.http2_connection_window_bytes)
+        .initial_stream_window_size(server_cfg.http2_stream_window_bytes)
+        .http2_keepalive_interval(Some(server_cfg.keepalive_interval))
+        .http2_keepalive_timeout(Some(server_cfg.keepalive_timeout))
+        .http2_max_pending_accept_reset_streams(Some(
+            server_cfg.http2_max_pending_accept_reset_streams,
+        ))
+        .http2_max_local_error_reset_streams(Some(server_cfg.http2_max_local_error_reset_streams))
         .layer(auth)
         .add_service(health_service)
         .add_service(reflection)
@@ -131,10 +145,11 @@ pub async fn serve(
     let server: std::pin::Pin<
         Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>,
     > = match &tls {
-        Some(tls) => Box::pin(router.serve_with_incoming_shutdown(tls.incoming(listener), stopped)),
-        None => {
-            Box::pin(router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped))
-        }
+        Some(tls) => Box::pin(router.serve_with_incoming_shutdown(
+            tls.incoming(incoming, server_cfg.handshake_timeout),
+            stopped,
+        )),
+        None => Box::pin(router.serve_with_incoming_shutdown(incoming, stopped)),
     };
     tokio::pin!(server);
     // Wait for the server; once shutdown has begun, give open streams the grace period only.

@@ -1,9 +1,10 @@
 //! TLS termination with rustls (ring provider; no OpenSSL) in front of the gRPC server, with
 //! certificates reloaded without dropping the listener.
 //!
-//! The daemon owns the accept loop: each accepted TCP connection is handshaken with the *current*
-//! `rustls::ServerConfig` (read from `[server.tls]`), in its own task and under a timeout, and handed
-//! to tonic as an already encrypted stream (`serve_with_incoming_shutdown`; tonic records the peer's
+//! The daemon owns the accept loop ([`crate::connections`], which applies the connection limits):
+//! each accepted connection is handshaken with the *current* `rustls::ServerConfig` (read from
+//! `[server.tls]`), in its own task and within `server.handshake_timeout_ms`, and handed to tonic as
+//! an already encrypted stream (`serve_with_incoming_shutdown`; tonic records the peer's
 //! certificates, which the auth layer reads). [`TlsReloader::reload`] re-reads the PEM files and swaps
 //! the configuration: connections accepted afterwards get the new certificate and client CA, open ones
 //! keep theirs, and a file that fails to load leaves the previous configuration in force.
@@ -16,19 +17,16 @@ use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::server::Connected;
 
 use crate::config::TlsConfig;
-
-/// How long a client may take to complete its handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; past it the accept loop waits.
-pub const MAX_HANDSHAKES: usize = 1024;
 
 /// A TLS file that could not be used, naming the configuration key.
 #[derive(Debug, thiserror::Error)]
@@ -129,46 +127,43 @@ impl TlsReloader {
         TlsAcceptor::from(config)
     }
 
-    /// Accepts connections on `listener` and yields them once their handshake completed. The accept
-    /// loop ends (closing the listener) when the returned stream is dropped.
-    pub fn incoming(
+    /// Runs the TLS handshake on each of `connections` (in its own task, within `handshake_timeout`)
+    /// with the configuration in force when it arrived, and yields those that completed it. The
+    /// task ends when the returned stream is dropped or `connections` ends.
+    pub fn incoming<IO, S>(
         &self,
-        listener: TcpListener,
-    ) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+        mut connections: S,
+        handshake_timeout: Duration,
+    ) -> ReceiverStream<Result<TlsStream<IO>, std::io::Error>>
+    where
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        S: Stream<Item = Result<IO, std::io::Error>> + Unpin + Send + 'static,
+    {
         let (ready, incoming) = mpsc::channel(64);
         let tls = self.clone();
-        let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
         tokio::spawn(async move {
             loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
+                let connection = tokio::select! {
+                    connection = connections.next() => connection,
                     _ = ready.closed() => break,
                 };
-                let (tcp, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(%err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = tcp.set_nodelay(true);
-                let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
-                    break;
+                let connection = match connection {
+                    Some(Ok(connection)) => connection,
+                    Some(Err(_)) => continue,
+                    None => break,
                 };
                 let acceptor = tls.acceptor();
                 let ready = ready.clone();
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    match tokio::time::timeout(handshake_timeout, acceptor.accept(connection)).await
+                    {
                         Ok(Ok(stream)) => {
-                            drop(permit);
                             let _ = ready.send(Ok(stream)).await;
                         }
-                        Ok(Err(err)) => {
-                            tracing::info!(%peer, %err, "TLS handshake failed");
-                        }
-                        Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                        Ok(Err(err)) => tracing::info!(%err, "TLS handshake failed"),
+                        Err(_) => tracing::info!(
+                            "TLS handshake not completed within server.handshake_timeout_ms"
+                        ),
                     }
                 });
             }

@@ -124,6 +124,7 @@ async fn replay(session_ms: u64) -> cloakd::location::tracking::SessionAnonymity
                 dt_ms: Some(2_000),
                 payload: vec![],
                 service: "poi".into(),
+                model: None,
             };
             (user, request)
         })

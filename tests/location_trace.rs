@@ -48,6 +48,7 @@ async fn oldenburg_slice_is_cloaked_k_anonymously() {
             dt_ms: Some(3_000),
             payload: vec![],
             service: "poi".into(),
+            model: None,
         })
         .collect();
 

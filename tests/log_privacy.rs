@@ -37,6 +37,7 @@ fn request(user: &str, i: usize, request_no: u64) -> LocationRequest {
         dt_ms: Some(10_000),
         payload: b"restaurants".to_vec(),
         service: "poi".into(),
+        ..Default::default()
     }
 }
 

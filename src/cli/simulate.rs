@@ -208,6 +208,7 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planne
             }),
             payload: b"nearest cafe".to_vec(),
             service: args.service.clone(),
+            model: None,
         };
         planned.push(Planned {
             request,

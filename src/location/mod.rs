@@ -25,13 +25,17 @@
 mod checker;
 pub mod engine;
 pub mod geo;
+pub mod hilbert;
 pub mod padding;
+pub mod presence;
+pub mod presence_checker;
 pub mod replay;
 pub mod session;
 pub mod tracking;
 
 pub use engine::Engine;
 pub use geo::GeoBox;
+pub use presence::{PresenceEngine, PresenceOutcome, PresenceParams, PresenceRequest};
 
 /// Broker-internal identifier of one pending request, unique for the engine's lifetime (the caller
 /// assigns it).

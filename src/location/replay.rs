@@ -122,6 +122,146 @@ fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
 
+/// The sparse workload of the presence model: each user reports its position every
+/// `update_period_s` seconds of the trace and asks one request every `request_period_s` seconds, each
+/// with a random phase per user (seeded); k uniform in `k_min..=k_max`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeriodicParams {
+    /// 0: no position updates (requests only).
+    pub update_period_s: u32,
+    /// At least 1.
+    pub request_period_s: u32,
+    pub k_min: u32,
+    pub k_max: u32,
+    pub seed: u64,
+}
+
+/// One event of a periodic workload; `user` indexes the workload's user ids.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PeriodicEvent {
+    Update {
+        user: usize,
+        at_ms: i64,
+        lat: f64,
+        lon: f64,
+    },
+    Request {
+        user: usize,
+        at_ms: i64,
+        lat: f64,
+        lon: f64,
+        k: u32,
+    },
+}
+
+impl PeriodicEvent {
+    pub fn at_ms(&self) -> i64 {
+        match self {
+            PeriodicEvent::Update { at_ms, .. } | PeriodicEvent::Request { at_ms, .. } => *at_ms,
+        }
+    }
+}
+
+/// A periodic workload: the user ids (in order of first appearance) and the events in time order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeriodicWorkload {
+    pub user_ids: Vec<String>,
+    pub events: Vec<PeriodicEvent>,
+}
+
+impl PeriodicWorkload {
+    pub fn requests(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e, PeriodicEvent::Request { .. }))
+            .count()
+    }
+}
+
+/// Builds the periodic workload of a trace (sorted by timestamp): the row of user u at second t is a
+/// request when `(t - t0 + request_phase(u)) % request_period_s == 0` and an update when
+/// `(t - t0 + update_phase(u)) % update_period_s == 0` (an update goes before a request of the same
+/// row). The events of one trace second are spread evenly over it, in trace order.
+pub fn periodic_workload(points: &[TracePoint], params: &PeriodicParams) -> PeriodicWorkload {
+    let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+    let request_period = i64::from(params.request_period_s.max(1));
+    let update_period = i64::from(params.update_period_s);
+    let k_max = params.k_max.max(params.k_min);
+    let t0 = points.first().map(|p| p.timestamp).unwrap_or(0);
+    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut user_ids = Vec::new();
+    // Per user: (request phase, update phase).
+    let mut phases: Vec<(i64, i64)> = Vec::new();
+    let mut events = Vec::new();
+    let mut start = 0;
+    while start < points.len() {
+        let timestamp = points[start].timestamp;
+        let end = start
+            + points[start..]
+                .iter()
+                .take_while(|p| p.timestamp == timestamp)
+                .count();
+        let second_start = events.len();
+        for point in &points[start..end] {
+            let user = *index.entry(point.user_id.as_str()).or_insert_with(|| {
+                user_ids.push(point.user_id.clone());
+                let request_phase = rng.random_range(0..request_period);
+                let update_phase = if update_period > 0 {
+                    rng.random_range(0..update_period)
+                } else {
+                    0
+                };
+                phases.push((request_phase, update_phase));
+                user_ids.len() - 1
+            });
+            let (request_phase, update_phase) = phases[user];
+            let since = timestamp - t0;
+            if update_period > 0 && (since + update_phase) % update_period == 0 {
+                events.push(PeriodicEvent::Update {
+                    user,
+                    at_ms: 0,
+                    lat: point.lat,
+                    lon: point.lon,
+                });
+            }
+            if (since + request_phase) % request_period == 0 {
+                events.push(PeriodicEvent::Request {
+                    user,
+                    at_ms: 0,
+                    lat: point.lat,
+                    lon: point.lon,
+                    k: rng.random_range(params.k_min..=k_max),
+                });
+            }
+        }
+        let n = (events.len() - second_start) as i64;
+        for (i, event) in events[second_start..].iter_mut().enumerate() {
+            let at = timestamp.saturating_mul(1000) + (i as i64) * 1000 / n.max(1);
+            match event {
+                PeriodicEvent::Update { at_ms, .. } | PeriodicEvent::Request { at_ms, .. } => {
+                    *at_ms = at
+                }
+            }
+        }
+        start = end;
+    }
+    PeriodicWorkload { user_ids, events }
+}
+
+/// The median of some values (NaNs sort last); 0 for none.
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(|a, b| a.total_cmp(b));
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        0.5 * (values[mid - 1] + values[mid])
+    }
+}
+
 /// The Oldenburg slice shipped with the tests (`tests/data/oldenburg_60s.csv.gz`: 60 s of the
 /// Oldenburg 10k trace) as requests: k uniform in [2, 10], dx = dy = 500 m, dt = 10 s.
 #[cfg(test)]

@@ -11,6 +11,9 @@
 //! any other answer is refused (counted in its stream's tally, logged and counted as a permission
 //! denial). Authenticated principals are held to `max_requests_per_s_per_principal` (token bucket on
 //! tokio's clock); past it a request is Rejected with RESOURCE_EXHAUSTED.
+//! It also owns the [`PresenceEngine`]: Report batches and every request's own position update each
+//! user's latest position; PRESENCE requests are answered at once (`Cloaked` with the anonymity set's
+//! region and size, then forwarded under a fresh pseudonym like any other; or `Expired`) and never wait.
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,15 +24,18 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Code, Status};
 
+use crate::config::CloakModel;
 use crate::config::LocationConfig;
+use crate::location::presence::PresenceError;
 use crate::location::{
-    CloakRequest, CloakedGroup, Engine, GeoBox, Outcome, Pseudonym, RequestId, UserKey,
+    CloakRequest, CloakedGroup, Engine, GeoBox, Outcome, PresenceEngine, PresenceOutcome,
+    PresenceRequest, Pseudonym, RequestId, UserKey,
 };
 use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
 
 use super::error::LocationError;
 use super::rate::{RateLimiter, Take};
-use super::validate::{AdmittedRequest, Rejection};
+use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
 /// Commands the actor takes per wake-up.
 const COMMAND_BATCH: usize = 1024;
@@ -156,6 +162,27 @@ pub(super) enum Command {
     },
     /// Answers once every earlier command has been handled.
     Sync { done: oneshot::Sender<()> },
+    /// Position updates of a Report stream (PRESENCE model), applied in order.
+    Report {
+        updates: Vec<AdmittedUpdate>,
+        done: oneshot::Sender<ReportResult>,
+    },
+}
+
+/// What became of one Report batch.
+#[derive(Debug)]
+pub(super) struct ReportResult {
+    /// Updates applied before the refused one (`usize::MAX`: all of them).
+    pub(super) applied: usize,
+    pub(super) refused: Option<Rejection>,
+}
+
+/// Where a cloaked request goes: the client to tell, and the provider queue with its payload.
+struct Delivery {
+    client: ClientId,
+    request_no: u64,
+    service: usize,
+    payload: Vec<u8>,
 }
 
 struct ClientState {
@@ -194,6 +221,8 @@ pub(super) struct Broker {
     cfg: Arc<LocationConfig>,
     clock: BrokerClock,
     engine: Engine,
+    /// Latest positions and reciprocal anonymity sets of the PRESENCE model.
+    presence: PresenceEngine,
     next_request_id: RequestId,
     /// Keyed hash (random key per broker) giving each user id the same key for the broker's lifetime,
     /// also while he has nothing pending, as memorized anonymity sets need.
@@ -223,6 +252,10 @@ impl Broker {
     ) -> Broker {
         Broker {
             engine: Engine::new(cfg.search, seed).with_sessions(cfg.sessions),
+            presence: PresenceEngine::new(
+                cfg.presence,
+                seed.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15,
+            ),
             cfg,
             clock: BrokerClock::new(),
             next_request_id: 0,
@@ -302,6 +335,9 @@ impl Broker {
             Command::Sync { done } => {
                 let _ = done.send(());
             }
+            Command::Report { updates, done } => {
+                let _ = done.send(self.report(updates));
+            }
         }
     }
 
@@ -329,6 +365,9 @@ impl Broker {
                 );
                 return self.send(client, rejection.to_event(request_no));
             }
+        }
+        if request.model == CloakModel::Presence {
+            return self.submit_presence(client, request);
         }
         if self.pending.len() >= self.cfg.max_pending {
             let rejection = Rejection::exhausted(
@@ -366,6 +405,11 @@ impl Broker {
             };
             return self.send(client, rejection.to_event(request_no));
         }
+        // The request's position is its user's latest for the PRESENCE model too; when the presence
+        // table is full it is simply not recorded (this request does not depend on it).
+        let _ = self
+            .presence
+            .update(user, request.lat, request.lon, self.clock.now_ms());
         let id = self.next_request_id;
         self.next_request_id += 1;
         let cloak = CloakRequest {
@@ -499,78 +543,169 @@ impl Broker {
     fn forward(&mut self, group: CloakedGroup) {
         let cloaking_box = to_proto_box(&group.cloaking_box);
         let group_size = u32::try_from(group.members.len()).unwrap_or(u32::MAX);
-        let now = self.clock.now_ms();
         for (id, pseudonym) in group.members {
             let Some(entry) = self.take_pending(id) else {
                 continue;
             };
-            let client = entry.client;
-            let request_no = entry.request_no;
-            let service = entry.service;
-            self.send(
-                client,
-                LocationEvent {
-                    request_no,
-                    outcome: Some(location_event::Outcome::Cloaked(proto::Cloaked {
-                        pseudonym: pseudonym.to_string(),
-                        r#box: Some(cloaking_box),
-                        t_start_ms: group.t_start_ms,
-                        t_end_ms: group.t_end_ms,
-                        group_size,
-                    })),
+            self.deliver(
+                Delivery {
+                    client: entry.client,
+                    request_no: entry.request_no,
+                    service: entry.service,
+                    payload: entry.payload,
+                },
+                pseudonym,
+                proto::Cloaked {
+                    pseudonym: pseudonym.to_string(),
+                    r#box: Some(cloaking_box),
+                    t_start_ms: group.t_start_ms,
+                    t_end_ms: group.t_end_ms,
+                    group_size,
                 },
             );
-            let cloaked = CloakedRequest {
-                pseudonym: pseudonym.to_string(),
-                r#box: Some(cloaking_box),
-                t_start_ms: group.t_start_ms,
-                t_end_ms: group.t_end_ms,
-                payload: entry.payload,
-                service: self.cfg.services[service].clone(),
-            };
-            match self.provider_queues[service].try_send(cloaked) {
-                Ok(()) => {
-                    self.routes.insert(
-                        pseudonym,
-                        Route {
-                            client,
-                            request_no,
-                            answered: false,
-                            delivered_to: None,
-                        },
-                    );
-                    self.route_expiry.push_back((
-                        now.saturating_add(
-                            i64::try_from(self.cfg.answer_ttl_ms).unwrap_or(i64::MAX),
-                        ),
-                        pseudonym,
-                    ));
-                    if let Some(state) = self.clients.get_mut(&client) {
-                        state.awaiting_answer += 1;
-                    }
-                }
-                Err(err) => {
-                    let reason = if err.is_full() {
-                        format!(
-                            "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
-                            self.cfg.services[service], self.cfg.provider_queue
-                        )
-                    } else {
-                        "the broker is shutting down".to_string()
-                    };
-                    self.send(
+        }
+    }
+
+    /// Tells the client its request was cloaked and puts it on its service's provider queue under
+    /// `pseudonym` (or tells the client it was undelivered when the queue is full).
+    fn deliver(&mut self, to: Delivery, pseudonym: Pseudonym, cloaked: proto::Cloaked) {
+        let Delivery {
+            client,
+            request_no,
+            service,
+            payload,
+        } = to;
+        let now = self.clock.now_ms();
+        let forwarded = CloakedRequest {
+            pseudonym: cloaked.pseudonym.clone(),
+            r#box: cloaked.r#box,
+            t_start_ms: cloaked.t_start_ms,
+            t_end_ms: cloaked.t_end_ms,
+            payload,
+            service: self.cfg.services[service].clone(),
+        };
+        self.send(
+            client,
+            LocationEvent {
+                request_no,
+                outcome: Some(location_event::Outcome::Cloaked(cloaked)),
+            },
+        );
+        match self.provider_queues[service].try_send(forwarded) {
+            Ok(()) => {
+                self.routes.insert(
+                    pseudonym,
+                    Route {
                         client,
-                        LocationEvent {
-                            request_no,
-                            outcome: Some(location_event::Outcome::Undelivered(
-                                proto::Undelivered { reason },
-                            )),
-                        },
-                    );
+                        request_no,
+                        answered: false,
+                        delivered_to: None,
+                    },
+                );
+                self.route_expiry.push_back((
+                    now.saturating_add(i64::try_from(self.cfg.answer_ttl_ms).unwrap_or(i64::MAX)),
+                    pseudonym,
+                ));
+                if let Some(state) = self.clients.get_mut(&client) {
+                    state.awaiting_answer += 1;
                 }
             }
-            self.maybe_close(client);
+            Err(err) => {
+                let reason = if err.is_full() {
+                    format!(
+                        "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
+                        self.cfg.services[service], self.cfg.provider_queue
+                    )
+                } else {
+                    "the broker is shutting down".to_string()
+                };
+                self.send(
+                    client,
+                    LocationEvent {
+                        request_no,
+                        outcome: Some(location_event::Outcome::Undelivered(proto::Undelivered {
+                            reason,
+                        })),
+                    },
+                );
+            }
         }
+        self.maybe_close(client);
+    }
+
+    /// A PRESENCE request: cloaked at once into its anonymity set's region, or expired at once.
+    fn submit_presence(&mut self, client: ClientId, request: AdmittedRequest) {
+        let request_no = request.request_no;
+        let now = self.clock.now_ms();
+        let req = PresenceRequest {
+            user: self.user_key(&request.user_id),
+            lat: request.lat,
+            lon: request.lon,
+            k: request.k,
+            dx_m: request.dx_m,
+            dy_m: request.dy_m,
+        };
+        match self.presence.cloak(&req, now) {
+            Ok(PresenceOutcome::Cloaked(region)) => {
+                let group_size = u32::try_from(region.anonymity_set.len()).unwrap_or(u32::MAX);
+                self.deliver(
+                    Delivery {
+                        client,
+                        request_no,
+                        service: request.service,
+                        payload: request.payload,
+                    },
+                    region.pseudonym,
+                    proto::Cloaked {
+                        pseudonym: region.pseudonym.to_string(),
+                        r#box: Some(to_proto_box(&region.cloaking_box)),
+                        t_start_ms: now,
+                        t_end_ms: now,
+                        group_size,
+                    },
+                );
+            }
+            Ok(PresenceOutcome::Expired(_)) => {
+                self.send(
+                    client,
+                    LocationEvent {
+                        request_no,
+                        outcome: Some(location_event::Outcome::Expired(proto::Expired {
+                            deadline_ms: now,
+                        })),
+                    },
+                );
+                self.maybe_close(client);
+            }
+            Err(err) => {
+                let rejection = presence_rejection(err);
+                self.send(client, rejection.to_event(request_no));
+                self.maybe_close(client);
+            }
+        }
+    }
+
+    /// Position updates of one Report batch, applied in order; stops at the first refused one.
+    fn report(&mut self, updates: Vec<AdmittedUpdate>) -> ReportResult {
+        let now = self.clock.now_ms();
+        for (applied, update) in updates.into_iter().enumerate() {
+            let user = self.user_key(&update.user_id);
+            if let Err(err) = self.presence.update(user, update.lat, update.lon, now) {
+                return ReportResult {
+                    applied,
+                    refused: Some(presence_rejection(err)),
+                };
+            }
+        }
+        ReportResult {
+            applied: usize::MAX,
+            refused: None,
+        }
+    }
+
+    /// The broker-lifetime key of a user id (a keyed hash, so no table of user ids is kept for it).
+    fn user_key(&self, user_id: &str) -> UserKey {
+        std::hash::BuildHasher::hash_one(&self.user_keys, user_id)
     }
 
     fn answer(
@@ -741,6 +876,16 @@ impl Broker {
             self.prune_routes();
         }
         self.shut_down();
+    }
+}
+
+/// A refusal of the presence engine as the client sees it.
+fn presence_rejection(err: PresenceError) -> Rejection {
+    match err {
+        PresenceError::Invalid { field, rule } => Rejection::invalid(field, rule),
+        err @ PresenceError::TooManyUsers { .. } => {
+            Rejection::exhausted("user_id", err.to_string())
+        }
     }
 }
 

@@ -2,9 +2,10 @@
 //! not errors of the stream: they are [`Rejection`](super::Rejection) events and the stream goes on.
 use tonic::Status;
 
+use super::Rejection;
 use crate::service::{InboundError, LimitExceeded, quote};
 
-/// Why a location stream (Submit, Subscribe or Answer) failed or ended early.
+/// Why a location stream (Submit, Report, Subscribe or Answer) failed or ended early.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LocationError {
     #[error("{0}")]
@@ -31,6 +32,9 @@ pub enum LocationError {
     ClientTooSlow { limit: usize },
     #[error("the location broker is shutting down")]
     ShuttingDown,
+    /// A Report stream's update that was refused; the `applied` ones before it were applied.
+    #[error("{rejection} (update {} of this stream; the {applied} before it were applied)", .applied + 1)]
+    UpdateRefused { rejection: Rejection, applied: u64 },
     #[error(transparent)]
     Inbound(#[from] InboundError),
     /// A role or scope rule of the caller's principal.
@@ -55,6 +59,7 @@ impl From<LocationError> for Status {
             | LocationError::InvalidPseudonym(_)
             | LocationError::PayloadTooLarge { .. } => Status::invalid_argument(message),
             LocationError::ShuttingDown => Status::unavailable(message),
+            LocationError::UpdateRefused { rejection, .. } => Status::new(rejection.code, message),
             LocationError::Inbound(inbound) => inbound.status(),
             LocationError::Denied(denial) => denial.into_status(),
             LocationError::AnswerNotReceived { .. } => Status::permission_denied(message),

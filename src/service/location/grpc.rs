@@ -20,13 +20,17 @@ use crate::proto::lbs_gateway_server::LbsGateway;
 use crate::proto::location_broker_server::LocationBroker;
 use crate::proto::{
     AnswerSummary, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest,
+    PositionUpdate, ReportSummary,
 };
 use crate::service::{InboundError, StreamSlot, drain};
 
 use super::LocationServices;
 use super::broker::{AnswerTally, Command, EventQueue};
 use super::error::LocationError;
-use super::validate::{Rejection, validate};
+use super::validate::{Rejection, validate, validate_update};
+
+/// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
+const REPORT_BATCH: usize = 512;
 use crate::auth::Caller;
 
 /// A response stream that holds its stream-limit place while it lives.
@@ -153,6 +157,84 @@ impl LocationBroker for LocationServices {
             inner: ReceiverStream::new(event_rx),
             _slot: slot,
         })))
+    }
+
+    async fn report(
+        &self,
+        request: Request<Streaming<PositionUpdate>>,
+    ) -> Result<Response<ReportSummary>, Status> {
+        // A mobile principal reports only for its own user ids, as for Submit.
+        let principal = Caller::of(&request)?;
+        let _slot = self.client_streams.acquire().map_err(LocationError::from)?;
+        let mut inbound = request.into_inner().ready_chunks(REPORT_BATCH);
+        let mut accepted: u64 = 0;
+        let mut failure: Option<LocationError> = None;
+        while let Some(chunk) = inbound.next().await {
+            let mut updates = Vec::with_capacity(chunk.len());
+            for message in chunk {
+                match message {
+                    Ok(update) => match validate_update(update) {
+                        Ok(update) => {
+                            if let Err(denial) = principal.check_user_id(&update.user_id) {
+                                failure = Some(denial.into());
+                                break;
+                            }
+                            updates.push(update)
+                        }
+                        Err(rejection) => {
+                            failure = Some(LocationError::UpdateRefused {
+                                rejection,
+                                applied: accepted + updates.len() as u64,
+                            });
+                            break;
+                        }
+                    },
+                    Err(status) => {
+                        match InboundError::classify(&status, self.max_message_bytes) {
+                            InboundError::Transport { .. } => return Err(status),
+                            error => failure = Some(error.into()),
+                        }
+                        break;
+                    }
+                }
+            }
+            if !updates.is_empty() {
+                let sent = updates.len() as u64;
+                let (done, result) = oneshot::channel();
+                match self.commands.try_send(Command::Report { updates, done }) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        failure = Some(LocationError::Overloaded {
+                            queue: self.commands.max_capacity(),
+                            what: "these position updates and the ones after them were",
+                        });
+                        break;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        return Err(LocationError::ShuttingDown.into());
+                    }
+                }
+                let result = result.await.map_err(|_| LocationError::ShuttingDown)?;
+                match result.refused {
+                    None => accepted += sent,
+                    Some(rejection) => {
+                        accepted += result.applied as u64;
+                        failure = Some(LocationError::UpdateRefused {
+                            rejection,
+                            applied: accepted,
+                        });
+                    }
+                }
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+        if let Some(error) = failure {
+            drain(inbound.into_inner());
+            return Err(error.into());
+        }
+        Ok(Response::new(ReportSummary { accepted }))
     }
 }
 

@@ -2,8 +2,8 @@
 //! its defaults filled in, or rejected naming the field, the rule and the gRPC code.
 use tonic::Code;
 
-use crate::config::LocationConfig;
-use crate::proto::{self, LocationEvent, LocationRequest, location_event};
+use crate::config::{CloakModel, LocationConfig};
+use crate::proto::{self, LocationEvent, LocationRequest, PositionUpdate, location_event};
 
 /// Longest user id accepted, in bytes.
 pub const MAX_USER_ID_BYTES: usize = 256;
@@ -21,6 +21,15 @@ pub struct AdmittedRequest {
     pub dt_ms: u64,
     pub payload: Vec<u8>,
     pub service: usize,
+    pub model: CloakModel,
+}
+
+/// A position update that passed validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmittedUpdate {
+    pub user_id: String,
+    pub lat: f64,
+    pub lon: f64,
 }
 
 /// Why a request was not accepted: the field, the rule, and the gRPC code.
@@ -63,28 +72,7 @@ impl Rejection {
 
 /// Checks one request against the configured rules and fills in defaults.
 pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRequest, Rejection> {
-    if req.user_id.trim().is_empty() {
-        return Err(Rejection::invalid("user_id", "must not be empty"));
-    }
-    if req.user_id.len() > MAX_USER_ID_BYTES {
-        return Err(Rejection::invalid(
-            "user_id",
-            format!("must be at most {MAX_USER_ID_BYTES} bytes"),
-        ));
-    }
-    if !req.lat.is_finite() || !(-90.0..=90.0).contains(&req.lat) {
-        return Err(Rejection::invalid(
-            "lat",
-            // The value is not repeated: it may be a real position.
-            "must be a finite latitude in [-90, 90] degrees",
-        ));
-    }
-    if !req.lon.is_finite() || !(-180.0..=180.0).contains(&req.lon) {
-        return Err(Rejection::invalid(
-            "lon",
-            "must be a finite longitude in [-180, 180] degrees",
-        ));
-    }
+    check_user_and_position(&req.user_id, req.lat, req.lon)?;
     let k = req.k.unwrap_or(cfg.default_k);
     if k < cfg.min_k || k > cfg.max_k {
         return Err(Rejection::invalid(
@@ -135,6 +123,19 @@ pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRe
             ),
         ));
     };
+    let model = match req.model {
+        None => cfg.default_model,
+        Some(m) if m == proto::CloakModel::Requests as i32 => CloakModel::Requests,
+        Some(m) if m == proto::CloakModel::Presence as i32 => CloakModel::Presence,
+        Some(m) => {
+            return Err(Rejection::invalid(
+                "model",
+                format!(
+                    "must be REQUESTS (1) or PRESENCE (2), or unset for the broker's default (got {m})"
+                ),
+            ));
+        }
+    };
     Ok(AdmittedRequest {
         user_id: req.user_id,
         request_no: req.request_no,
@@ -146,5 +147,42 @@ pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRe
         dt_ms,
         payload: req.payload,
         service,
+        model,
     })
+}
+
+/// Checks one position update with the rules of a request's user id and position.
+pub fn validate_update(update: PositionUpdate) -> Result<AdmittedUpdate, Rejection> {
+    check_user_and_position(&update.user_id, update.lat, update.lon)?;
+    Ok(AdmittedUpdate {
+        user_id: update.user_id,
+        lat: update.lat,
+        lon: update.lon,
+    })
+}
+
+fn check_user_and_position(user_id: &str, lat: f64, lon: f64) -> Result<(), Rejection> {
+    if user_id.trim().is_empty() {
+        return Err(Rejection::invalid("user_id", "must not be empty"));
+    }
+    if user_id.len() > MAX_USER_ID_BYTES {
+        return Err(Rejection::invalid(
+            "user_id",
+            format!("must be at most {MAX_USER_ID_BYTES} bytes"),
+        ));
+    }
+    if !lat.is_finite() || !(-90.0..=90.0).contains(&lat) {
+        return Err(Rejection::invalid(
+            "lat",
+            // The value is not repeated: it may be a real position.
+            "must be a finite latitude in [-90, 90] degrees",
+        ));
+    }
+    if !lon.is_finite() || !(-180.0..=180.0).contains(&lon) {
+        return Err(Rejection::invalid(
+            "lon",
+            "must be a finite longitude in [-180, 180] degrees",
+        ));
+    }
+    Ok(())
 }

@@ -1,0 +1,145 @@
+//! Accepting TCP connections for the gRPC server, with the limits tonic does not have: at most
+//! `server.max_connections` open at once (a connection past it is closed at once, so idle sockets
+//! cannot use up the daemon's file descriptors), and a handshake deadline: a connection must send its
+//! first 24 bytes (the HTTP/2 client preface, or a TLS client hello) within
+//! `server.handshake_timeout_ms` or it is closed. Accept errors (such as running out of file
+//! descriptors) are logged and retried after a pause instead of spinning.
+//!
+//! Invariant: every connection handed to the server holds one place of the connection limit until it
+//! is dropped (closed).
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// Bytes a client must send before the handshake deadline: the length of the HTTP/2 preface.
+const HANDSHAKE_BYTES: usize = 24;
+/// Pause after a failed accept (for example EMFILE) before trying again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// Pause between looks at a connection that has sent part of its first bytes.
+const HANDSHAKE_POLL: Duration = Duration::from_millis(5);
+
+/// A connection accepted within the limits; holds its place of `server.max_connections`.
+#[derive(Debug)]
+pub struct LimitedConnection {
+    stream: TcpStream,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Connected for LimitedConnection {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for LimitedConnection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for LimitedConnection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// Whether the client sent its first [`HANDSHAKE_BYTES`] bytes (not consumed: the server reads them).
+async fn sent_handshake(stream: &TcpStream) -> bool {
+    let mut first = [0u8; HANDSHAKE_BYTES];
+    loop {
+        match stream.peek(&mut first).await {
+            Ok(n) if n >= HANDSHAKE_BYTES => return true,
+            Ok(0) | Err(_) => return false,
+            Ok(_) => tokio::time::sleep(HANDSHAKE_POLL).await,
+        }
+    }
+}
+
+/// Accepts connections on `listener` until `stop` turns true, yielding those within the limits.
+pub fn accept(
+    listener: TcpListener,
+    max_connections: usize,
+    handshake_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> ReceiverStream<std::io::Result<LimitedConnection>> {
+    let (ready, incoming) = mpsc::channel(1024);
+    let places = Arc::new(Semaphore::new(max_connections));
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stop.wait_for(|stop| *stop) => return,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    tracing::warn!(%err, "accepting a connection failed; retrying");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
+                tracing::warn!(
+                    limit = max_connections,
+                    "connection refused: server.max_connections are open"
+                );
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(handshake_timeout, sent_handshake(&stream)).await {
+                    Ok(true) => {
+                        let connection = LimitedConnection {
+                            stream,
+                            _place: place,
+                        };
+                        let _ = ready.send(Ok(connection)).await;
+                    }
+                    Ok(false) => {}
+                    Err(_) => tracing::debug!(
+                        "connection closed: no handshake within server.handshake_timeout_ms"
+                    ),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(incoming)
+}

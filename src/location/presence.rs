@@ -1,0 +1,992 @@
+//! Presence k-anonymity: cloak a request at once into a region that holds the latest known positions of
+//! at least k users, and is *reciprocal* (Gruteser & Grunwald 2003; Mokbel et al., Casper, 2006; Kalnis
+//! et al., Hilbert Cloak, TKDE 2007).
+//!
+//! The engine keeps each user's latest position (from position updates, and from its own requests) while
+//! it is younger than `max_age_ms`; those positions are the *snapshot*. For an anonymity level k it cuts
+//! the users, ordered along the Hilbert curve ([`super::hilbert`]), into consecutive *buckets* of k to
+//! 2k − 1 users; a bucket is the anonymity set of each of its users and its minimum bounding rectangle is
+//! their cloaking region. Plain Hilbert Cloak cuts fixed buckets of k from the start of the order; here
+//! the cut points are chosen by dynamic programming over the order so that the sum over users of their
+//! bucket's larger side (metres) is smallest, which places boundaries in the gaps between clusters and
+//! keeps regions small. A request is `Cloaked` with its bucket's region when that region lies inside its
+//! constraint box, and `Expired` at once otherwise (or when fewer than k users are present).
+//!
+//! Invariants (checked by the independent checker in [`super::presence_checker`]):
+//! - a region is the MBR of the latest positions of its anonymity set: at least k distinct present users,
+//!   the requester among them; it lies inside the requester's constraint box;
+//! - reciprocity by construction: the partition is a deterministic function of (snapshot, k) only (the
+//!   positions and user keys present, ordered by Hilbert value then user key; never the requester, the
+//!   arrival order or a random draw), so every user of the anonymity set asking with the same k on the
+//!   same snapshot gets the same region;
+//! - the partition for k is cached and recomputed lazily, when a request with that k finds the snapshot
+//!   changed (a user added, moved or forgotten) since it was computed; updates that change nothing
+//!   (same position) leave it valid;
+//! - at most `max_tracked_users` users are tracked; a new user beyond that is refused, never an older
+//!   one evicted; a user silent for longer than `max_age_ms` is forgotten.
+//!
+//! Pure: time is an argument (taken as non-decreasing; an earlier time is treated as the latest seen),
+//! pseudonyms come from a seeded RNG.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::geo::{self, GeoBox, METRES_PER_DEGREE_LAT};
+use super::hilbert::{ORDER, grid_cell, hilbert_value, xy_to_d};
+use super::{Pseudonym, UserKey};
+
+/// Limits of the presence engine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PresenceParams {
+    /// A position older than this is forgotten (and its user leaves the snapshot).
+    pub max_age_ms: u64,
+    /// Most users tracked at once.
+    pub max_tracked_users: usize,
+    /// The region side (metres) the partition aims for: buckets wider than it, twice it and four times
+    /// it cost more (typically the spatial tolerance most requests use).
+    pub target_side_m: f64,
+}
+
+/// One request under the presence model (already validated by the caller; checked again here).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PresenceRequest {
+    pub user: UserKey,
+    /// WGS84 degrees; also recorded as the user's latest position.
+    pub lat: f64,
+    pub lon: f64,
+    pub k: u32,
+    /// Spatial tolerance in metres (half-widths of the constraint box).
+    pub dx_m: f64,
+    pub dy_m: f64,
+}
+
+impl PresenceRequest {
+    pub fn constraint_box(&self) -> GeoBox {
+        geo::constraint_box(self.lat, self.lon, self.dx_m, self.dy_m)
+    }
+}
+
+/// A request cloaked under the presence model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PresenceRegion {
+    /// The MBR of the anonymity set's latest positions.
+    pub cloaking_box: GeoBox,
+    /// The users whose region this is (the requester among them), in Hilbert order.
+    pub anonymity_set: Vec<UserKey>,
+    /// Fresh pseudonym under which the request is forwarded.
+    pub pseudonym: Pseudonym,
+}
+
+/// Why a presence request could not be cloaked (it is never forwarded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiryReason {
+    /// Fewer than k users are present at all.
+    TooFewUsers { present: usize },
+    /// The requester's anonymity set for this k spreads beyond its constraint box.
+    OutsideTolerance,
+    /// The partition for this k leaves the requester out of every anonymity set (its position is too
+    /// far from the others along the Hilbert order to share a small region with k - 1 of them).
+    Isolated,
+}
+
+/// What became of a presence request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PresenceOutcome {
+    Cloaked(PresenceRegion),
+    Expired(ExpiryReason),
+}
+
+/// Why the engine refused an update or request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PresenceError {
+    #[error("{field}: {rule}")]
+    Invalid { field: &'static str, rule: String },
+    #[error("the broker already tracks {max} users (location.max_tracked_users)")]
+    TooManyUsers { max: usize },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tracked {
+    lat: f64,
+    lon: f64,
+    hilbert: u64,
+    last_ms: i64,
+}
+
+/// One user of the snapshot in Hilbert order.
+#[derive(Debug, Clone, Copy)]
+struct OrderedUser {
+    hilbert: u64,
+    user: UserKey,
+    lat: f64,
+    lon: f64,
+}
+
+/// The snapshot in Hilbert order, shared by the partitions of every k.
+#[derive(Debug, Clone, Default)]
+struct OrderedSnapshot {
+    /// Snapshot generation it was taken at.
+    generation: u64,
+    users: Vec<OrderedUser>,
+}
+
+impl OrderedSnapshot {
+    fn index_of(&self, hilbert: u64, user: UserKey) -> Option<usize> {
+        self.users
+            .binary_search_by(|u| (u.hilbert, u.user).cmp(&(hilbert, user)))
+            .ok()
+    }
+}
+
+/// `Partition::bucket_of` of a user left out of every bucket.
+const UNASSIGNED: u32 = u32::MAX;
+
+/// The partition of the ordered snapshot for one k.
+#[derive(Debug, Clone, Default)]
+struct Partition {
+    /// Snapshot generation it was computed for.
+    generation: u64,
+    /// Bucket index of each user of the ordered snapshot ([`UNASSIGNED`] when in none).
+    bucket_of: Vec<u32>,
+    /// The buckets' members (indices into the ordered snapshot), bucket after bucket.
+    members: Vec<u32>,
+    /// Each bucket's range in `members` and its MBR.
+    buckets: Vec<(usize, usize, GeoBox)>,
+}
+
+/// The presence engine: latest positions with age-out, and the reciprocal partitions per k.
+#[derive(Debug, Clone)]
+pub struct PresenceEngine {
+    params: PresenceParams,
+    users: HashMap<UserKey, Tracked>,
+    /// The snapshot ordered by (Hilbert value, user key).
+    order: BTreeMap<(u64, UserKey), (f64, f64)>,
+    /// Users by (time of latest position, user key), oldest first.
+    by_age: BTreeSet<(i64, UserKey)>,
+    now_ms: i64,
+    /// Bumped whenever the snapshot's positions change.
+    generation: u64,
+    ordered: OrderedSnapshot,
+    partitions: HashMap<u32, Partition>,
+    rng: ChaCha8Rng,
+}
+
+impl PresenceEngine {
+    pub fn new(params: PresenceParams, seed: u64) -> PresenceEngine {
+        PresenceEngine {
+            params,
+            users: HashMap::new(),
+            order: BTreeMap::new(),
+            by_age: BTreeSet::new(),
+            now_ms: i64::MIN,
+            generation: 0,
+            ordered: OrderedSnapshot::default(),
+            partitions: HashMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    pub fn params(&self) -> PresenceParams {
+        self.params
+    }
+
+    /// Users in the snapshot as of the last call (call [`Self::forget_stale`] to age it to a time).
+    pub fn tracked_len(&self) -> usize {
+        self.users.len()
+    }
+
+    /// The latest position of a user, if it is in the snapshot.
+    pub fn latest_position(&self, user: UserKey) -> Option<(f64, f64)> {
+        self.users.get(&user).map(|t| (t.lat, t.lon))
+    }
+
+    /// Records `user`'s latest position at `now_ms`.
+    pub fn update(
+        &mut self,
+        user: UserKey,
+        lat: f64,
+        lon: f64,
+        now_ms: i64,
+    ) -> Result<(), PresenceError> {
+        check_position(lat, lon)?;
+        self.forget_stale(now_ms);
+        let now_ms = self.now_ms;
+        match self.users.get_mut(&user) {
+            Some(tracked) => {
+                if tracked.last_ms != now_ms {
+                    self.by_age.remove(&(tracked.last_ms, user));
+                    self.by_age.insert((now_ms, user));
+                    tracked.last_ms = now_ms;
+                }
+                if tracked.lat != lat || tracked.lon != lon {
+                    let hilbert = hilbert_value(lat, lon);
+                    self.order.remove(&(tracked.hilbert, user));
+                    self.order.insert((hilbert, user), (lat, lon));
+                    *tracked = Tracked {
+                        lat,
+                        lon,
+                        hilbert,
+                        last_ms: now_ms,
+                    };
+                    self.generation += 1;
+                }
+            }
+            None => {
+                if self.users.len() >= self.params.max_tracked_users {
+                    return Err(PresenceError::TooManyUsers {
+                        max: self.params.max_tracked_users,
+                    });
+                }
+                let hilbert = hilbert_value(lat, lon);
+                self.users.insert(
+                    user,
+                    Tracked {
+                        lat,
+                        lon,
+                        hilbert,
+                        last_ms: now_ms,
+                    },
+                );
+                self.order.insert((hilbert, user), (lat, lon));
+                self.by_age.insert((now_ms, user));
+                self.generation += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets every position older than `max_age_ms` at `now_ms` (time never goes back: an earlier
+    /// `now_ms` than already seen counts as the latest seen).
+    pub fn forget_stale(&mut self, now_ms: i64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        let oldest_kept = self
+            .now_ms
+            .saturating_sub(i64::try_from(self.params.max_age_ms).unwrap_or(i64::MAX));
+        while let Some(&(last_ms, user)) = self.by_age.first() {
+            if last_ms >= oldest_kept {
+                break;
+            }
+            self.by_age.pop_first();
+            if let Some(tracked) = self.users.remove(&user) {
+                self.order.remove(&(tracked.hilbert, user));
+            }
+            self.generation += 1;
+        }
+    }
+
+    /// Forgets a user at once (for example when its principal is revoked).
+    pub fn forget(&mut self, user: UserKey) {
+        if let Some(tracked) = self.users.remove(&user) {
+            self.order.remove(&(tracked.hilbert, user));
+            self.by_age.remove(&(tracked.last_ms, user));
+            self.generation += 1;
+        }
+    }
+
+    /// Cloaks a request at `now_ms`: records its position as the user's latest, then answers with the
+    /// region of the user's bucket for `k` when it fits the constraint box.
+    pub fn cloak(
+        &mut self,
+        req: &PresenceRequest,
+        now_ms: i64,
+    ) -> Result<PresenceOutcome, PresenceError> {
+        if req.k == 0 {
+            return Err(invalid("k", "must be at least 1"));
+        }
+        for (field, v) in [("dx_m", req.dx_m), ("dy_m", req.dy_m)] {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(invalid(
+                    field,
+                    format!("must be a positive tolerance (got {v})"),
+                ));
+            }
+        }
+        self.update(req.user, req.lat, req.lon, now_ms)?;
+        let present = self.users.len();
+        let k = req.k;
+        if present < k as usize {
+            return Ok(PresenceOutcome::Expired(ExpiryReason::TooFewUsers {
+                present,
+            }));
+        }
+        let hilbert = self
+            .users
+            .get(&req.user)
+            .map(|t| t.hilbert)
+            .unwrap_or_default();
+        self.refresh_partition(k);
+        let bucket = self
+            .ordered
+            .index_of(hilbert, req.user)
+            .and_then(|index| self.partitions.get(&k)?.bucket_of.get(index).copied());
+        let Some((start, end, cloaking_box)) = bucket.and_then(|b| {
+            let partition = self.partitions.get(&k)?;
+            partition.buckets.get(b as usize).copied()
+        }) else {
+            return Ok(PresenceOutcome::Expired(ExpiryReason::Isolated));
+        };
+        if !req.constraint_box().contains_box(&cloaking_box) {
+            return Ok(PresenceOutcome::Expired(ExpiryReason::OutsideTolerance));
+        }
+        let anonymity_set = self
+            .partitions
+            .get(&k)
+            .map(|p| {
+                p.members[start..end]
+                    .iter()
+                    .map(|&i| self.ordered.users[i as usize].user)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(PresenceOutcome::Cloaked(PresenceRegion {
+            cloaking_box,
+            anonymity_set,
+            pseudonym: Pseudonym(self.rng.random()),
+        }))
+    }
+
+    /// Brings the ordered snapshot and the partition for `k` up to the current snapshot.
+    fn refresh_partition(&mut self, k: u32) {
+        let generation = self.generation;
+        if self.ordered.generation != generation || self.ordered.users.len() != self.order.len() {
+            self.ordered.generation = generation;
+            self.ordered.users.clear();
+            self.ordered
+                .users
+                .extend(
+                    self.order
+                        .iter()
+                        .map(|(&(hilbert, user), &(lat, lon))| OrderedUser {
+                            hilbert,
+                            user,
+                            lat,
+                            lon,
+                        }),
+                );
+        }
+        let partition = self.partitions.entry(k).or_default();
+        if partition.generation != generation
+            || partition.bucket_of.len() != self.ordered.users.len()
+        {
+            partition.generation = generation;
+            partition_snapshot(
+                &self.ordered.users,
+                k as usize,
+                self.params.target_side_m,
+                partition,
+            );
+        }
+    }
+}
+
+/// The rounds of the partition: the grid shift of the Hilbert curve (in cells of the 2^32 grid) and
+/// the target side (in multiples of `target_side_m`) of each round. Shifts of 1/3 and 2/3 of the map
+/// move the curve's quadrant boundaries at every level, so users cut apart by one curve meet on the next.
+const ROUNDS: [((u32, u32), f64); 7] = [
+    ((0, 0), 1.0),
+    ((0x5555_5555, 0x5555_5555), 1.0),
+    ((0xAAAA_AAAA, 0x2AAA_AAAA), 1.0),
+    ((0x3333_3333, 0x9999_9999), 1.0),
+    ((0xCCCC_CCCC, 0x6666_6666), 1.0),
+    ((0x1C71_C71C, 0xE38E_38E3), 1.0),
+    ((0, 0), 2.0),
+];
+
+/// Skip cost of leaving a user out of every bucket of a round (it is tried again in the next round).
+const SKIP_COST: f64 = 0.9;
+
+/// Partitions `users` (the snapshot in Hilbert order) for k in rounds: each round orders the users not
+/// yet in a bucket along a (shifted) Hilbert curve and cuts that order into buckets of k..=2k-1
+/// consecutive users by dynamic programming, leaving out users whose every bucket would be too wide
+/// (they are tried in the next round); the last round leaves out nobody it can place. Deterministic:
+/// only the users, their positions and keys, k and the target side enter.
+fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: &mut Partition) {
+    out.bucket_of.clear();
+    out.members.clear();
+    out.buckets.clear();
+    let n = users.len();
+    out.bucket_of.resize(n, UNASSIGNED);
+    if k == 0 || n < k {
+        return;
+    }
+    let mut pending: Vec<u32> = (0..n as u32).collect();
+    let mut left = Vec::new();
+    let mut keyed: Vec<(u64, UserKey, u32)> = Vec::new();
+    for (round, &((sx, sy), scale)) in ROUNDS.iter().enumerate() {
+        if pending.len() < k {
+            break;
+        }
+        if round > 0 {
+            keyed.clear();
+            keyed.extend(pending.iter().map(|&i| {
+                let u = &users[i as usize];
+                let (x, y) = grid_cell(u.lat, u.lon);
+                (
+                    xy_to_d(ORDER, x.wrapping_add(sx), y.wrapping_add(sy)),
+                    u.user,
+                    i,
+                )
+            }));
+            keyed.sort_unstable();
+            pending.clear();
+            pending.extend(keyed.iter().map(|&(_, _, i)| i));
+        }
+        let skip = if round + 1 == ROUNDS.len() {
+            f64::INFINITY
+        } else {
+            SKIP_COST
+        };
+        left.clear();
+        cut_sequence(
+            users,
+            &pending,
+            k,
+            target_side_m * scale,
+            skip,
+            out,
+            &mut left,
+        );
+        std::mem::swap(&mut pending, &mut left);
+    }
+    for (index, &(start, end, _)) in out.buckets.iter().enumerate() {
+        for &member in &out.members[start..end] {
+            out.bucket_of[member as usize] = index as u32;
+        }
+    }
+}
+
+/// Cost of a bucket: for each member, one step for each of target, 2 × target and 4 × target that its
+/// need (the Chebyshev half-width in metres of the smallest constraint box centred on it that holds the
+/// bucket's MBR) exceeds, plus a small term in the MBR's larger side so smaller regions win ties.
+fn bucket_cost(users: &[OrderedUser], members: &[u32], mbr: &GeoBox, target_m: f64) -> f64 {
+    let cos = (0.5 * (mbr.min_lat + mbr.max_lat))
+        .to_radians()
+        .cos()
+        .max(0.0);
+    let side = larger_side_m(mbr);
+    let mut cost = members.len() as f64 * 1e-3 * side / target_m;
+    if side <= target_m {
+        return cost;
+    }
+    if side > 8.0 * target_m {
+        // need >= side / 2 > 4 × target for every member.
+        return cost + 3.0 * members.len() as f64;
+    }
+    for &i in members {
+        let u = &users[i as usize];
+        let need_deg_lat = (u.lat - mbr.min_lat).max(mbr.max_lat - u.lat);
+        let need_deg_lon = (u.lon - mbr.min_lon).max(mbr.max_lon - u.lon);
+        let need = need_deg_lat.max(need_deg_lon * cos) * METRES_PER_DEGREE_LAT;
+        cost += [1.0, 2.0, 4.0]
+            .iter()
+            .filter(|&&m| need > m * target_m)
+            .count() as f64;
+    }
+    cost
+}
+
+/// One round: cuts `seq` (indices into `users`, in curve order) into buckets of k..=2k-1 consecutive
+/// users, or leaves users out at `skip` each, minimizing the total cost; appends the buckets to `out`
+/// and the users left out to `left`.
+fn cut_sequence(
+    users: &[OrderedUser],
+    seq: &[u32],
+    k: usize,
+    target_m: f64,
+    skip: f64,
+    out: &mut Partition,
+    left: &mut Vec<u32>,
+) {
+    let n = seq.len();
+    let longest = 2 * k - 1;
+    // best[i]: least cost of users seq[..i]; last[i]: size of the last bucket there (0: left out).
+    let mut best = vec![f64::INFINITY; n + 1];
+    let mut last = vec![0usize; n + 1];
+    best[0] = 0.0;
+    for end in 1..=n {
+        if best[end - 1] + skip < best[end] {
+            best[end] = best[end - 1] + skip;
+            last[end] = 0;
+        }
+        if end < k {
+            continue;
+        }
+        let first = &users[seq[end - 1] as usize];
+        let mut mbr = GeoBox::point(first.lat, first.lon);
+        for len in 1..=longest.min(end) {
+            let start = end - len;
+            if len > 1 {
+                let u = &users[seq[start] as usize];
+                mbr.extend(u.lat, u.lon);
+            }
+            if skip.is_finite() && larger_side_m(&mbr) > 2.0 * target_m {
+                // Every member's need exceeds the target (need >= side / 2), so each costs at least
+                // 1 > `skip`: leaving them all out is cheaper, here and for every longer bucket.
+                break;
+            }
+            if len < k || !best[start].is_finite() {
+                continue;
+            }
+            let cost = best[start] + bucket_cost(users, &seq[start..end], &mbr, target_m);
+            if cost < best[end] {
+                best[end] = cost;
+                last[end] = len;
+            }
+        }
+    }
+    let mut cuts = Vec::new();
+    let mut end = n;
+    while end > 0 {
+        let len = last[end];
+        if len == 0 || !best[end].is_finite() {
+            left.push(seq[end - 1]);
+            end -= 1;
+        } else {
+            cuts.push((end - len, end));
+            end -= len;
+        }
+    }
+    left.reverse();
+    for &(start, end) in cuts.iter().rev() {
+        let first = out.members.len();
+        let mut mbr = GeoBox::point(
+            users[seq[start] as usize].lat,
+            users[seq[start] as usize].lon,
+        );
+        for &i in &seq[start..end] {
+            let u = &users[i as usize];
+            mbr.extend(u.lat, u.lon);
+            out.members.push(i);
+        }
+        out.buckets.push((first, out.members.len(), mbr));
+    }
+}
+
+/// The larger side of a box in metres (longitude scaled at the box's centre latitude).
+fn larger_side_m(b: &GeoBox) -> f64 {
+    let centre_lat = 0.5 * (b.min_lat + b.max_lat);
+    let w = (b.max_lon - b.min_lon) * centre_lat.to_radians().cos().max(0.0);
+    let h = b.max_lat - b.min_lat;
+    w.max(h) * METRES_PER_DEGREE_LAT
+}
+
+fn invalid(field: &'static str, rule: impl Into<String>) -> PresenceError {
+    PresenceError::Invalid {
+        field,
+        rule: rule.into(),
+    }
+}
+
+fn check_position(lat: f64, lon: f64) -> Result<(), PresenceError> {
+    if !lat.is_finite() || !(-90.0..=90.0).contains(&lat) {
+        return Err(invalid(
+            "lat",
+            format!("must be a finite latitude in [-90, 90] degrees (got {lat})"),
+        ));
+    }
+    if !lon.is_finite() || !(-180.0..=180.0).contains(&lon) {
+        return Err(invalid(
+            "lon",
+            format!("must be a finite longitude in [-180, 180] degrees (got {lon})"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::location::presence_checker::PresenceChecker;
+    use crate::location::replay::{PeriodicEvent, PeriodicParams, periodic_workload};
+    use proptest::prelude::*;
+    use rand::Rng;
+
+    const EVERYWHERE_M: f64 = 2.1e7;
+
+    fn params(max_age_ms: u64, max_tracked_users: usize) -> PresenceParams {
+        PresenceParams {
+            max_age_ms,
+            max_tracked_users,
+            target_side_m: 500.0,
+        }
+    }
+
+    fn request(user: UserKey, lat: f64, lon: f64, k: u32, tolerance_m: f64) -> PresenceRequest {
+        PresenceRequest {
+            user,
+            lat,
+            lon,
+            k,
+            dx_m: tolerance_m,
+            dy_m: tolerance_m,
+        }
+    }
+
+    /// Re-cloaks `user` at its latest position with the same k on a copy of the engine (the same
+    /// snapshot: its position does not change), with a tolerance that admits any region.
+    fn recloak(engine: &mut PresenceEngine, user: UserKey, k: u32, now_ms: i64) -> Option<GeoBox> {
+        let (lat, lon) = engine.latest_position(user)?;
+        match engine.cloak(&request(user, lat, lon, k, EVERYWHERE_M), now_ms) {
+            Ok(PresenceOutcome::Cloaked(region)) => Some(region.cloaking_box),
+            _ => None,
+        }
+    }
+
+    /// Checks one answered request against the checker's model; returns whether it was cloaked.
+    fn check_outcome(
+        engine: &PresenceEngine,
+        checker: &PresenceChecker<UserKey>,
+        req: &PresenceRequest,
+        outcome: &PresenceOutcome,
+        now_ms: i64,
+    ) -> Result<bool, String> {
+        let present = checker.present(now_ms).len();
+        match outcome {
+            PresenceOutcome::Cloaked(region) => {
+                let found = checker.check_region(
+                    &req.user,
+                    req.lat,
+                    req.lon,
+                    req.k,
+                    req.dx_m,
+                    req.dy_m,
+                    &region.cloaking_box,
+                    now_ms,
+                )?;
+                if region.anonymity_set.len() < req.k as usize
+                    || !region.anonymity_set.contains(&req.user)
+                    || region
+                        .anonymity_set
+                        .iter()
+                        .any(|u| !found.inside.contains(u))
+                {
+                    return Err(format!("anonymity set {:?} is wrong", region.anonymity_set));
+                }
+                let mut copy = engine.clone();
+                PresenceChecker::check_reciprocity(
+                    &req.user,
+                    req.k,
+                    &region.cloaking_box,
+                    &found.inside,
+                    |u| recloak(&mut copy, *u, req.k, now_ms),
+                )?;
+                Ok(true)
+            }
+            PresenceOutcome::Expired(ExpiryReason::TooFewUsers { present: p }) => {
+                if *p != present || present >= req.k as usize {
+                    return Err(format!(
+                        "TooFewUsers({p}) with {present} present and k = {}",
+                        req.k
+                    ));
+                }
+                Ok(false)
+            }
+            PresenceOutcome::Expired(ExpiryReason::Isolated) => {
+                let mut copy = engine.clone();
+                match recloak(&mut copy, req.user, req.k, now_ms) {
+                    None => Ok(false),
+                    Some(region) => Err(format!("Isolated but re-cloaking gives {region:?}")),
+                }
+            }
+            PresenceOutcome::Expired(ExpiryReason::OutsideTolerance) => {
+                let mut copy = engine.clone();
+                let region = recloak(&mut copy, req.user, req.k, now_ms)
+                    .ok_or("OutsideTolerance but no region at any tolerance")?;
+                if req.constraint_box().contains_box(&region) {
+                    return Err(format!("OutsideTolerance but {region:?} fits"));
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Update {
+            user: u64,
+            lat: f64,
+            lon: f64,
+        },
+        Cloak {
+            user: u64,
+            lat: f64,
+            lon: f64,
+            k: u32,
+            tolerance_m: f64,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = (u64, Op)> {
+        let position = (53.0..53.02f64, 8.0..8.03f64);
+        let update = (0u64..14, position.clone()).prop_map(|(user, (lat, lon))| Op::Update {
+            user,
+            lat,
+            lon,
+        });
+        let cloak = (0u64..14, position, 1u32..6, 50.0..3000.0f64).prop_map(
+            |(user, (lat, lon), k, tolerance_m)| Op::Cloak {
+                user,
+                lat,
+                lon,
+                k,
+                tolerance_m,
+            },
+        );
+        (0u64..2500, prop_oneof![update, cloak])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn every_region_is_k_anonymous_in_tolerance_and_reciprocal(
+            ops in prop::collection::vec(op(), 1..120),
+        ) {
+            let mut engine = PresenceEngine::new(params(5000, 10), 3);
+            let mut checker = PresenceChecker::new(5000);
+            let mut now = 1_000_000i64;
+            for (advance, op) in ops {
+                now += advance as i64;
+                let (user, lat, lon) = match &op {
+                    Op::Update { user, lat, lon } | Op::Cloak { user, lat, lon, .. } => {
+                        (*user, *lat, *lon)
+                    }
+                };
+                let was_present = checker.position(&user, now).is_some();
+                let present = checker.present(now).len();
+                let result = match &op {
+                    Op::Update { .. } => engine.update(user, lat, lon, now).map(|()| None),
+                    Op::Cloak { k, tolerance_m, .. } => {
+                        let req = request(user, lat, lon, *k, *tolerance_m);
+                        engine.cloak(&req, now).map(|o| Some((req, o)))
+                    }
+                };
+                match result {
+                    Err(PresenceError::TooManyUsers { max }) => {
+                        prop_assert!(!was_present && present >= max, "refused with {present} present");
+                    }
+                    Err(e) => prop_assert!(false, "{e}"),
+                    Ok(answer) => {
+                        checker.record(user, lat, lon, now);
+                        if let Some((req, outcome)) = answer {
+                            let checked = check_outcome(&engine, &checker, &req, &outcome, now);
+                            prop_assert!(checked.is_ok(), "{:?}", checked);
+                        }
+                    }
+                }
+                prop_assert_eq!(engine.tracked_len(), checker.present(now).len());
+            }
+        }
+
+        #[test]
+        fn the_partition_depends_on_the_snapshot_and_k_only(
+            positions in prop::collection::vec((53.0..53.05f64, 8.0..8.05f64), 1..60),
+            k in 1u32..8,
+            seed in any::<u64>(),
+        ) {
+            let mut forward = PresenceEngine::new(params(60_000, 1000), 1);
+            let mut shuffled = PresenceEngine::new(params(60_000, 1000), 2);
+            for (user, &(lat, lon)) in positions.iter().enumerate() {
+                forward.update(user as u64, lat, lon, 0).unwrap();
+            }
+            // The same snapshot reached in another order, through detours.
+            let mut order: Vec<usize> = (0..positions.len()).collect();
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.random_range(0..=i));
+            }
+            for &user in &order {
+                shuffled.update(user as u64, 0.0, 0.0, 0).unwrap();
+                let _ = shuffled.cloak(&request(user as u64, 0.0, 0.0, k, EVERYWHERE_M), 0);
+            }
+            for &user in &order {
+                let (lat, lon) = positions[user];
+                shuffled.update(user as u64, lat, lon, 0).unwrap();
+            }
+            for user in 0..positions.len() as u64 {
+                prop_assert_eq!(recloak(&mut forward, user, k, 0), recloak(&mut shuffled, user, k, 0));
+            }
+        }
+    }
+
+    #[test]
+    fn buckets_hold_k_to_2k_minus_1_users() {
+        let mut engine = PresenceEngine::new(params(60_000, 1000), 1);
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for user in 0..200u64 {
+            let lat = 53.0 + rng.random_range(0.0..0.1);
+            let lon = 8.0 + rng.random_range(0.0..0.1);
+            engine.update(user, lat, lon, 0).unwrap();
+        }
+        for k in 1..=12u32 {
+            engine.refresh_partition(k);
+            let partition = &engine.partitions[&k];
+            let mut covered = 0;
+            let mut seen = [false; 200];
+            for &(start, end, mbr) in &partition.buckets {
+                assert_eq!(start, covered);
+                let len = end - start;
+                assert!(len >= k as usize && len < 2 * k as usize, "k {k} len {len}");
+                for &m in &partition.members[start..end] {
+                    assert!(!seen[m as usize], "user in two buckets");
+                    seen[m as usize] = true;
+                    assert_eq!(
+                        partition.bucket_of[m as usize] as usize,
+                        partition.buckets.iter().position(|b| b.0 == start).unwrap()
+                    );
+                    let u = engine.ordered.users[m as usize];
+                    assert!(mbr.contains_point(u.lat, u.lon));
+                }
+                covered = end;
+            }
+            // Fewer than k users can be left out of every bucket (after the last round).
+            assert!(200 - covered < k as usize, "k {k}: {covered} placed");
+        }
+    }
+
+    #[test]
+    fn positions_age_out_and_the_table_is_bounded() {
+        let mut engine = PresenceEngine::new(params(1000, 2), 1);
+        engine.update(1, 53.0, 8.0, 0).unwrap();
+        engine.update(2, 53.0, 8.0, 500).unwrap();
+        assert_eq!(
+            engine.update(3, 53.0, 8.0, 900),
+            Err(PresenceError::TooManyUsers { max: 2 })
+        );
+        // At 1001 user 1 is 1001 ms old: forgotten, which makes room.
+        engine.update(3, 53.0, 8.0, 1001).unwrap();
+        assert_eq!(engine.latest_position(1), None);
+        assert_eq!(engine.tracked_len(), 2);
+        // Time going back counts as the latest time seen.
+        engine.update(2, 53.1, 8.0, 10).unwrap();
+        engine.forget_stale(2001);
+        assert_eq!(engine.tracked_len(), 2);
+        engine.forget_stale(2002);
+        assert_eq!(engine.tracked_len(), 0);
+        assert!(matches!(
+            engine.update(4, f64::NAN, 8.0, 2001),
+            Err(PresenceError::Invalid { field: "lat", .. })
+        ));
+        assert!(matches!(
+            engine.cloak(&request(4, 53.0, 8.0, 0, 10.0), 2001),
+            Err(PresenceError::Invalid { field: "k", .. })
+        ));
+    }
+
+    #[test]
+    fn a_far_bucket_expires_and_too_few_users_expire() {
+        let mut engine = PresenceEngine::new(params(60_000, 100), 1);
+        assert_eq!(
+            engine.cloak(&request(1, 53.0, 8.0, 2, 500.0), 0),
+            Ok(PresenceOutcome::Expired(ExpiryReason::TooFewUsers {
+                present: 1
+            }))
+        );
+        engine.update(2, 53.1, 8.1, 0).unwrap();
+        assert_eq!(
+            engine.cloak(&request(1, 53.0, 8.0, 2, 500.0), 0),
+            Ok(PresenceOutcome::Expired(ExpiryReason::OutsideTolerance))
+        );
+        let Ok(PresenceOutcome::Cloaked(region)) =
+            engine.cloak(&request(1, 53.0, 8.0, 2, 20_000.0), 0)
+        else {
+            panic!("expected a region")
+        };
+        assert_eq!(region.anonymity_set.len(), 2);
+        assert!(region.cloaking_box.contains_point(53.1, 8.1));
+    }
+
+    /// The data directory `shared/data/mobility` beside one of the repository's ancestors, if any.
+    pub(crate) fn mobility_file(name: &str) -> Option<std::path::PathBuf> {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|dir| dir.join("shared/data/mobility").join(name))
+            .find(|path| path.exists())
+    }
+
+    /// The sparse workload of the issue on the real (synthetic road-network) Oldenburg trace: every
+    /// region checked, reciprocity included; success at 500 m as the issue demands.
+    #[test]
+    fn oldenburg_small_regions_are_checked_and_mostly_succeed() {
+        let (path, sparse) = match mobility_file("oldenburg_small.csv.gz") {
+            Some(path) => (path, true),
+            None => (
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/data/oldenburg_60s.csv.gz"),
+                false,
+            ),
+        };
+        let points = crate::workload::read_trace_file(&path, Some(400_000)).unwrap();
+        let workload = periodic_workload(
+            &points,
+            &PeriodicParams {
+                update_period_s: 5,
+                request_period_s: 30,
+                k_min: 2,
+                k_max: 10,
+                seed: 1,
+            },
+        );
+        let max_age_ms = 10_000;
+        let mut engine = PresenceEngine::new(params(max_age_ms, 100_000), 1);
+        let mut checker = PresenceChecker::new(max_age_ms);
+        let (mut cloaked, mut requests) = (0usize, 0usize);
+        for (i, event) in workload.events.iter().enumerate() {
+            match *event {
+                PeriodicEvent::Update {
+                    user,
+                    at_ms,
+                    lat,
+                    lon,
+                } => {
+                    engine.update(user as u64, lat, lon, at_ms).unwrap();
+                    checker.record(user as u64, lat, lon, at_ms);
+                }
+                PeriodicEvent::Request {
+                    user,
+                    at_ms,
+                    lat,
+                    lon,
+                    k,
+                } => {
+                    let req = request(user as u64, lat, lon, k, 500.0);
+                    let outcome = engine.cloak(&req, at_ms).unwrap();
+                    checker.record(user as u64, lat, lon, at_ms);
+                    requests += 1;
+                    // Reciprocity re-cloaks on a copy of the engine: check every 7th request in full.
+                    let result = if i % 7 == 0 {
+                        check_outcome(&engine, &checker, &req, &outcome, at_ms)
+                    } else if let PresenceOutcome::Cloaked(region) = &outcome {
+                        checker
+                            .check_region(
+                                &req.user,
+                                lat,
+                                lon,
+                                k,
+                                500.0,
+                                500.0,
+                                &region.cloaking_box,
+                                at_ms,
+                            )
+                            .map(|_| true)
+                    } else {
+                        Ok(false)
+                    };
+                    cloaked += usize::from(result.unwrap());
+                }
+            }
+        }
+        let success = cloaked as f64 / requests as f64;
+        eprintln!(
+            "{}: {requests} requests, success {success:.3}",
+            path.display()
+        );
+        assert!(requests > 1000);
+        if sparse {
+            // Measured 0.738 (the issue's target of 0.75 is not reached yet); guards against regressions.
+            assert!(success >= 0.72, "success {success}");
+        }
+    }
+}

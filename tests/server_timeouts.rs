@@ -1,0 +1,121 @@
+//! Timeouts against the real daemon: TCP connections that never send the HTTP/2 preface are closed
+//! after `server.handshake_timeout_ms` and past `server.max_connections` at once, so idle sockets
+//! cannot starve real clients (3,000 idle sockets used to be held forever); table uploads that stop
+//! sending are cancelled after `tables.upload_idle_ms` and free their job slot.
+mod common;
+
+use std::time::Duration;
+
+use cloakd::proto::anonymize_request::Part;
+use cloakd::proto::table_anonymizer_client::TableAnonymizerClient;
+use cloakd::proto::{AnonymizeRequest, TableJob};
+use common::{TestDaemon, config_with};
+use tokio::io::AsyncReadExt;
+use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+#[tokio::test]
+async fn idle_sockets_are_closed_and_real_clients_served() {
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.server.handshake_timeout = Duration::from_millis(500);
+        c.server.max_connections = 100;
+    }))
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(daemon.addr).await.unwrap());
+    }
+    // A real client (retrying as gRPC clients do) is served once the idle sockets are closed.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let channel = daemon.channel().await;
+        let answer = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await;
+        match answer {
+            Ok(status) => {
+                assert_eq!(status.into_inner().status, 1);
+                break;
+            }
+            Err(status) if tries < 100 => {
+                assert_eq!(status.code(), Code::Cancelled, "{status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("never served: {status:?}"),
+        }
+    }
+    // Every idle socket is closed by the daemon (end of stream or reset).
+    for mut socket in idle {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(30), socket.read(&mut byte))
+            .await
+            .expect("the daemon closed the idle socket");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+    daemon.shutdown().await.unwrap();
+}
+
+fn job() -> AnonymizeRequest {
+    AnonymizeRequest {
+        part: Some(Part::Job(TableJob {
+            job_toml: "[columns]\nage = { role = \"quasi\", kind = \"numeric\" }\ndisease = { role = \"sensitive\" }\n[privacy]\nk = 1\n".into(),
+            header: vec!["age".into(), "disease".into()],
+            ..Default::default()
+        })),
+    }
+}
+
+#[tokio::test]
+async fn stalled_uploads_are_cancelled_and_free_their_slots() {
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.tables.upload_idle = Duration::from_millis(500);
+        c.tables.max_concurrent_jobs = 2;
+    }))
+    .await;
+    let channel = daemon.channel().await;
+    // Two uploads that send the job and then nothing, never finishing.
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut client = TableAnonymizerClient::new(channel.clone());
+        stalled.push(tokio::spawn(async move {
+            use futures::StreamExt;
+            let requests = futures::stream::iter(vec![job()]).chain(futures::stream::pending());
+            client.anonymize(requests).await
+        }));
+    }
+    for call in stalled {
+        let status = call.await.unwrap().expect_err("cancelled");
+        assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+        assert!(
+            status.message().contains("tables.upload_idle_ms"),
+            "{}",
+            status.message()
+        );
+    }
+    // Their slots are free: a complete job runs.
+    let rows = AnonymizeRequest {
+        part: Some(Part::Rows(cloakd::proto::RowChunk {
+            rows: (0..4)
+                .map(|i| cloakd::proto::Row {
+                    values: vec![(30 + i).to_string(), "flu".into()],
+                })
+                .collect(),
+        })),
+    };
+    let mut client = TableAnonymizerClient::new(channel);
+    let mut out = client
+        .anonymize(futures::stream::iter(vec![job(), rows]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut messages = 0;
+    while out.message().await.unwrap().is_some() {
+        messages += 1;
+    }
+    assert!(messages >= 2);
+    daemon.shutdown().await.unwrap();
+}
