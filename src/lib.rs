@@ -8,6 +8,7 @@
 //! shutdown) and [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod connections;
@@ -19,6 +20,7 @@ pub mod service;
 pub mod store;
 pub mod telemetry;
 pub mod text;
+pub mod tls;
 pub mod transactions;
 pub mod workload;
 
