@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use cloakd::transactions::{
-    AnonymizeError, Mode, Params, PersonalizedPlus, Record, anonymize, anonymize_with_adversaries,
+    AnonymizeError, Anonymized, Mode, Params, PersonalizedPlus, Record, anonymize,
+    anonymize_with_adversaries,
 };
 use proptest::prelude::*;
 use rand::SeedableRng;
@@ -274,6 +275,22 @@ fn checker_rejects_an_unsafe_release() {
     assert!(check_suppression_only(&window, &added).is_err());
 }
 
+/// Runs sampled mode and checks, independently, suppression only and that the release is safe for
+/// every adversary of the engine's final round.
+fn sampled_and_checked(window: &[Record], params: &Params, seed: u64) -> Anonymized {
+    let (anonymized, adversaries) = anonymize_with_adversaries(window, params, seed).unwrap();
+    check_suppression_only(window, &anonymized.records).unwrap();
+    let mut by_knowledge: BTreeMap<Vec<u32>, Vec<usize>> = BTreeMap::new();
+    for adversary in adversaries {
+        by_knowledge
+            .entry(adversary.knowledge)
+            .or_default()
+            .push(adversary.record);
+    }
+    check_adversaries(window, &anonymized.records, params.rho, &by_knowledge).unwrap();
+    anonymized
+}
+
 /// Popular 3-item knowledge {0, 5, 6} with few sensitive items per target (the engine tests those
 /// vertically rather than scanning every record holding Q): the release must pass the checker.
 #[test]
@@ -299,16 +316,7 @@ fn sampled_mode_popular_antecedent_is_made_safe() {
             delta: 0.1,
         },
     };
-    let (anonymized, adversaries) = anonymize_with_adversaries(&window, &params, 5).unwrap();
-    check_suppression_only(&window, &anonymized.records).unwrap();
-    let mut by_knowledge: BTreeMap<Vec<u32>, Vec<usize>> = BTreeMap::new();
-    for adversary in adversaries {
-        by_knowledge
-            .entry(adversary.knowledge)
-            .or_default()
-            .push(adversary.record);
-    }
-    check_adversaries(&window, &anonymized.records, 0.5, &by_knowledge).unwrap();
+    let anonymized = sampled_and_checked(&window, &params, 5);
     // {0} → 1 had confidence 0.8: it must have been brought to <= 0.5.
     let with_1 = anonymized
         .records
@@ -340,16 +348,7 @@ fn sampled_mode_passes_an_independent_sample_on_real_data() {
                 delta: 0.05,
             },
         };
-        let (anonymized, adversaries) = anonymize_with_adversaries(&window, &params, 1).unwrap();
-        check_suppression_only(&window, &anonymized.records).unwrap();
-        let mut by_knowledge: BTreeMap<Vec<u32>, Vec<usize>> = BTreeMap::new();
-        for adversary in adversaries {
-            by_knowledge
-                .entry(adversary.knowledge)
-                .or_default()
-                .push(adversary.record);
-        }
-        check_adversaries(&window, &anonymized.records, 0.5, &by_knowledge).unwrap();
+        let anonymized = sampled_and_checked(&window, &params, 1);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_c4ec);
         let shares = rho_checker::sampled_unsafe_shares(
             &window,

@@ -227,6 +227,9 @@ pub struct Engine {
     k_values: Vec<u32>,
     /// Memorized anonymity sets of users in a session (off unless [`Engine::with_sessions`]).
     sessions: SessionTable,
+    /// With sessions: the slots of each user's pending requests, so a request in a session looks
+    /// up its memorized users' requests directly instead of scanning its constraint box.
+    slots_of_user: HashMap<UserKey, Vec<u32>>,
     /// The time of the arrival being searched (the formation time of a group it completes).
     now_ms: i64,
 }
@@ -248,6 +251,7 @@ impl Engine {
             chosen: Vec::new(),
             k_values: Vec::new(),
             sessions: SessionTable::new(SessionSettings::OFF),
+            slots_of_user: HashMap::new(),
             now_ms: 0,
         }
     }
@@ -372,6 +376,7 @@ impl Engine {
         let deadline_ms = req.deadline_ms();
         let point = [req.lon, req.lat];
         let id = req.id;
+        let user = req.user;
         let entry = Pending {
             req,
             constraint_box,
@@ -388,6 +393,9 @@ impl Engine {
             }
         };
         self.slot_of.insert(id, slot);
+        if self.sessions.enabled() {
+            self.slots_of_user.entry(user).or_default().push(slot);
+        }
         self.spatial_index.insert(IndexedPoint {
             lon_lat: point,
             slot,
@@ -401,6 +409,12 @@ impl Engine {
     fn remove_slot(&mut self, slot: u32) -> Option<Pending> {
         let pending = self.pending.get_mut(slot as usize)?.take()?;
         self.slot_of.remove(&pending.req.id);
+        if let Some(slots) = self.slots_of_user.get_mut(&pending.req.user) {
+            slots.retain(|&s| s != slot);
+            if slots.is_empty() {
+                self.slots_of_user.remove(&pending.req.user);
+            }
+        }
         self.retired_slots.push(slot);
         Some(pending)
     }
@@ -433,11 +447,29 @@ impl Engine {
         let b = new.constraint_box;
         let query = AABB::from_corners([b.min_lon, b.min_lat], [b.max_lon, b.max_lat]);
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
-        for point in self.spatial_index.locate_in_envelope(&query) {
-            let Some(Some(pending)) = self.pending.get(point.slot as usize) else {
+        // In a session only memorized users qualify: visit their pending requests, not the box.
+        let memorized_slots: Option<Vec<u32>> =
+            self.sessions.memorized(new.user, self.now_ms).map(|users| {
+                users
+                    .iter()
+                    .filter_map(|u| self.slots_of_user.get(u))
+                    .flatten()
+                    .copied()
+                    .collect()
+            });
+        let slots: Box<dyn Iterator<Item = u32> + '_> = match &memorized_slots {
+            Some(slots) => Box::new(slots.iter().copied()),
+            None => Box::new(
+                self.spatial_index
+                    .locate_in_envelope(&query)
+                    .map(|point| point.slot),
+            ),
+        };
+        for slot in slots {
+            let Some(Some(pending)) = self.pending.get(slot as usize) else {
                 continue;
             };
-            let mut vertex = Vertex::of(point.slot, &pending.req, pending.constraint_box);
+            let mut vertex = Vertex::of(slot, &pending.req, pending.constraint_box);
             if !vertex.adjacent(new) {
                 continue;
             }

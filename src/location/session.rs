@@ -123,6 +123,11 @@ impl SessionTable {
             .is_some_and(|s| s.memorized.len() < k as usize)
     }
 
+    /// The memorized users (sorted, the user included) of `user`'s live session at `now_ms`.
+    pub fn memorized(&self, user: UserKey, now_ms: i64) -> Option<&[UserKey]> {
+        self.session(user, now_ms).map(|s| s.memorized.as_slice())
+    }
+
     /// True when `user` has a live session at `now_ms`.
     pub fn in_session(&self, user: UserKey, now_ms: i64) -> bool {
         self.session(user, now_ms).is_some()

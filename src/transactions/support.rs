@@ -155,19 +155,7 @@ pub(crate) fn tidset_into(
     out: &mut Vec<u32>,
     scratch: &mut Vec<u32>,
 ) {
-    out.clear();
-    let mut order: smallvec_free::Order = smallvec_free::Order::new(itemset, lists);
-    let Some(first) = order.next() else {
-        return;
-    };
-    out.extend_from_slice(&lists[first as usize]);
-    for item in order {
-        if out.is_empty() {
-            return;
-        }
-        intersect_into(out, &lists[item as usize], scratch);
-        std::mem::swap(out, scratch);
-    }
+    tidset_of(lists, None, itemset, out, scratch);
 }
 
 /// Bitsets over the tids for the items held by many records, beside their tid-lists: a membership
@@ -230,6 +218,16 @@ pub(crate) fn tidset_with(
     out: &mut Vec<u32>,
     scratch: &mut Vec<u32>,
 ) {
+    tidset_of(lists, Some(popular), itemset, out, scratch);
+}
+
+fn tidset_of(
+    lists: &[TidList],
+    popular: Option<&PopularSets>,
+    itemset: &[u32],
+    out: &mut Vec<u32>,
+    scratch: &mut Vec<u32>,
+) {
     out.clear();
     let mut order: smallvec_free::Order = smallvec_free::Order::new(itemset, lists);
     let Some(first) = order.next() else {
@@ -240,7 +238,7 @@ pub(crate) fn tidset_with(
         if out.is_empty() {
             return;
         }
-        match popular.get(item) {
+        match popular.and_then(|p| p.get(item)) {
             Some(bits) => out.retain(|&tid| has(bits, tid)),
             None => {
                 intersect_into(out, &lists[item as usize], scratch);
