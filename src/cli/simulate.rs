@@ -27,11 +27,14 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::location::geo::METRES_PER_DEGREE_LAT;
+use crate::location::replay::{PeriodicEvent, PeriodicParams, periodic_workload};
 use crate::location::tracking::{CloakedObservation, SessionAnonymity, session_anonymity};
 use crate::proto::lbs_gateway_client::LbsGatewayClient;
 use crate::proto::location_broker_client::LocationBrokerClient;
 use crate::proto::location_event::Outcome;
-use crate::proto::{LbsAnswer, LbsSubscription, LocationEvent, LocationRequest};
+use crate::proto::{
+    CloakModel, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest, PositionUpdate,
+};
 use crate::workload::{TracePoint, read_trace_file};
 
 #[derive(Debug, clap::Args)]
@@ -88,9 +91,36 @@ pub struct SimulateArgs {
     /// Report session anonymity over sessions of this many milliseconds (query tracking).
     #[arg(long, value_name = "MS")]
     pub session_ms: Option<u64>,
+    /// Cloaking model the requests ask for; unset leaves it to the broker's location.default_model.
+    #[arg(long, value_enum)]
+    pub model: Option<ModelArg>,
+    /// Each user also reports its position (LocationBroker.Report) every P seconds of the trace, with a
+    /// random phase per user (seeded).
+    #[arg(long, value_name = "P")]
+    pub update_period_s: Option<u32>,
+    /// One request per user every P seconds of the trace (random phase per user, seeded) instead of one
+    /// per trace row.
+    #[arg(long, value_name = "P")]
+    pub request_period_s: Option<u32>,
     /// Also write the report as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `--model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModelArg {
+    Requests,
+    Presence,
+}
+
+impl ModelArg {
+    fn proto(self) -> i32 {
+        match self {
+            ModelArg::Requests => CloakModel::Requests as i32,
+            ModelArg::Presence => CloakModel::Presence as i32,
+        }
+    }
 }
 
 /// The measured outcome of a run.
@@ -117,6 +147,9 @@ pub struct SimulationReport {
     pub cloak_latency_ms: Percentiles,
     pub reply_latency_ms: Percentiles,
     pub broker_overhead_ms: Percentiles,
+    /// With `--update-period-s`: position updates sent, and accepted by the broker.
+    pub updates_sent: u64,
+    pub updates_accepted: u64,
     /// With `--session-ms`: what intersecting each user's groups over a session leaves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_anonymity: Option<SessionAnonymity>,
@@ -159,7 +192,7 @@ fn uniform_f(rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> f64 {
     }
 }
 
-fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planned>> {
+fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Plan> {
     anyhow::ensure!(args.clients >= 1, "--clients: must be at least 1");
     anyhow::ensure!(
         args.k_min >= 1 && args.k_min <= args.k_max,
@@ -171,6 +204,9 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planne
     );
     if let Some(rate) = args.rate {
         anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate: must be > 0");
+    }
+    if args.update_period_s.is_some() || args.request_period_s.is_some() {
+        return plan_periodic(args, points);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let t0 = points.first().map(|p| p.timestamp).unwrap_or(0);
@@ -193,23 +229,14 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planne
             // Spread the rows of one trace second evenly over that second.
             None => Duration::from_secs_f64(((point.timestamp - t0) as f64) / args.speedup),
         };
-        let request = LocationRequest {
-            user_id: point.user_id.clone(),
-            request_no: index as u64,
-            lat: point.lat,
-            lon: point.lon,
-            k: Some(k),
-            dx_m: Some(uniform_f(&mut rng, args.dx_min, args.dx_max)),
-            dy_m: Some(uniform_f(&mut rng, args.dy_min, args.dy_max)),
-            dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
-                rng.random_range(args.dt_min_ms..=args.dt_max_ms)
-            } else {
-                args.dt_min_ms
-            }),
-            payload: b"nearest cafe".to_vec(),
-            service: args.service.clone(),
-            model: None,
-        };
+        let request = planned_request(
+            args,
+            &mut rng,
+            point.user_id.clone(),
+            index as u64,
+            (point.lat, point.lon),
+            k,
+        );
         planned.push(Planned {
             request,
             user,
@@ -233,7 +260,117 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Vec<Planne
             start = end;
         }
     }
-    Ok(planned)
+    Ok(Plan {
+        requests: planned,
+        updates: Vec::new(),
+    })
+}
+
+/// One request of the run: tolerances drawn from their ranges (dx, dy, then dt).
+fn planned_request(
+    args: &SimulateArgs,
+    rng: &mut ChaCha8Rng,
+    user_id: String,
+    request_no: u64,
+    (lat, lon): (f64, f64),
+    k: u32,
+) -> LocationRequest {
+    LocationRequest {
+        user_id,
+        request_no,
+        lat,
+        lon,
+        k: Some(k),
+        dx_m: Some(uniform_f(rng, args.dx_min, args.dx_max)),
+        dy_m: Some(uniform_f(rng, args.dy_min, args.dy_max)),
+        dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
+            rng.random_range(args.dt_min_ms..=args.dt_max_ms)
+        } else {
+            args.dt_min_ms
+        }),
+        payload: b"nearest cafe".to_vec(),
+        service: args.service.clone(),
+        model: args.model.map(ModelArg::proto),
+    }
+}
+
+/// The planned run: requests, and position updates with their send offsets.
+struct Plan {
+    requests: Vec<Planned>,
+    updates: Vec<(Duration, PositionUpdate)>,
+}
+
+/// `--update-period-s` / `--request-period-s`: the periodic workload of
+/// [`crate::location::replay::periodic_workload`] (events of one trace second spread over it).
+fn plan_periodic(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Plan> {
+    let request_period_s = args.request_period_s.unwrap_or(1);
+    anyhow::ensure!(
+        request_period_s >= 1,
+        "--request-period-s: must be at least 1"
+    );
+    anyhow::ensure!(
+        args.update_period_s != Some(0),
+        "--update-period-s: must be at least 1"
+    );
+    let workload = periodic_workload(
+        points,
+        &PeriodicParams {
+            update_period_s: args.update_period_s.unwrap_or(0),
+            request_period_s,
+            k_min: args.k_min,
+            k_max: args.k_max,
+            seed: args.seed,
+        },
+    );
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed);
+    let mut user_k: HashMap<usize, u32> = HashMap::new();
+    let t0_ms = points.first().map(|p| p.timestamp).unwrap_or(0) * 1000;
+    let mut plan = Plan {
+        requests: Vec::new(),
+        updates: Vec::new(),
+    };
+    for (index, event) in workload.events.iter().enumerate() {
+        let due = match args.rate {
+            Some(rate) => Duration::from_secs_f64(index as f64 / rate),
+            None => Duration::from_secs_f64(
+                (event.at_ms() - t0_ms).max(0) as f64 / 1000.0 / args.speedup,
+            ),
+        };
+        match *event {
+            PeriodicEvent::Update { user, lat, lon, .. } => plan.updates.push((
+                due,
+                PositionUpdate {
+                    user_id: workload.user_ids[user].clone(),
+                    lat,
+                    lon,
+                },
+            )),
+            PeriodicEvent::Request {
+                user, lat, lon, k, ..
+            } => {
+                let k = if args.k_per_user {
+                    *user_k.entry(user).or_insert(k)
+                } else {
+                    k
+                };
+                let request = planned_request(
+                    args,
+                    &mut rng,
+                    workload.user_ids[user].clone(),
+                    plan.requests.len() as u64,
+                    (lat, lon),
+                    k,
+                );
+                plan.requests.push(Planned {
+                    request,
+                    user,
+                    stream: user % args.clients,
+                    due,
+                });
+            }
+        }
+    }
+    Ok(plan)
 }
 
 /// A cloaked group as the clients see it: its shared box (as bits) and interval.
@@ -267,8 +404,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 }
 
 async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<SimulationReport> {
-    let planned = plan(args, points)?;
+    let Plan {
+        requests: planned,
+        updates,
+    } = plan(args, points)?;
     let total = planned.len();
+    anyhow::ensure!(total > 0, "the workload has no requests");
     // Each simulated client stream gets its own connection, as phones would; the provider one more.
     let endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
         .context("--addr: not a URL")?
@@ -369,6 +510,26 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         }));
     }
     drop(obs_tx);
+    // Position updates: one Report stream, each update at its due time.
+    let updates_sent = updates.len() as u64;
+    let reporter = if updates.is_empty() {
+        None
+    } else {
+        let mut broker = LocationBrokerClient::new(connect().await?);
+        let (tx, rx) = mpsc::channel::<PositionUpdate>(4096);
+        let report = tokio::spawn(async move { broker.report(ReceiverStream::new(rx)).await });
+        let feeder = tokio::spawn(async move {
+            for (due, update) in updates {
+                if tokio_start + due > tokio::time::Instant::now() + Duration::from_millis(1) {
+                    tokio::time::sleep_until(tokio_start + due).await;
+                }
+                if tx.send(update).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Some((feeder, report))
+    };
 
     let progress = indicatif::ProgressBar::new(total as u64);
     progress.set_style(
@@ -521,6 +682,19 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     }
     provider_task.abort();
     answer_task.abort();
+    let updates_accepted = match reporter {
+        None => 0,
+        Some((feeder, report)) => {
+            let _ = feeder.await;
+            match report.await {
+                Ok(Ok(summary)) => summary.into_inner().accepted,
+                Ok(Err(status)) => {
+                    anyhow::bail!("Report failed: {} {}", status.code(), status.message())
+                }
+                Err(e) => anyhow::bail!("Report task failed: {e}"),
+            }
+        }
+    };
     let median = |v: &mut Vec<f64>| {
         if v.is_empty() {
             return 0.0;
@@ -550,6 +724,8 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         cloak_latency_ms: Percentiles::of(&cloak_latency),
         reply_latency_ms: Percentiles::of(&reply_latency),
         broker_overhead_ms: Percentiles::of(&overhead),
+        updates_sent,
+        updates_accepted,
         session_anonymity: args
             .session_ms
             .map(|session_ms| session_anonymity(&tracked, session_ms)),
@@ -562,6 +738,12 @@ fn print_report(r: &SimulationReport) {
         "outcomes             {} cloaked, {} expired, {} rejected, {} missing ({} undelivered, {} replies)",
         r.cloaked, r.expired, r.rejected, r.missing, r.undelivered, r.replies
     );
+    if r.updates_sent > 0 {
+        println!(
+            "position updates     {} sent, {} accepted",
+            r.updates_sent, r.updates_accepted
+        );
+    }
     println!("success rate         {:.2} %", 100.0 * r.success_rate);
     println!(
         "relative anonymity   {:.3} (mean group size / k)",
@@ -601,5 +783,73 @@ fn print_report(r: &SimulationReport) {
             100.0 * a.share_below_k,
             100.0 * a.share_identified
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
+
+    fn args(extra: &[&str]) -> SimulateArgs {
+        let mut argv = vec!["simulate", "--trace", "t.csv"];
+        argv.extend_from_slice(extra);
+        Cli::parse_from(argv).args
+    }
+
+    fn points(users: usize, seconds: i64) -> Vec<TracePoint> {
+        (0..seconds)
+            .flat_map(|t| {
+                (0..users).map(move |u| TracePoint {
+                    user_id: format!("u{u}"),
+                    timestamp: 1_000 + t,
+                    lat: 53.0 + u as f64 * 1e-3,
+                    lon: 8.0 + t as f64 * 1e-4,
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn periodic_plan_has_one_request_per_user_and_period_and_the_updates() {
+        let a = args(&[
+            "--model",
+            "presence",
+            "--request-period-s",
+            "30",
+            "--update-period-s",
+            "5",
+            "--speedup",
+            "2",
+        ]);
+        let plan = plan(&a, &points(4, 60)).unwrap();
+        assert_eq!(plan.requests.len(), 4 * 2);
+        assert_eq!(plan.updates.len(), 4 * 12);
+        for (i, p) in plan.requests.iter().enumerate() {
+            assert_eq!(p.request.request_no, i as u64);
+            assert_eq!(p.request.model, Some(CloakModel::Presence as i32));
+            assert!(p.due <= Duration::from_secs(30), "{:?}", p.due);
+        }
+        let mut per_user: HashMap<usize, usize> = HashMap::new();
+        for p in &plan.requests {
+            *per_user.entry(p.user).or_default() += 1;
+        }
+        assert!(per_user.values().all(|&n| n == 2));
+        assert!(plan.updates.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[test]
+    fn without_periods_every_row_is_a_request_of_the_default_model() {
+        let plan = plan(&args(&[]), &points(3, 10)).unwrap();
+        assert_eq!(plan.requests.len(), 30);
+        assert!(plan.updates.is_empty());
+        assert!(plan.requests.iter().all(|p| p.request.model.is_none()));
+        assert!(plan_periodic(&args(&["--update-period-s", "0"]), &points(3, 10)).is_err());
     }
 }

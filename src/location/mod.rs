@@ -16,6 +16,10 @@
 //!   was pending is reported expired and never forwarded; every message gets exactly one outcome;
 //! - pseudonyms are fresh (random, 128 bits) per forwarded message.
 //!
+//! A second model, presence k-anonymity (cloak at once into a reciprocal region of k users *present*), is
+//! in [`presence`], over the Hilbert order of [`hilbert`], with its independent checker in
+//! [`presence_checker`].
+//!
 //! The engine is pure: no clock (time is an argument), no I/O, randomness from a seeded RNG, so for a
 //! given input order and seed its output is deterministic.
 
