@@ -49,6 +49,7 @@ pub struct RawConfig {
     pub location: RawLocation,
     pub transactions: RawTransactions,
     pub tables: RawTables,
+    pub auth: RawAuth,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -66,6 +67,36 @@ pub struct RawServer {
     pub http2_stream_window_bytes: u32,
     pub http2_max_pending_accept_reset_streams: usize,
     pub http2_max_local_error_reset_streams: usize,
+    pub allow_insecure: bool,
+    pub tls: Option<RawTls>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub required: bool,
+    #[serde(default)]
+    pub principals: Vec<RawPrincipal>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrincipal {
+    pub name: String,
+    pub role: String,
+    pub token_sha256: Option<String>,
+    pub cert_dns_name: Option<String>,
+    pub services: Option<Vec<String>>,
+    pub user_ids: Option<Vec<String>>,
+    pub streams: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -97,6 +128,9 @@ pub struct RawLocation {
     pub client_queue: usize,
     pub answer_ttl_ms: u64,
     pub seed: u64,
+    pub max_provider_streams_per_principal: usize,
+    pub max_requests_per_s_per_principal: f64,
+    pub forward_jitter_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -161,6 +195,7 @@ pub struct Config {
     pub location: LocationConfig,
     pub transactions: TransactionsConfig,
     pub tables: TablesConfig,
+    pub auth: AuthConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +215,33 @@ pub struct ServerConfig {
     pub http2_stream_window_bytes: u32,
     pub http2_max_pending_accept_reset_streams: usize,
     pub http2_max_local_error_reset_streams: usize,
+    /// Serve without TLS or without required authentication on a non-loopback address.
+    pub allow_insecure: bool,
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[server.tls]`: PEM files, read at start and again on SIGHUP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// With it, clients may authenticate by a certificate this CA issued (mutual TLS).
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// `[auth]`: whether a credential is required, and the principals.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    pub required: bool,
+    pub principals: Vec<PrincipalConfig>,
+}
+
+/// One `[[auth.principals]]` entry: the principal and how it proves who it is.
+#[derive(Debug, Clone)]
+pub struct PrincipalConfig {
+    pub principal: crate::auth::Principal,
+    pub token_sha256: Option<[u8; 32]>,
+    pub cert_dns_name: Option<rustls_pki_types::DnsName<'static>>,
 }
 
 pub use crate::location::SearchMode;
@@ -224,6 +286,11 @@ pub struct LocationConfig {
     pub answer_ttl_ms: u64,
     /// `None`: draw a seed from the operating system.
     pub seed: Option<u64>,
+    pub max_provider_streams_per_principal: usize,
+    /// Requests per second one principal may submit (its bucket holds one second's worth);
+    /// `None`: unlimited.
+    pub max_requests_per_s_per_principal: Option<f64>,
+    pub forward_jitter_ms: u64,
 }
 
 /// Anonymization mode of a transaction stream.
@@ -412,9 +479,11 @@ fn open_unit(key: &str, v: f64) -> Result<f64, ConfigError> {
 impl RawConfig {
     /// Checks every rule once and produces the typed configuration.
     pub fn validate(self) -> Result<Config, ConfigError> {
+        let location = self.location.validate()?;
         Ok(Config {
             server: self.server.validate()?,
-            location: self.location.validate()?,
+            auth: self.auth.validate(&location.services)?,
+            location,
             transactions: self.transactions.validate()?,
             tables: self.tables.validate()?,
         })
@@ -459,6 +528,26 @@ impl RawServer {
                 format!("must be at least 1024 (got {})", self.max_message_bytes),
             ));
         }
+        let tls = match self.tls {
+            None => None,
+            Some(tls) => {
+                let file = |key: &str, path: PathBuf| {
+                    if path.as_os_str().is_empty() {
+                        Err(invalid(key, "must name a PEM file"))
+                    } else {
+                        Ok(path)
+                    }
+                };
+                Some(TlsConfig {
+                    cert_file: file("server.tls.cert_file", tls.cert_file)?,
+                    key_file: file("server.tls.key_file", tls.key_file)?,
+                    client_ca_file: tls
+                        .client_ca_file
+                        .map(|p| file("server.tls.client_ca_file", p))
+                        .transpose()?,
+                })
+            }
+        };
         Ok(ServerConfig {
             listen,
             max_concurrent_streams: self.max_concurrent_streams,
@@ -484,6 +573,8 @@ impl RawServer {
                 "server.http2_max_local_error_reset_streams",
                 self.http2_max_local_error_reset_streams,
             )?,
+            allow_insecure: self.allow_insecure,
+            tls,
         })
     }
 }
@@ -632,6 +723,21 @@ impl RawLocation {
             client_queue: positive_usize("location.client_queue", self.client_queue)?,
             answer_ttl_ms: self.answer_ttl_ms,
             seed: (self.seed != 0).then_some(self.seed),
+            max_provider_streams_per_principal: positive_usize(
+                "location.max_provider_streams_per_principal",
+                self.max_provider_streams_per_principal,
+            )?,
+            max_requests_per_s_per_principal: match self.max_requests_per_s_per_principal {
+                0.0 => None,
+                r if r.is_finite() && r >= 1.0 => Some(r),
+                r => {
+                    return Err(invalid(
+                        "location.max_requests_per_s_per_principal",
+                        format!("must be 0 (unlimited) or a finite number >= 1 (got {r})"),
+                    ));
+                }
+            },
+            forward_jitter_ms: self.forward_jitter_ms,
         })
     }
 }
@@ -749,6 +855,117 @@ impl RawTransactions {
             )?,
             defaults,
             streams,
+        })
+    }
+}
+
+impl RawAuth {
+    fn validate(self, location_services: &[String]) -> Result<AuthConfig, ConfigError> {
+        use crate::auth::{Principal, Role, StreamPattern};
+        let mut principals: Vec<PrincipalConfig> = Vec::new();
+        for (i, raw) in self.principals.into_iter().enumerate() {
+            let key = |k: &str| format!("auth.principals[{i}].{k}");
+            let name = raw.name.trim().to_string();
+            if name.is_empty() || name == crate::auth::ANONYMOUS {
+                return Err(invalid(
+                    &key("name"),
+                    format!("must be non-empty and not {:?}", crate::auth::ANONYMOUS),
+                ));
+            }
+            if principals.iter().any(|p| p.principal.name == name) {
+                return Err(invalid(&key("name"), format!("{name:?} is used twice")));
+            }
+            let role = Role::parse(&raw.role).ok_or_else(|| {
+                invalid(
+                    &key("role"),
+                    format!(
+                        "must be one of mobile, provider, producer, consumer, analyst, operator (got {:?})",
+                        raw.role
+                    ),
+                )
+            })?;
+            let token_sha256 = match &raw.token_sha256 {
+                None => None,
+                Some(text) => {
+                    let mut hash = [0u8; 32];
+                    hex::decode_to_slice(text.trim(), &mut hash).map_err(|_| {
+                        invalid(
+                            &key("token_sha256"),
+                            "must be 64 hex digits (the output of `cloakd auth hash-token`)",
+                        )
+                    })?;
+                    if principals.iter().any(|p| p.token_sha256 == Some(hash)) {
+                        return Err(invalid(
+                            &key("token_sha256"),
+                            "two principals share this token",
+                        ));
+                    }
+                    Some(hash)
+                }
+            };
+            let cert_dns_name = raw
+                .cert_dns_name
+                .as_deref()
+                .map(|n| {
+                    rustls_pki_types::DnsName::try_from(n.to_string()).map_err(|_| {
+                        invalid(&key("cert_dns_name"), format!("{n:?} is not a DNS name"))
+                    })
+                })
+                .transpose()?;
+            if token_sha256.is_none() && cert_dns_name.is_none() {
+                return Err(invalid(
+                    &key("token_sha256"),
+                    "a principal needs token_sha256 or cert_dns_name",
+                ));
+            }
+            let scope = |field: &str, values: Option<Vec<String>>, for_roles: &[Role]| match (
+                values,
+                for_roles.contains(&role),
+            ) {
+                (None, false) => Ok(Vec::new()),
+                (Some(_), false) => Err(invalid(
+                    &key(field),
+                    format!("does not apply to role {role}"),
+                )),
+                (None, true) => Err(invalid(
+                    &key(field),
+                    format!("role {role} needs {field} (an empty scope allows nothing)"),
+                )),
+                (Some(v), true) if v.iter().any(|s| s.trim().is_empty()) => {
+                    Err(invalid(&key(field), "entries must not be empty"))
+                }
+                (Some(v), true) => Ok(v),
+            };
+            let services = scope("services", raw.services, &[Role::Provider])?;
+            if let Some(unknown) = services.iter().find(|s| !location_services.contains(s)) {
+                return Err(invalid(
+                    &key("services"),
+                    format!("{unknown:?} is not in location.services"),
+                ));
+            }
+            let user_ids = scope("user_ids", raw.user_ids, &[Role::Mobile])?;
+            let streams = scope("streams", raw.streams, &[Role::Producer, Role::Consumer])?;
+            principals.push(PrincipalConfig {
+                principal: Principal {
+                    name,
+                    role: Some(role),
+                    services,
+                    user_ids: user_ids.into_iter().collect(),
+                    streams: streams.iter().map(|s| StreamPattern::parse(s)).collect(),
+                },
+                token_sha256,
+                cert_dns_name,
+            });
+        }
+        if self.required && principals.is_empty() {
+            return Err(invalid(
+                "auth.principals",
+                "auth.required = true needs at least one principal",
+            ));
+        }
+        Ok(AuthConfig {
+            required: self.required,
+            principals,
         })
     }
 }

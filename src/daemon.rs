@@ -2,7 +2,10 @@
 //! reflection onto one listener, and shuts down gracefully.
 //!
 //! [`serve`] is a library function (tests call it on `127.0.0.1:0`); [`run`] adds the listener and
-//! SIGINT/SIGTERM handling for `cloakd serve`.
+//! SIGINT/SIGTERM handling for `cloakd serve`. Every service sits behind the one [`AuthLayer`]
+//! (health excepted), and with `[server.tls]` behind TLS, whose certificates SIGHUP reloads.
+//! On a non-loopback address the daemon refuses to start without TLS and `auth.required = true`
+//! unless `server.allow_insecure = true`.
 use std::future::Future;
 use std::net::SocketAddr;
 
@@ -11,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::server::NamedService;
 
+use crate::auth::{AuthLayer, Authenticator};
 use crate::config::Config;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
@@ -32,6 +36,15 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
+    check_exposure(&config, addr)?;
+    let tls = match &config.server.tls {
+        Some(files) => Some(crate::tls::TlsReloader::new(files.clone())?),
+        None => None,
+    };
+    if let Some(tls) = &tls {
+        tokio::spawn(reload_on_hangup(tls.clone()));
+    }
+    let auth = AuthLayer::new(std::sync::Arc::new(Authenticator::new(&config.auth)));
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -91,7 +104,12 @@ pub async fn serve(
     };
     tokio::spawn(drain);
 
-    tracing::info!(%addr, "cloakd listening");
+    tracing::info!(
+        %addr,
+        tls = tls.is_some(),
+        auth_required = config.auth.required,
+        "cloakd listening"
+    );
     let server_cfg = &config.server;
     let incoming = crate::connections::accept(
         listener,
@@ -99,7 +117,7 @@ pub async fn serve(
         server_cfg.handshake_timeout,
         stop_rx.clone(),
     );
-    let server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(server_cfg.max_concurrent_streams)
         // Fixed windows rather than BDP-adapted ones: h2's budget for small DATA frames is half the
         // connection window, so a large fixed window keeps clients that pipeline small messages
@@ -112,6 +130,7 @@ pub async fn serve(
             server_cfg.http2_max_pending_accept_reset_streams,
         ))
         .http2_max_local_error_reset_streams(Some(server_cfg.http2_max_local_error_reset_streams))
+        .layer(auth)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(location.broker_server())
@@ -119,10 +138,19 @@ pub async fn serve(
         .add_service(transactions.ingest_server())
         .add_service(transactions.feed_server())
         .add_service(table)
-        .add_service(evaluator)
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = server_stop_rx.await;
-        });
+        .add_service(evaluator);
+    let stopped = async move {
+        let _ = server_stop_rx.await;
+    };
+    let server: std::pin::Pin<
+        Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    > = match &tls {
+        Some(tls) => Box::pin(router.serve_with_incoming_shutdown(
+            tls.incoming(incoming, server_cfg.handshake_timeout),
+            stopped,
+        )),
+        None => Box::pin(router.serve_with_incoming_shutdown(incoming, stopped)),
+    };
     tokio::pin!(server);
     // Wait for the server; once shutdown has begun, give open streams the grace period only.
     let mut stopping = stop_rx.clone();
@@ -138,6 +166,67 @@ pub async fn serve(
                 "streams still open after server.shutdown_grace_ms; closing them"
             );
             Ok(())
+        }
+    }
+}
+
+/// Refuses a non-loopback address unless TLS is configured and authentication required, or the
+/// operator allowed insecure operation (then warns).
+pub fn check_exposure(config: &Config, addr: SocketAddr) -> anyhow::Result<()> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    if config.server.tls.is_none() {
+        missing.push("[server.tls] is not configured");
+    }
+    if !config.auth.required {
+        missing.push("auth.required is false");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if config.server.allow_insecure {
+        tracing::warn!(
+            %addr,
+            "serving on a non-loopback address insecurely ({}; server.allow_insecure = true)",
+            missing.join(", ")
+        );
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to listen on non-loopback address {addr}: {}. Configure [server.tls] and set auth.required = true, or set server.allow_insecure = true to serve insecurely",
+        missing.join(" and ")
+    )
+}
+
+/// Reloads the TLS certificates on every SIGHUP, keeping the listener (and the old certificates if
+/// the new files cannot be used).
+pub async fn reload_on_hangup(tls: crate::tls::TlsReloader) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(hangups) => hangups,
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGHUP; certificates will not be reloaded");
+                return;
+            }
+        };
+        while hangups.recv().await.is_some() {
+            reload_certificates(&tls);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tls;
+}
+
+/// Re-reads `[server.tls]`; what SIGHUP does. A failure is logged and the old certificates stay.
+pub fn reload_certificates(tls: &crate::tls::TlsReloader) {
+    match tls.reload() {
+        Ok(()) => tracing::info!("TLS certificates reloaded"),
+        Err(err) => {
+            tracing::error!(%err, "TLS certificates not reloaded; the previous ones stay in force")
         }
     }
 }

@@ -7,6 +7,7 @@
 //! (gRPC), [`store`] (durable state), [`daemon`] (wiring, shutdown) and [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod connections;
@@ -17,6 +18,7 @@ pub mod relational;
 pub mod service;
 pub mod store;
 pub mod text;
+pub mod tls;
 pub mod transactions;
 pub mod workload;
 

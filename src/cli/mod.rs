@@ -29,6 +29,21 @@ pub enum Command {
     Table(table::TableArgs),
     /// Batch anonymization of set-valued records (personalized rho-uncertainty).
     Transactions(transactions::TransactionsArgs),
+    /// Credentials: `cloakd auth hash-token < token-file` prints the `token_sha256` line to paste.
+    Auth(AuthArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AuthArgs {
+    #[command(subcommand)]
+    pub command: AuthCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Reads a token on stdin (one line; surrounding whitespace is ignored) and prints
+    /// `token_sha256 = "<hex sha256>"` for an `[[auth.principals]]` entry. The token is never echoed.
+    HashToken,
 }
 
 #[derive(Debug, clap::Args)]
@@ -57,7 +72,35 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Simulate(args) => simulate::run(args),
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
+        Command::Auth(args) => match args.command {
+            AuthCommand::HashToken => hash_token(std::io::stdin().lock(), std::io::stdout().lock()),
+        },
     }
+}
+
+fn hash_token(
+    mut input: impl std::io::Read,
+    mut output: impl std::io::Write,
+) -> anyhow::Result<()> {
+    let mut token = String::new();
+    input
+        .read_to_string(&mut token)
+        .map_err(|e| anyhow::anyhow!("cannot read the token from stdin: {e}"))?;
+    let token = token.trim();
+    if token.is_empty() {
+        anyhow::bail!(
+            "no token on stdin (pipe the token in: `cloakd auth hash-token < token-file`)"
+        );
+    }
+    if token.contains(char::is_whitespace) {
+        anyhow::bail!("the token must be one word without whitespace");
+    }
+    writeln!(
+        output,
+        "token_sha256 = \"{}\"",
+        crate::auth::hash_token(token)
+    )?;
+    Ok(())
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {

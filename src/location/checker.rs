@@ -3,13 +3,14 @@
 //! Written separately from the engine and deliberately naive: it replays the recorded calls and their
 //! outcomes against its own model (a `BTreeMap` of pending requests, pairwise checks by direct
 //! comparisons, no spatial index, nothing from `engine.rs`). It only uses the public definitions of a
-//! request (`CloakRequest::constraint_box`, `CloakRequest::deadline_ms`). It checks:
+//! request (`CloakRequest::constraint_box`, `CloakRequest::grouping_box`, `CloakRequest::deadline_ms`). It checks:
 //! - every accepted request gets exactly one outcome (a group membership or `Expired`), unless it was
 //!   cancelled while pending; invalid requests and duplicate pending ids are refused, valid ones accepted;
 //! - a group's members are pending, distinct requests of distinct users, pairwise adjacent in the
 //!   constraint graph, at least as many as every member's k;
-//! - the cloaking box is exactly the MBR of the members' points (so it contains each of them) and lies
-//!   inside every member's constraint box;
+//! - the cloaking box holds the MBR of the members' points (so it contains each of them) and lies
+//!   inside every member's constraint box (their intersection); [`check_padded_box`] checks one
+//!   padded box the same way;
 //! - the interval is [earliest arrival, latest arrival], lies in every member's temporal constraint
 //!   [t - dt, t + dt], and the group is forwarded (at the triggering arrival) no later than any member's
 //!   deadline and not before any member arrived;
@@ -98,13 +99,14 @@ fn box_inside(inner: &GeoBox, outer: &GeoBox) -> bool {
         && inner.max_lon <= outer.max_lon
 }
 
-/// The constraint-graph edge, straight from the definition.
+/// The constraint-graph edge, straight from the definition (grouping boxes: the constraint boxes
+/// less the padding margin).
 fn edge(a: &CloakRequest, b: &CloakRequest) -> bool {
     let time_gap = (i128::from(a.arrival_ms) - i128::from(b.arrival_ms)).abs();
     let time_tolerance = i128::from(a.dt_ms.min(b.dt_ms));
     a.user != b.user
-        && point_inside(&a.constraint_box(), b.lat, b.lon)
-        && point_inside(&b.constraint_box(), a.lat, a.lon)
+        && point_inside(&a.grouping_box(), b.lat, b.lon)
+        && point_inside(&b.grouping_box(), a.lat, a.lon)
         && time_gap <= time_tolerance
 }
 
@@ -205,9 +207,34 @@ impl Model {
                 .map(|m| m.lon)
                 .fold(f64::NEG_INFINITY, f64::max),
         };
-        if *b != mbr {
+        // Padded: it holds the MBR and lies inside the intersection of the constraint boxes,
+        // computed here by direct comparisons.
+        if !box_inside(&mbr, b) {
             return Err(format!(
-                "cloaking box {b:?} is not the MBR {mbr:?} of {ids:?}"
+                "cloaking box {b:?} does not hold the MBR {mbr:?} of {ids:?}"
+            ));
+        }
+        let limit = GeoBox {
+            min_lat: members
+                .iter()
+                .map(|m| m.constraint_box().min_lat)
+                .fold(f64::NEG_INFINITY, f64::max),
+            max_lat: members
+                .iter()
+                .map(|m| m.constraint_box().max_lat)
+                .fold(f64::INFINITY, f64::min),
+            min_lon: members
+                .iter()
+                .map(|m| m.constraint_box().min_lon)
+                .fold(f64::NEG_INFINITY, f64::max),
+            max_lon: members
+                .iter()
+                .map(|m| m.constraint_box().max_lon)
+                .fold(f64::INFINITY, f64::min),
+        };
+        if !box_inside(b, &limit) {
+            return Err(format!(
+                "cloaking box {b:?} leaves the intersection {limit:?} of the constraint boxes of {ids:?}"
             ));
         }
         let t_start = members.iter().map(|m| m.arrival_ms).min().unwrap_or(0);
@@ -248,6 +275,23 @@ impl Model {
         self.summary.groups += 1;
         Ok(())
     }
+}
+
+/// Checks one padded box against the members' points and constraint boxes, by direct comparisons:
+/// every point inside `padded`, and `padded` inside every constraint box.
+pub fn check_padded_box(padded: &GeoBox, members: &[CloakRequest]) -> Result<(), String> {
+    for m in members {
+        if !point_inside(padded, m.lat, m.lon) {
+            return Err(format!("member {} outside padded box {padded:?}", m.id));
+        }
+        if !box_inside(padded, &m.constraint_box()) {
+            return Err(format!(
+                "padded box {padded:?} leaves the constraint box of member {}",
+                m.id
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a recorded run. The run should end with an `Expire` call late enough to flush every pending

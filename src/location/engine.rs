@@ -30,7 +30,8 @@
 //! request then waits for later arrivals or expires; it is never forwarded unsafely).
 //!
 //! Invariants (see the module docs of [`crate::location`]): groups are cliques of distinct users, of
-//! size at least every member's k; the cloaking box is the MBR of the exact member points; expiry is strict
+//! size at least every member's k; the cloaking box is the MBR of the exact member points padded at
+//! random inside the intersection of their constraint boxes ([`super::padding`]); expiry is strict
 //! (`deadline < now`) and happens before a new arrival is considered, so every member of a group formed
 //! at time t has `deadline >= t`. Output is a deterministic function of the call sequence and the seed:
 //! the id map is only used for lookups, never iterated, and every ordering used has a total tie-break.
@@ -54,6 +55,7 @@ use rand_chacha::ChaCha20Rng;
 use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
 
 use super::geo::{GeoBox, METRES_PER_DEGREE_LAT};
+use super::padding;
 use super::session::{SessionPolicy, SessionSettings, SessionTable};
 use super::{
     CloakRequest, CloakedGroup, Outcome, Pseudonym, RequestId, SearchMode, SubmitError, UserKey,
@@ -142,7 +144,7 @@ struct Vertex {
     k: u32,
     lat: f64,
     lon: f64,
-    constraint_box: GeoBox,
+    grouping_box: GeoBox,
     arrival_ms: i64,
     dt_ms: u64,
     /// Squared distance to the new request in metres (local equirectangular projection).
@@ -150,7 +152,7 @@ struct Vertex {
 }
 
 impl Vertex {
-    fn of(slot: u32, req: &CloakRequest, constraint_box: GeoBox) -> Vertex {
+    fn of(slot: u32, req: &CloakRequest, grouping_box: GeoBox) -> Vertex {
         Vertex {
             slot,
             id: req.id,
@@ -158,7 +160,7 @@ impl Vertex {
             k: req.k,
             lat: req.lat,
             lon: req.lon,
-            constraint_box,
+            grouping_box,
             arrival_ms: req.arrival_ms,
             dt_ms: req.dt_ms,
             distance2: 0.0,
@@ -166,11 +168,12 @@ impl Vertex {
     }
 
     /// An edge of the constraint graph: different users, each point in the other's (closed)
-    /// constraint box, arrivals within both temporal tolerances.
+    /// grouping box (the constraint box less the padding margin, so that a group's cloaking box can
+    /// always be pushed off its members), arrivals within both temporal tolerances.
     fn adjacent(&self, other: &Vertex) -> bool {
         self.user != other.user
-            && self.constraint_box.contains_point(other.lat, other.lon)
-            && other.constraint_box.contains_point(self.lat, self.lon)
+            && self.grouping_box.contains_point(other.lat, other.lon)
+            && other.grouping_box.contains_point(self.lat, self.lon)
             && self.arrival_ms.abs_diff(other.arrival_ms) <= self.dt_ms.min(other.dt_ms)
     }
 }
@@ -179,7 +182,7 @@ impl Vertex {
 #[derive(Debug, Clone)]
 struct Pending {
     req: CloakRequest,
-    constraint_box: GeoBox,
+    grouping_box: GeoBox,
     deadline_ms: i64,
 }
 
@@ -273,8 +276,8 @@ impl Engine {
         }
         self.expire(req.arrival_ms, out);
 
-        let constraint_box = req.constraint_box();
-        let mut new = Vertex::of(u32::MAX, &req, constraint_box);
+        let grouping_box = req.grouping_box();
+        let mut new = Vertex::of(u32::MAX, &req, grouping_box);
         self.now_ms = req.arrival_ms;
         if self.sessions.enabled() {
             new.k = self.sessions.effective_k(new.user, self.now_ms, new.k);
@@ -289,7 +292,7 @@ impl Engine {
         }
         self.collect_neighbours(&new);
         if self.search_group(&new) {
-            self.emit_group(&new, out);
+            self.emit_group(&new, req.constraint_box(), out);
         } else if self.sessions.policy() == SessionPolicy::Expire
             && self.sessions.in_session(new.user, self.now_ms)
         {
@@ -298,7 +301,7 @@ impl Engine {
                 deadline_ms: req.deadline_ms(),
             });
         } else {
-            self.insert_pending(req, constraint_box);
+            self.insert_pending(req, grouping_box);
         }
         self.rebuild_index_if_sparse();
         Ok(())
@@ -372,14 +375,14 @@ impl Engine {
         }
     }
 
-    fn insert_pending(&mut self, req: CloakRequest, constraint_box: GeoBox) {
+    fn insert_pending(&mut self, req: CloakRequest, grouping_box: GeoBox) {
         let deadline_ms = req.deadline_ms();
         let point = [req.lon, req.lat];
         let id = req.id;
         let user = req.user;
         let entry = Pending {
             req,
-            constraint_box,
+            grouping_box,
             deadline_ms,
         };
         let slot = match self.free_slots.pop() {
@@ -444,7 +447,7 @@ impl Engine {
     /// Fills `self.neighbours` with the pending requests adjacent to `new`, nearest first.
     fn collect_neighbours(&mut self, new: &Vertex) {
         self.neighbours.clear();
-        let b = new.constraint_box;
+        let b = new.grouping_box;
         let query = AABB::from_corners([b.min_lon, b.min_lat], [b.max_lon, b.max_lat]);
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
         // In a session only memorized users qualify: visit their pending requests, not the box.
@@ -469,7 +472,7 @@ impl Engine {
             let Some(Some(pending)) = self.pending.get(slot as usize) else {
                 continue;
             };
-            let mut vertex = Vertex::of(slot, &pending.req, pending.constraint_box);
+            let mut vertex = Vertex::of(slot, &pending.req, pending.grouping_box);
             if !vertex.adjacent(new) {
                 continue;
             }
@@ -578,8 +581,10 @@ impl Engine {
     }
 
     /// Removes the chosen neighbours from the pending state and pushes the group of `new` and them.
-    fn emit_group(&mut self, new: &Vertex, out: &mut Vec<Outcome>) {
-        let mut cloaking_box = GeoBox::point(new.lat, new.lon);
+    fn emit_group(&mut self, new: &Vertex, new_constraint_box: GeoBox, out: &mut Vec<Outcome>) {
+        let mut mbr = GeoBox::point(new.lat, new.lon);
+        // Padding stays inside every member's (full) constraint box.
+        let mut limit = new_constraint_box;
         let mut t_start_ms = new.arrival_ms;
         let mut t_end_ms = new.arrival_ms;
         let mut members = Vec::with_capacity(self.chosen.len() + 1);
@@ -597,13 +602,19 @@ impl Engine {
         }
         for index in 0..self.chosen.len() {
             let member = self.neighbours[self.chosen[index] as usize];
-            cloaking_box.extend(member.lat, member.lon);
+            mbr.extend(member.lat, member.lon);
+            if let Some(Some(pending)) = self.pending.get(member.slot as usize) {
+                let constraint_box = pending.req.constraint_box();
+                limit = padding::intersection([&limit, &constraint_box]).unwrap_or(limit);
+            }
             t_start_ms = t_start_ms.min(member.arrival_ms);
             t_end_ms = t_end_ms.max(member.arrival_ms);
             members.push((member.id, Pseudonym(self.rng.random::<u128>())));
             self.remove_slot(member.slot);
         }
         self.clean_deadline_top();
+        // Pushed outward at random inside every member's constraint box: no edge on a member.
+        let cloaking_box = padding::pad(&mbr, &limit, members.len(), &mut self.rng);
         out.push(Outcome::Cloaked(CloakedGroup {
             members,
             cloaking_box,
@@ -642,7 +653,6 @@ mod tests {
     use super::*;
     use crate::location::checker::{self, Call, Observation};
     use crate::location::geo::METRES_PER_DEGREE_LAT;
-    use crate::location::replay::{ReplayParams, requests_from_trace};
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
 
@@ -735,8 +745,9 @@ mod tests {
             panic!("{out:?}")
         };
         assert_eq!((group.t_start_ms, group.t_end_ms), (0, 200));
-        assert_eq!(group.cloaking_box.min_lat, 53.1400);
-        assert_eq!(group.cloaking_box.max_lon, 8.2110);
+        // The padded box holds the members' bounding box (53.1400..53.1410, 8.2100..8.2110).
+        assert!(group.cloaking_box.min_lat < 53.1400 && group.cloaking_box.max_lat > 53.1410);
+        assert!(group.cloaking_box.min_lon < 8.2100 && group.cloaking_box.max_lon > 8.2110);
         assert_eq!(engine.pending_len(), 0);
         assert_eq!(engine.next_deadline(), None);
     }
@@ -1101,7 +1112,7 @@ mod tests {
         session_ms: i64,
     ) -> (checker::Summary, Result<checker::SessionSummary, String>) {
         // A user's k is his setting, not a fresh draw per request.
-        let requests: Vec<CloakRequest> = oldenburg_slice()
+        let requests: Vec<CloakRequest> = crate::location::replay::oldenburg_slice()
             .into_iter()
             .map(|r| CloakRequest {
                 k: 2 + (r.user % 9) as u32,
@@ -1160,26 +1171,9 @@ mod tests {
         assert!(summary.cancelled > 0, "{summary:?}");
     }
 
-    fn oldenburg_slice() -> Vec<CloakRequest> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/oldenburg_60s.csv.gz");
-        let points = crate::workload::read_trace_file(&path, None).unwrap();
-        requests_from_trace(
-            &points,
-            &ReplayParams {
-                k_min: 2,
-                k_max: 10,
-                dx_m: 500.0,
-                dy_m: 500.0,
-                dt_ms: 10_000,
-                seed: 2024,
-            },
-        )
-    }
-
     #[test]
     fn oldenburg_slice_satisfies_the_checker() {
-        let requests = oldenburg_slice();
+        let requests = crate::location::replay::oldenburg_slice();
         assert!(requests.len() > 50_000);
         for mode in [SearchMode::LocalK, SearchMode::NbrK] {
             let mut ops: Vec<Op> = requests.iter().cloned().map(Op::Submit).collect();
@@ -1198,7 +1192,10 @@ mod tests {
 
     #[test]
     fn output_is_deterministic_for_a_seed() {
-        let requests: Vec<CloakRequest> = oldenburg_slice().into_iter().take(20_000).collect();
+        let requests: Vec<CloakRequest> = crate::location::replay::oldenburg_slice()
+            .into_iter()
+            .take(20_000)
+            .collect();
         let run = |seed: u64| {
             let mut engine = Engine::new(SearchMode::NbrK, seed);
             let mut out = Vec::new();

@@ -4,9 +4,11 @@
 //! A message m = (user, point P, arrival t, k, dx, dy, dt) has the constraint box
 //! Bcn(m) = [x ± dx] × [y ± dy] × [t ± dt] and the deadline t + dt. Pending messages form the constraint
 //! graph: an edge joins two messages of *different* users when each one's point (and arrival time) lies
-//! in the other's constraint box. A clique of size >= the largest k among its members is cloaked
-//! together: every member is forwarded with the same cloaking box (the minimum bounding rectangle of the
-//! members' points) and the same time interval [earliest arrival, latest arrival].
+//! in the other's constraint box (less a 2 m padding margin: [`CloakRequest::grouping_box`]). A clique of size >= the largest k among its members is cloaked
+//! together: every member is forwarded with the same cloaking box and the same time interval [earliest
+//! arrival, latest arrival]. The cloaking box is the minimum bounding rectangle (MBR) of the members'
+//! points with each side pushed outward at random inside every member's constraint box
+//! ([`padding`]), so that no edge gives a member's coordinate away.
 //!
 //! Invariants the engine keeps (checked by the brute-force checker in the tests):
 //! - a forwarded group has >= max k of its members, all of distinct users, pairwise adjacent;
@@ -28,6 +30,7 @@ mod checker;
 pub mod engine;
 pub mod geo;
 pub mod hilbert;
+pub mod padding;
 pub mod presence;
 pub mod presence_checker;
 pub mod replay;
@@ -84,6 +87,19 @@ impl CloakRequest {
     pub fn constraint_box(&self) -> GeoBox {
         geo::constraint_box(self.lat, self.lon, self.dx_m, self.dy_m)
     }
+
+    /// The box in which another member's point must lie for the two to be grouped: the constraint
+    /// box less [`padding::MIN_PAD_M`] on each side (less half the tolerance at most). Grouping by it
+    /// leaves every group's bounding box at least that far from the edges of the intersection of the
+    /// members' constraint boxes, so padding can always push each side off the members.
+    pub fn grouping_box(&self) -> GeoBox {
+        geo::constraint_box(
+            self.lat,
+            self.lon,
+            padding::grouping_tolerance(self.dx_m),
+            padding::grouping_tolerance(self.dy_m),
+        )
+    }
 }
 
 /// A one-time pseudonym: 128 random bits, shown as 32 lower-case hex digits.
@@ -108,7 +124,7 @@ impl std::str::FromStr for Pseudonym {
 pub struct CloakedGroup {
     /// The members and the fresh pseudonym each is forwarded under.
     pub members: Vec<(RequestId, Pseudonym)>,
-    /// Minimum bounding rectangle of the members' points, degrees.
+    /// The members' MBR, padded at random inside every member's constraint box ([`padding`]), degrees.
     pub cloaking_box: GeoBox,
     /// Earliest and latest arrival among the members (Unix ms); `t_end_ms` is when the group formed.
     pub t_start_ms: i64,

@@ -261,3 +261,23 @@ pub fn median(values: &mut [f64]) -> f64 {
         0.5 * (values[mid - 1] + values[mid])
     }
 }
+
+/// The Oldenburg slice shipped with the tests (`tests/data/oldenburg_60s.csv.gz`: 60 s of the
+/// Oldenburg 10k trace) as requests: k uniform in [2, 10], dx = dy = 500 m, dt = 10 s.
+#[cfg(test)]
+pub(crate) fn oldenburg_slice() -> Vec<CloakRequest> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
+    let points = crate::workload::read_trace_file(&path, None).unwrap();
+    requests_from_trace(
+        &points,
+        &ReplayParams {
+            k_min: 2,
+            k_max: 10,
+            dx_m: 500.0,
+            dy_m: 500.0,
+            dt_ms: 10_000,
+            seed: 2024,
+        },
+    )
+}

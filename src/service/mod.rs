@@ -78,6 +78,62 @@ impl StreamLimit {
     }
 }
 
+/// A counting limit on concurrent streams per principal; a [`PrincipalSlot`] frees its place when
+/// dropped. The table holds only principals with open streams.
+#[derive(Debug, Clone)]
+pub struct PrincipalStreamLimit {
+    name: &'static str,
+    in_use: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    max: usize,
+}
+
+/// One occupied place of a [`PrincipalStreamLimit`].
+#[derive(Debug)]
+pub struct PrincipalSlot {
+    principal: String,
+    in_use: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl PrincipalStreamLimit {
+    pub fn new(name: &'static str, max: usize) -> PrincipalStreamLimit {
+        PrincipalStreamLimit {
+            name,
+            in_use: Arc::default(),
+            max,
+        }
+    }
+
+    /// Takes a place for `principal`, or refuses naming the limit.
+    pub fn acquire(&self, principal: &str) -> Result<PrincipalSlot, LimitExceeded> {
+        let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        let count = in_use.entry(principal.to_string()).or_insert(0);
+        if *count >= self.max {
+            return Err(LimitExceeded {
+                name: self.name,
+                in_use: *count,
+                max: self.max,
+            });
+        }
+        *count += 1;
+        Ok(PrincipalSlot {
+            principal: principal.to_string(),
+            in_use: Arc::clone(&self.in_use),
+        })
+    }
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        let mut in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = in_use.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                in_use.remove(&self.principal);
+            }
+        }
+    }
+}
+
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.in_use.fetch_sub(1, Ordering::AcqRel);
@@ -148,6 +204,17 @@ mod tests {
         drop(a);
         assert_eq!(limit.in_use(), 1);
         assert!(limit.acquire().is_ok());
+    }
+
+    #[test]
+    fn principal_limit_counts_per_principal() {
+        let limit = PrincipalStreamLimit::new("x.per_principal", 1);
+        let a = limit.acquire("a").unwrap();
+        let err = limit.acquire("a").unwrap_err();
+        assert_eq!((err.name, err.in_use, err.max), ("x.per_principal", 1, 1));
+        let _b = limit.acquire("b").unwrap();
+        drop(a);
+        assert!(limit.acquire("a").is_ok());
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub enum TransactionsError {
     Inbound(#[from] InboundError),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The caller's principal may not use the stream (`auth.principals.streams`).
+    #[error(transparent)]
+    Denied(#[from] crate::auth::Denial),
 }
 
 impl From<TransactionsError> for Status {
@@ -117,6 +120,7 @@ impl From<TransactionsError> for Status {
             }
             TransactionsError::WindowUnreadable { .. } => Status::data_loss(message),
             TransactionsError::Inbound(inbound) => inbound.status(),
+            TransactionsError::Denied(denial) => denial.into_status(),
         }
     }
 }
@@ -302,6 +306,7 @@ impl TransactionIngest for TransactionServices {
         &self,
         request: Request<Streaming<Transaction>>,
     ) -> Result<Response<AckStream>, Status> {
+        let principal = crate::auth::Caller::of(&request)?;
         let mut inbound = request.into_inner();
         let limit = self.config.max_unacked_per_publish;
         let (ack_tx, ack_rx) = mpsc::channel::<Result<PublishAck, Status>>(256);
@@ -338,7 +343,9 @@ impl TransactionIngest for TransactionServices {
                         return;
                     }
                 };
-                if let Err(e) = validate(&t, &config) {
+                let checked = validate(&t, &config)
+                    .and_then(|()| principal.check_stream(&t.stream).map_err(Into::into));
+                if let Err(e) = checked {
                     refuse(e);
                     break;
                 }
@@ -417,11 +424,15 @@ impl ReleaseFeed for TransactionServices {
         &self,
         request: Request<ReleaseSubscription>,
     ) -> Result<Response<WindowStream>, Status> {
+        let principal = crate::auth::Caller::of(&request)?;
         let ReleaseSubscription {
             stream,
             from_window,
         } = request.into_inner();
         check_stream_name(&stream)?;
+        principal
+            .check_stream(&stream)
+            .map_err(TransactionsError::from)?;
         let handle = self
             .manager
             .stream(&stream)

@@ -5,14 +5,22 @@
 //! client, puts `CloakedRequest`s on the service's bounded provider queue (`Undelivered` when it is
 //! full), and routes answers back by pseudonym while their route lives (`answer_ttl_ms`).
 //!
+//! Least privilege: every client stream and every answer carries its principal. A pseudonym is bound
+//! to the principal of the provider stream that received it (`Delivered`, sent by that stream before
+//! the request leaves the broker), and an answer is routed only if it comes from that same principal;
+//! any other answer is refused (counted in its stream's tally, logged and counted as a permission
+//! denial). Authenticated principals are held to `max_requests_per_s_per_principal` (token bucket on
+//! tokio's clock); past it a request is Rejected with RESOURCE_EXHAUSTED.
 //! It also owns the [`PresenceEngine`]: Report batches and every request's own position update each
 //! user's latest position; PRESENCE requests are answered at once (`Cloaked` with the anonymity set's
 //! region and size, then forwarded under a fresh pseudonym like any other; or `Expired`) and never wait.
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Code, Status};
 
@@ -26,6 +34,7 @@ use crate::location::{
 use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
 
 use super::error::LocationError;
+use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
 /// Commands the actor takes per wake-up.
@@ -107,12 +116,18 @@ impl Default for BrokerClock {
 pub(super) struct AnswerTally {
     pub(super) delivered: AtomicU64,
     pub(super) undeliverable: AtomicU64,
+    /// Answers for pseudonyms another principal received (refused).
+    pub(super) denied: AtomicU64,
 }
 
 pub(super) enum Command {
     Open {
         client: ClientId,
         events: EventQueue,
+        /// Name of the stream's principal.
+        principal: Arc<str>,
+        /// Whether the principal is held to `max_requests_per_s_per_principal`.
+        rate_limited: bool,
     },
     Submit {
         client: ClientId,
@@ -133,10 +148,17 @@ pub(super) enum Command {
     },
     /// The client went away.
     Gone { client: ClientId },
+    /// A provider stream of `principal` took the cloaked request of `pseudonym` off its queue.
+    Delivered {
+        pseudonym: Pseudonym,
+        principal: Arc<str>,
+    },
     Answer {
         pseudonym: Pseudonym,
         payload: Vec<u8>,
         tally: Arc<AnswerTally>,
+        /// Name of the answering principal.
+        principal: Arc<str>,
     },
     /// Answers once every earlier command has been handled.
     Sync { done: oneshot::Sender<()> },
@@ -167,6 +189,8 @@ struct ClientState {
     events: EventQueue,
     /// The status that ends the stream once it has drained (OK when `None`).
     final_status: Option<Status>,
+    principal: Arc<str>,
+    rate_limited: bool,
     pending: HashSet<RequestId>,
     /// Forwarded requests whose pseudonym is still routable and has not been answered yet.
     awaiting_answer: usize,
@@ -174,6 +198,8 @@ struct ClientState {
 }
 
 struct PendingEntry {
+    /// The request's deadline (Unix ms): a group is forwarded no later than it, jitter included.
+    deadline_ms: i64,
     client: ClientId,
     user_id: String,
     request_no: u64,
@@ -186,6 +212,8 @@ struct Route {
     client: ClientId,
     request_no: u64,
     answered: bool,
+    /// The principal whose provider stream received the pseudonym; only it may answer.
+    delivered_to: Option<Arc<str>>,
 }
 
 /// The actor that owns the engine and every routing table.
@@ -208,6 +236,12 @@ pub(super) struct Broker {
     routes: HashMap<Pseudonym, Route>,
     route_expiry: VecDeque<(i64, Pseudonym)>,
     outcomes: Vec<Outcome>,
+    rate_limiter: RateLimiter,
+    /// Groups waiting out their forwarding jitter, by (due Unix ms, key).
+    delayed: BinaryHeap<std::cmp::Reverse<(i64, u64)>>,
+    delayed_groups: HashMap<u64, CloakedGroup>,
+    next_delayed: u64,
+    jitter_rng: ChaCha20Rng,
 }
 
 impl Broker {
@@ -234,17 +268,30 @@ impl Broker {
             routes: HashMap::new(),
             route_expiry: VecDeque::new(),
             outcomes: Vec::new(),
+            rate_limiter: RateLimiter::default(),
+            delayed: BinaryHeap::new(),
+            delayed_groups: HashMap::new(),
+            next_delayed: 0,
+            // Its own stream from the broker's seed, so jitter does not shift the engine's draws.
+            jitter_rng: ChaCha20Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908),
         }
     }
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::Open { client, events } => {
+            Command::Open {
+                client,
+                events,
+                principal,
+                rate_limited,
+            } => {
                 self.clients.insert(
                     client,
                     ClientState {
                         events,
                         final_status: None,
+                        principal,
+                        rate_limited,
                         pending: HashSet::new(),
                         awaiting_answer: 0,
                         draining: false,
@@ -271,11 +318,20 @@ impl Broker {
                 self.maybe_close(client);
             }
             Command::Gone { client } => self.drop_client(client),
+            Command::Delivered {
+                pseudonym,
+                principal,
+            } => {
+                if let Some(route) = self.routes.get_mut(&pseudonym) {
+                    route.delivered_to = Some(principal);
+                }
+            }
             Command::Answer {
                 pseudonym,
                 payload,
                 tally,
-            } => self.answer(pseudonym, payload, &tally),
+                principal,
+            } => self.answer(pseudonym, payload, &tally, &principal),
             Command::Sync { done } => {
                 let _ = done.send(());
             }
@@ -290,6 +346,26 @@ impl Broker {
         let Some(state) = self.clients.get(&client) else {
             return;
         };
+        if let Some(rate) = self.cfg.max_requests_per_s_per_principal
+            && state.rate_limited
+        {
+            let now = tokio::time::Instant::now();
+            if let Take::Refused { first } = self.rate_limiter.take(&state.principal, rate, now) {
+                let principal = Arc::clone(&state.principal);
+                crate::auth::rate_limited_request(
+                    &principal,
+                    "location.max_requests_per_s_per_principal",
+                    first,
+                );
+                let rejection = Rejection::exhausted(
+                    "request_no",
+                    format!(
+                        "principal {principal:?} is past its {rate} requests/s (location.max_requests_per_s_per_principal)"
+                    ),
+                );
+                return self.send(client, rejection.to_event(request_no));
+            }
+        }
         if request.model == CloakModel::Presence {
             return self.submit_presence(client, request);
         }
@@ -347,6 +423,7 @@ impl Broker {
             dt_ms: request.dt_ms,
             arrival_ms: self.clock.now_ms(),
         };
+        let deadline_ms = cloak.deadline_ms();
         if let Some(entry) = self.users.get_mut(&request.user_id) {
             entry.1 += 1;
         }
@@ -359,6 +436,7 @@ impl Broker {
                 user,
                 service: request.service,
                 payload: request.payload,
+                deadline_ms,
             },
         );
         if let Some(state) = self.clients.get_mut(&client) {
@@ -404,7 +482,7 @@ impl Broker {
     fn dispatch(&mut self, outcomes: &mut Vec<Outcome>) {
         for outcome in outcomes.drain(..) {
             match outcome {
-                Outcome::Cloaked(group) => self.forward(group),
+                Outcome::Cloaked(group) => self.forward_after_jitter(group),
                 Outcome::Expired { id, deadline_ms } => {
                     if let Some(entry) = self.take_pending(id) {
                         let event = LocationEvent {
@@ -418,6 +496,46 @@ impl Broker {
                         self.maybe_close(client);
                     }
                 }
+            }
+        }
+    }
+
+    /// Forwards `group` now, or (with `location.forward_jitter_ms`) after a random delay that ends
+    /// no later than any member's deadline. Members stay pending (and answerable by shutdown or
+    /// cancellation) until then.
+    fn forward_after_jitter(&mut self, group: CloakedGroup) {
+        let now = self.clock.now_ms();
+        let max_jitter = i64::try_from(self.cfg.forward_jitter_ms).unwrap_or(i64::MAX);
+        let earliest_deadline = group
+            .members
+            .iter()
+            .filter_map(|(id, _)| self.pending.get(id).map(|entry| entry.deadline_ms))
+            .min()
+            .unwrap_or(now);
+        let room = max_jitter.min(earliest_deadline.saturating_sub(now));
+        if room <= 0 {
+            return self.forward(group);
+        }
+        let delay = self.jitter_rng.random_range(0..=room);
+        if delay == 0 {
+            return self.forward(group);
+        }
+        self.next_delayed += 1;
+        self.delayed
+            .push(std::cmp::Reverse((now + delay, self.next_delayed)));
+        self.delayed_groups.insert(self.next_delayed, group);
+    }
+
+    /// Forwards the delayed groups that are due.
+    fn forward_due(&mut self) {
+        let now = self.clock.now_ms();
+        while let Some(&std::cmp::Reverse((due, key))) = self.delayed.peek() {
+            if due > now {
+                break;
+            }
+            self.delayed.pop();
+            if let Some(group) = self.delayed_groups.remove(&key) {
+                self.forward(group);
             }
         }
     }
@@ -481,6 +599,7 @@ impl Broker {
                         client,
                         request_no,
                         answered: false,
+                        delivered_to: None,
                     },
                 );
                 self.route_expiry.push_back((
@@ -589,11 +708,26 @@ impl Broker {
         std::hash::BuildHasher::hash_one(&self.user_keys, user_id)
     }
 
-    fn answer(&mut self, pseudonym: Pseudonym, payload: Vec<u8>, tally: &AnswerTally) {
+    fn answer(
+        &mut self,
+        pseudonym: Pseudonym,
+        payload: Vec<u8>,
+        tally: &AnswerTally,
+        principal: &str,
+    ) {
         let Some(route) = self.routes.get_mut(&pseudonym) else {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        if route.delivered_to.as_deref() != Some(principal) {
+            tally.denied.fetch_add(1, Ordering::Relaxed);
+            crate::auth::permission_denied(
+                principal,
+                "answer_binding",
+                "an answer is accepted only from the principal whose Subscribe stream received the pseudonym",
+            );
+            return;
+        }
         let (client, request_no) = (route.client, route.request_no);
         let first = !route.answered;
         route.answered = true;
@@ -723,6 +857,10 @@ impl Broker {
                 (a, b) => a.or(b),
             }
             .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
+            let next_forward = self
+                .delayed
+                .peek()
+                .map(|std::cmp::Reverse((due, _))| self.clock.instant_at(*due));
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => break,
@@ -738,7 +876,10 @@ impl Broker {
                 }
                 _ = tokio::time::sleep_until(next_expiry.unwrap_or_else(tokio::time::Instant::now)),
                     if next_expiry.is_some() => self.expire(),
+                _ = tokio::time::sleep_until(next_forward.unwrap_or_else(tokio::time::Instant::now)),
+                    if next_forward.is_some() => {}
             }
+            self.forward_due();
             self.prune_routes();
         }
         self.shut_down();

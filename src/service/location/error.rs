@@ -37,6 +37,15 @@ pub enum LocationError {
     UpdateRefused { rejection: Rejection, applied: u64 },
     #[error(transparent)]
     Inbound(#[from] InboundError),
+    /// A role or scope rule of the caller's principal.
+    #[error(transparent)]
+    Denied(#[from] crate::auth::Denial),
+    /// Answers for pseudonyms another principal received (already logged and counted).
+    #[error(
+        "pseudonym: {denied} answers were for pseudonyms principal {} did not receive; an answer is accepted only from the principal whose Subscribe stream received the pseudonym",
+        quote(.principal)
+    )]
+    AnswerNotReceived { denied: u64, principal: String },
 }
 
 impl From<LocationError> for Status {
@@ -52,6 +61,8 @@ impl From<LocationError> for Status {
             LocationError::ShuttingDown => Status::unavailable(message),
             LocationError::UpdateRefused { rejection, .. } => Status::new(rejection.code, message),
             LocationError::Inbound(inbound) => inbound.status(),
+            LocationError::Denied(denial) => denial.into_status(),
+            LocationError::AnswerNotReceived { .. } => Status::permission_denied(message),
         }
     }
 }

@@ -31,14 +31,15 @@ use super::validate::{Rejection, validate, validate_update};
 
 /// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
 const REPORT_BATCH: usize = 512;
+use crate::auth::Caller;
 
 /// A response stream that holds its stream-limit place while it lives.
-struct SlotStream<S> {
+struct SlotStream<S, G = StreamSlot> {
     inner: S,
-    _slot: StreamSlot,
+    _slot: G,
 }
 
-impl<S: Stream + Unpin> Stream for SlotStream<S> {
+impl<S: Stream + Unpin, G: Unpin> Stream for SlotStream<S, G> {
     type Item = S::Item;
     fn poll_next(
         mut self: Pin<&mut Self>,
@@ -59,6 +60,7 @@ impl LocationBroker for LocationServices {
         &self,
         request: Request<Streaming<LocationRequest>>,
     ) -> Result<Response<Self::SubmitStream>, Status> {
+        let principal = Caller::of(&request)?;
         let slot = self.client_streams.acquire().map_err(LocationError::from)?;
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
         let (events, event_rx) = EventQueue::channel(self.cfg.client_queue);
@@ -66,6 +68,8 @@ impl LocationBroker for LocationServices {
             .send(Command::Open {
                 client,
                 events: events.clone(),
+                principal: Arc::from(principal.name.as_str()),
+                rate_limited: !principal.is_anonymous(),
             })
             .await
             .map_err(|_| LocationError::ShuttingDown)?;
@@ -88,7 +92,23 @@ impl LocationBroker for LocationServices {
                             continue;
                         }
                         let request_no = req.request_no;
-                        match validate(req, &cfg) {
+                        let admitted = validate(req, &cfg).and_then(|request| {
+                            principal
+                                .check_user_id(&request.user_id)
+                                .map(|()| request)
+                                .map_err(|denial| {
+                                    denial.record();
+                                    Rejection {
+                                        field: denial.field,
+                                        reason: format!(
+                                            "principal {:?} may not {} ({})",
+                                            denial.principal, denial.action, denial.rule
+                                        ),
+                                        code: tonic::Code::PermissionDenied,
+                                    }
+                                })
+                        });
+                        match admitted {
                             Ok(request) => Command::Submit { client, request },
                             Err(rejection) => Command::Reject {
                                 client,
@@ -143,9 +163,8 @@ impl LocationBroker for LocationServices {
         &self,
         request: Request<Streaming<PositionUpdate>>,
     ) -> Result<Response<ReportSummary>, Status> {
-        // Authorization hook: no authentication layer exists yet. When it does, a mobile principal
-        // may report only for its own user ids; apply its scope check to each update here, as for
-        // Submit.
+        // A mobile principal reports only for its own user ids, as for Submit.
+        let principal = Caller::of(&request)?;
         let _slot = self.client_streams.acquire().map_err(LocationError::from)?;
         let mut inbound = request.into_inner().ready_chunks(REPORT_BATCH);
         let mut accepted: u64 = 0;
@@ -155,7 +174,13 @@ impl LocationBroker for LocationServices {
             for message in chunk {
                 match message {
                     Ok(update) => match validate_update(update) {
-                        Ok(update) => updates.push(update),
+                        Ok(update) => {
+                            if let Err(denial) = principal.check_user_id(&update.user_id) {
+                                failure = Some(denial.into());
+                                break;
+                            }
+                            updates.push(update)
+                        }
                         Err(rejection) => {
                             failure = Some(LocationError::UpdateRefused {
                                 rejection,
@@ -221,6 +246,7 @@ impl LbsGateway for LocationServices {
         &self,
         request: Request<LbsSubscription>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let principal = Caller::of(&request)?;
         let service = request.into_inner().service;
         let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
             return Err(LocationError::UnknownService {
@@ -229,14 +255,40 @@ impl LbsGateway for LocationServices {
             }
             .into());
         };
+        principal
+            .check_service(&service)
+            .map_err(LocationError::from)?;
+        let principal_slot = self
+            .provider_streams_per_principal
+            .acquire(&principal.name)
+            .map_err(LocationError::from)?;
         let slot = self
             .provider_streams
             .acquire()
             .map_err(LocationError::from)?;
         let queue = self.provider_receivers[index].clone();
+        let commands = self.commands.clone();
+        let name: Arc<str> = Arc::from(principal.name.as_str());
+        // Each request is bound to this principal before it leaves the broker, so only this
+        // principal's answers for it are routed.
+        let delivered = Box::pin(queue).then(move |cloaked| {
+            let commands = commands.clone();
+            let principal = Arc::clone(&name);
+            async move {
+                if let Ok(pseudonym) = cloaked.pseudonym.parse::<Pseudonym>() {
+                    let _ = commands
+                        .send(Command::Delivered {
+                            pseudonym,
+                            principal,
+                        })
+                        .await;
+                }
+                Ok(cloaked)
+            }
+        });
         Ok(Response::new(Box::pin(SlotStream {
-            inner: Box::pin(queue).map(Ok),
-            _slot: slot,
+            inner: Box::pin(delivered),
+            _slot: (slot, principal_slot),
         })))
     }
 
@@ -244,10 +296,16 @@ impl LbsGateway for LocationServices {
         &self,
         request: Request<Streaming<LbsAnswer>>,
     ) -> Result<Response<AnswerSummary>, Status> {
+        let principal = Caller::of(&request)?;
+        let name: Arc<str> = Arc::from(principal.name.as_str());
         let mut inbound = request.into_inner();
         let tally = Arc::new(AnswerTally::default());
         let mut failure: Option<LocationError> = None;
         loop {
+            if tally.denied.load(Ordering::Relaxed) > 0 {
+                // A refused answer ends the stream (the summary below says why).
+                break;
+            }
             match inbound.message().await {
                 Ok(Some(answer)) => {
                     let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
@@ -268,6 +326,7 @@ impl LbsGateway for LocationServices {
                         pseudonym,
                         payload: answer.payload,
                         tally: Arc::clone(&tally),
+                        principal: Arc::clone(&name),
                     };
                     match self.commands.try_send(command) {
                         Ok(()) => {}
@@ -305,6 +364,14 @@ impl LbsGateway for LocationServices {
         wait.await.map_err(|_| LocationError::ShuttingDown)?;
         if let Some(error) = failure {
             return Err(error.into());
+        }
+        let denied = tally.denied.load(Ordering::Relaxed);
+        if denied > 0 {
+            return Err(LocationError::AnswerNotReceived {
+                denied,
+                principal: principal.name.clone(),
+            }
+            .into());
         }
         Ok(Response::new(AnswerSummary {
             delivered: tally.delivered.load(Ordering::Relaxed),

@@ -14,6 +14,7 @@
 mod broker;
 mod error;
 mod grpc;
+mod rate;
 mod validate;
 
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use crate::config::LocationConfig;
 use crate::proto::CloakedRequest;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
-use crate::service::{DEFAULT_MAX_MESSAGE_BYTES, StreamLimit};
+use crate::service::{DEFAULT_MAX_MESSAGE_BYTES, PrincipalStreamLimit, StreamLimit};
 
 pub use broker::BrokerClock;
 use broker::{Broker, Command};
@@ -43,6 +44,7 @@ pub struct LocationServices {
     provider_receivers: Arc<Vec<async_channel::Receiver<CloakedRequest>>>,
     client_streams: StreamLimit,
     provider_streams: StreamLimit,
+    provider_streams_per_principal: PrincipalStreamLimit,
     next_client: Arc<AtomicU64>,
     /// Largest request message (`server.max_message_bytes`).
     max_message_bytes: usize,
@@ -67,6 +69,10 @@ impl LocationServices {
             provider_streams: StreamLimit::new(
                 "location.max_provider_streams",
                 cfg.max_provider_streams,
+            ),
+            provider_streams_per_principal: PrincipalStreamLimit::new(
+                "location.max_provider_streams_per_principal",
+                cfg.max_provider_streams_per_principal,
             ),
             cfg,
             commands,

@@ -174,13 +174,14 @@ fn check_user_and_position(user_id: &str, lat: f64, lon: f64) -> Result<(), Reje
     if !lat.is_finite() || !(-90.0..=90.0).contains(&lat) {
         return Err(Rejection::invalid(
             "lat",
-            format!("must be a finite latitude in [-90, 90] degrees (got {lat})"),
+            // The value is not repeated: it may be a real position.
+            "must be a finite latitude in [-90, 90] degrees",
         ));
     }
     if !lon.is_finite() || !(-180.0..=180.0).contains(&lon) {
         return Err(Rejection::invalid(
             "lon",
-            format!("must be a finite longitude in [-180, 180] degrees (got {lon})"),
+            "must be a finite longitude in [-180, 180] degrees",
         ));
     }
     Ok(())
