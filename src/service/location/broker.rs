@@ -946,10 +946,17 @@ impl Broker {
     ) {
         let mut batch = Vec::with_capacity(COMMAND_BATCH);
         loop {
-            let next_expiry = self
-                .engine
-                .next_deadline()
-                .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
+            // Wake for the next request deadline, and for the next route to expire (a stream
+            // waiting only for answers closes when its last route expires).
+            let next_route = self
+                .route_expiry
+                .front()
+                .map(|&(expires, _)| expires.saturating_add(1));
+            let next_expiry = match (self.engine.next_deadline(), next_route) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+            .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
             let next_forward = self
                 .delayed
                 .peek()
