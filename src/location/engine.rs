@@ -228,6 +228,7 @@ pub struct Engine {
     adjacency_ready: bool,
     chosen: Vec<u32>,
     k_values: Vec<u32>,
+    candidate_slots: Vec<u32>,
     /// Memorized anonymity sets of users in a session (off unless [`Engine::with_sessions`]).
     sessions: SessionTable,
     /// With sessions: the slots of each user's pending requests, so a request in a session looks
@@ -253,6 +254,7 @@ impl Engine {
             adjacency_ready: false,
             chosen: Vec::new(),
             k_values: Vec::new(),
+            candidate_slots: Vec::new(),
             sessions: SessionTable::new(SessionSettings::OFF),
             slots_of_user: HashMap::new(),
             now_ms: 0,
@@ -451,24 +453,24 @@ impl Engine {
         let query = AABB::from_corners([b.min_lon, b.min_lat], [b.max_lon, b.max_lat]);
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
         // In a session only memorized users qualify: visit their pending requests, not the box.
-        let memorized_slots: Option<Vec<u32>> =
-            self.sessions.memorized(new.user, self.now_ms).map(|users| {
+        // The candidates go through a reused buffer, so an arrival allocates nothing either way.
+        let mut candidates = std::mem::take(&mut self.candidate_slots);
+        candidates.clear();
+        match self.sessions.memorized(new.user, self.now_ms) {
+            Some(users) => candidates.extend(
                 users
                     .iter()
                     .filter_map(|u| self.slots_of_user.get(u))
                     .flatten()
-                    .copied()
-                    .collect()
-            });
-        let slots: Box<dyn Iterator<Item = u32> + '_> = match &memorized_slots {
-            Some(slots) => Box::new(slots.iter().copied()),
-            None => Box::new(
+                    .copied(),
+            ),
+            None => candidates.extend(
                 self.spatial_index
                     .locate_in_envelope(&query)
                     .map(|point| point.slot),
             ),
-        };
-        for slot in slots {
+        }
+        for &slot in &candidates {
             let Some(Some(pending)) = self.pending.get(slot as usize) else {
                 continue;
             };
@@ -489,6 +491,7 @@ impl Engine {
             vertex.distance2 = east * east + north * north;
             self.neighbours.push(vertex);
         }
+        self.candidate_slots = candidates;
         self.neighbours.sort_unstable_by(|a, b| {
             a.distance2
                 .total_cmp(&b.distance2)
