@@ -68,6 +68,7 @@ pub struct RawServer {
     pub max_message_bytes: usize,
     pub max_connections: usize,
     pub handshake_timeout_ms: u64,
+    pub idle_connection_timeout_ms: u64,
     pub keepalive_interval_ms: u64,
     pub keepalive_timeout_ms: u64,
     pub http2_connection_window_bytes: u32,
@@ -134,6 +135,8 @@ pub struct RawLocation {
     pub provider_queue: usize,
     pub client_queue: usize,
     pub answer_ttl_ms: u64,
+    pub provider_ack_ms: u64,
+    pub provider_window: usize,
     pub seed: u64,
     pub max_provider_streams_per_principal: usize,
     pub max_requests_per_s_per_principal: f64,
@@ -149,6 +152,7 @@ pub struct RawTransactions {
     pub max_open_records: usize,
     pub max_window_antecedents: u64,
     pub max_streams: usize,
+    pub release_workers: usize,
     pub max_unacked_per_publish: usize,
     pub subscriber_queue: usize,
     pub defaults: RawStreamSettings,
@@ -223,6 +227,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// A connection must send its first bytes (HTTP/2 preface or TLS hello) within this.
     pub handshake_timeout: Duration,
+    /// A connection with no open stream for this long is closed.
+    pub idle_connection_timeout: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
     pub http2_connection_window_bytes: u32,
@@ -298,6 +304,10 @@ pub struct LocationConfig {
     pub provider_queue: usize,
     pub client_queue: usize,
     pub answer_ttl_ms: u64,
+    /// How long a provider has to acknowledge a request its Subscribe stream took.
+    pub provider_ack_ms: u64,
+    /// Most unacknowledged requests one Subscribe stream holds.
+    pub provider_window: usize,
     /// `None`: draw a seed from the operating system.
     pub seed: Option<u64>,
     pub max_provider_streams_per_principal: usize,
@@ -336,6 +346,8 @@ pub struct TransactionsConfig {
     pub max_window_antecedents: u64,
     /// Most transaction streams (names) the daemon keeps.
     pub max_streams: usize,
+    /// Windows anonymized at once across all streams (a bounded pool of blocking threads).
+    pub release_workers: usize,
     /// Most records one Publish stream may have sent and not yet had acknowledged.
     pub max_unacked_per_publish: usize,
     pub subscriber_queue: usize,
@@ -603,6 +615,10 @@ impl RawServer {
             max_message_bytes: self.max_message_bytes,
             max_connections: positive_usize("server.max_connections", self.max_connections)?,
             handshake_timeout: millis("server.handshake_timeout_ms", self.handshake_timeout_ms)?,
+            idle_connection_timeout: millis(
+                "server.idle_connection_timeout_ms",
+                self.idle_connection_timeout_ms,
+            )?,
             keepalive_interval: millis("server.keepalive_interval_ms", self.keepalive_interval_ms)?,
             keepalive_timeout: millis("server.keepalive_timeout_ms", self.keepalive_timeout_ms)?,
             http2_connection_window_bytes: window(
@@ -770,6 +786,16 @@ impl RawLocation {
             provider_queue: positive_usize("location.provider_queue", self.provider_queue)?,
             client_queue: positive_usize("location.client_queue", self.client_queue)?,
             answer_ttl_ms: self.answer_ttl_ms,
+            provider_ack_ms: match self.provider_ack_ms {
+                0 => {
+                    return Err(invalid(
+                        "location.provider_ack_ms",
+                        "must be at least 1 (milliseconds a provider has to acknowledge a request)",
+                    ));
+                }
+                ms => ms,
+            },
+            provider_window: positive_usize("location.provider_window", self.provider_window)?,
             seed: (self.seed != 0).then_some(self.seed),
             max_provider_streams_per_principal: positive_usize(
                 "location.max_provider_streams_per_principal",
@@ -897,6 +923,10 @@ impl RawTransactions {
             )?,
             max_window_antecedents: budget,
             max_streams: positive_usize("transactions.max_streams", self.max_streams)?,
+            release_workers: match self.release_workers {
+                0 => std::thread::available_parallelism().map_or(1, usize::from),
+                workers => workers,
+            },
             max_unacked_per_publish: positive_usize(
                 "transactions.max_unacked_per_publish",
                 self.max_unacked_per_publish,

@@ -131,10 +131,15 @@ pub async fn serve(
         "cloakd listening"
     );
     let server_cfg = &config.server;
+    let connections = crate::connections::Connections::new();
     let incoming = crate::connections::accept(
         listener,
-        server_cfg.max_connections,
-        server_cfg.handshake_timeout,
+        crate::connections::AcceptLimits {
+            max_connections: server_cfg.max_connections,
+            handshake_timeout: server_cfg.handshake_timeout,
+            idle_timeout: server_cfg.idle_connection_timeout,
+        },
+        std::sync::Arc::clone(&connections),
         stop_rx.clone(),
     );
     let router = tonic::transport::Server::builder()
@@ -158,6 +163,8 @@ pub async fn serve(
             tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
         ]))
         .layer(auth)
+        // Counts each connection's open calls, for server.idle_connection_timeout_ms.
+        .layer(crate::connections::StreamTrackingLayer::new(connections))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -287,6 +287,7 @@ async fn answers_are_accepted_only_from_the_principal_that_received_the_pseudony
             .map(|c| LbsAnswer {
                 pseudonym: c.pseudonym.clone(),
                 payload: b"forged".to_vec(),
+                ack: false,
             })
             .collect();
         let status = LbsGatewayClient::new(as_principal(daemon.channel().await, Some(forger)))
@@ -306,6 +307,7 @@ async fn answers_are_accepted_only_from_the_principal_that_received_the_pseudony
         .map(|c| LbsAnswer {
             pseudonym: c.pseudonym.clone(),
             payload: b"genuine".to_vec(),
+            ack: false,
         })
         .collect();
     let summary = LbsGatewayClient::new(as_principal(daemon.channel().await, Some("lbs-poi")))

@@ -43,6 +43,7 @@ fn valid(kind: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
         2 => LbsAnswer {
             pseudonym: format!("{:032x}", u128::from(n)),
             payload: vec![1, 2, 3],
+            ack: false,
         }
         .encode_to_vec(),
         _ => AnonymizeRequest {

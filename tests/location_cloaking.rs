@@ -68,6 +68,7 @@ async fn clients_are_cloaked_and_answers_come_back() {
         answers.push(LbsAnswer {
             pseudonym: cloaked.pseudonym.clone(),
             payload: format!("answer for {}", cloaked.pseudonym).into_bytes(),
+            ack: false,
         });
     }
     assert!(by_box.values().all(|&n| n >= 4), "groups {by_box:?}");

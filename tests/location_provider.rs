@@ -83,6 +83,7 @@ async fn provider_disconnect_leaves_the_broker_serving() {
         answers.push(LbsAnswer {
             pseudonym: cloaked.pseudonym,
             payload: b"ok".to_vec(),
+            ack: false,
         });
     }
     let summary = LbsGatewayClient::new(daemon.channel().await)

@@ -133,6 +133,7 @@ async fn bad_provider_input_is_named() {
         .answer(tokio_stream::iter([LbsAnswer {
             pseudonym: "not-a-pseudonym".into(),
             payload: vec![],
+            ack: false,
         }]))
         .await
         .unwrap_err();
@@ -144,6 +145,7 @@ async fn bad_provider_input_is_named() {
         .answer(tokio_stream::iter([LbsAnswer {
             pseudonym: "0123456789abcdef0123456789abcdef".into(),
             payload: b"hello".to_vec(),
+            ack: false,
         }]))
         .await
         .unwrap()

@@ -182,6 +182,7 @@ async fn oldenburg_slice_is_cloaked_k_anonymously() {
         answers.push(LbsAnswer {
             pseudonym: c.pseudonym,
             payload: b"ok".to_vec(),
+            ack: false,
         });
         seen += 1;
     }

@@ -111,6 +111,7 @@ async fn workload(channel: Channel) {
         .answer(tokio_stream::iter(vec![LbsAnswer {
             pseudonym: pseudonyms[0].clone(),
             payload: b"forged".to_vec(),
+            ack: false,
         }]))
         .await;
     assert!(forged.is_err());
@@ -119,6 +120,7 @@ async fn workload(channel: Channel) {
         .map(|p| LbsAnswer {
             pseudonym: p.clone(),
             payload: b"pizza".to_vec(),
+            ack: false,
         })
         .collect();
     LbsGatewayClient::new(client(&channel, Some(token_of("lbs-poi"))))

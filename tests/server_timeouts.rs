@@ -1,7 +1,9 @@
 //! Timeouts against the real daemon: TCP connections that never send the HTTP/2 preface are closed
 //! after `server.handshake_timeout_ms` and past `server.max_connections` at once, so idle sockets
 //! cannot starve real clients (3,000 idle sockets used to be held forever); table uploads that stop
-//! sending are cancelled after `tables.upload_idle_ms` and free their job slot.
+//! sending are cancelled after `tables.upload_idle_ms` and free their job slot; HTTP/2 connections
+//! without an open stream are closed after `server.idle_connection_timeout_ms`, and never while a stream
+//! is open on them.
 mod common;
 
 use std::time::Duration;
@@ -117,5 +119,71 @@ async fn stalled_uploads_are_cancelled_and_free_their_slots() {
         messages += 1;
     }
     assert!(messages >= 2);
+    daemon.shutdown().await.unwrap();
+}
+
+/// An HTTP/2 connection (h2's client, so the test sees when the server closes it).
+async fn h2_connection(
+    addr: std::net::SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    (client, tokio::spawn(connection))
+}
+
+#[tokio::test]
+async fn connections_without_open_streams_are_closed_after_the_idle_timeout() {
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.server.idle_connection_timeout = Duration::from_millis(300);
+    }))
+    .await;
+    // A connection that never opens a stream is closed (keepalive pings do not keep it).
+    let (_client, idle) = h2_connection(daemon.addr).await;
+    tokio::time::timeout(Duration::from_secs(20), idle)
+        .await
+        .expect("the idle connection was not closed")
+        .unwrap()
+        .ok();
+
+    // A connection with an open stream (a provider's Subscribe) stays open well past the timeout.
+    let (client, busy) = h2_connection(daemon.addr).await;
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post(format!(
+        "http://{}/cloakd.v1.LbsGateway/Subscribe",
+        daemon.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, mut send) = client.send_request(request, false).unwrap();
+    let subscription = prost::Message::encode_to_vec(&cloakd::proto::LbsSubscription {
+        service: "poi".into(),
+    });
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(subscription.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&subscription);
+    send.send_data(frame.into(), true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !busy.is_finished(),
+        "a connection with an open stream was closed"
+    );
+
+    // Once that stream ends (the client resets it, keeping the connection), the connection is idle
+    // and closed in turn.
+    drop(response);
+    drop(send);
+    tokio::time::timeout(Duration::from_secs(20), busy)
+        .await
+        .expect("the connection was not closed after its last stream ended")
+        .unwrap()
+        .ok();
+    drop(client);
     daemon.shutdown().await.unwrap();
 }

@@ -439,6 +439,7 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
             let answer = LbsAnswer {
                 pseudonym: cloaked.pseudonym,
                 payload: b"cafe at the corner".to_vec(),
+                ack: false,
             };
             if answer_tx.send(answer).await.is_err() {
                 break;

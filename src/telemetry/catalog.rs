@@ -108,6 +108,7 @@ pub const LOCATION_RELATIVE_ANONYMITY: &str = "cloakd_location_relative_anonymit
 pub const LOCATION_BROKER_OVERHEAD: &str = "cloakd_location_broker_overhead_seconds";
 pub const LOCATION_PROVIDER_QUEUE_DEPTH: &str = "cloakd_location_provider_queue_depth";
 pub const LOCATION_UNDELIVERED: &str = "cloakd_location_undelivered_total";
+pub const LOCATION_REHANDED: &str = "cloakd_location_rehanded_total";
 pub const LBS_ANSWERS: &str = "cloakd_lbs_answers_total";
 
 pub const TX_RECORDS: &str = "cloakd_transaction_records_total";
@@ -192,7 +193,12 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         LOCATION_UNDELIVERED,
         &["service", "reason"],
-        "Cloaked requests no provider could take (reason queue_full or shutting_down); the client got Undelivered.",
+        "Cloaked requests no provider took (reason queue_full, shutting_down, no_provider: its provider stalled or left and no other was subscribed, expired: unacknowledged at answer_ttl_ms); the client got Undelivered.",
+    ),
+    counter(
+        LOCATION_REHANDED,
+        &["service"],
+        "Cloaked requests handed to another provider because the provider stream holding them did not acknowledge within provider_ack_ms or ended.",
     ),
     counter(
         LBS_ANSWERS,

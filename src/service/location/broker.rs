@@ -14,6 +14,13 @@
 //! It also owns the [`PresenceEngine`]: Report batches and every request's own position update each
 //! user's latest position; PRESENCE requests are answered at once (`Cloaked` with the anonymity set's
 //! region and size, then forwarded under a fresh pseudonym like any other; or `Expired`) and never wait.
+//!
+//! Providers acknowledge: the broker knows which Subscribe stream took each request (`Delivered`) and
+//! waits `provider_ack_ms` for its acknowledgement (an ack or the answer). A stream that misses it is
+//! closed (RESOURCE_EXHAUSTED naming the rule), and each request it has not acknowledged, like those
+//! of a stream that ends, is handed to another subscribed provider of the service (the route keeps the
+//! forwarded request until it is acknowledged) or its client gets `Undelivered`. A route that expires
+//! (`answer_ttl_ms`) unacknowledged gets `Undelivered` too: no forwarded request is silently lost.
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +42,7 @@ use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_ev
 use crate::telemetry::catalog;
 
 use super::error::LocationError;
+use super::provider::{ProviderId, ProviderWindow};
 use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
@@ -119,6 +127,8 @@ pub(super) struct AnswerTally {
     pub(super) undeliverable: AtomicU64,
     /// Answers for pseudonyms another principal received (refused).
     pub(super) denied: AtomicU64,
+    /// Acknowledgements without an answer of requests this principal received.
+    pub(super) acknowledged: AtomicU64,
 }
 
 pub(super) enum Command {
@@ -151,14 +161,26 @@ pub(super) enum Command {
     },
     /// The client went away.
     Gone { client: ClientId },
-    /// A provider stream of `principal` took the cloaked request of `pseudonym` off its queue.
+    /// A provider's Subscribe stream opened; `close` ends it with a status.
+    ProviderOpen {
+        provider: ProviderId,
+        service: usize,
+        window: Arc<ProviderWindow>,
+        close: oneshot::Sender<Status>,
+    },
+    /// A provider's Subscribe stream ended: the requests it has not acknowledged are handed on.
+    ProviderGone { provider: ProviderId },
+    /// The Subscribe stream `provider` of `principal` took the cloaked request of `pseudonym` off
+    /// its queue.
     Delivered {
         pseudonym: Pseudonym,
         principal: Arc<str>,
+        provider: ProviderId,
     },
+    /// An answer (`Some` payload) or an acknowledgement alone (`None`).
     Answer {
         pseudonym: Pseudonym,
-        payload: Vec<u8>,
+        payload: Option<Vec<u8>>,
         tally: Arc<AnswerTally>,
         /// Name of the answering principal.
         principal: Arc<str>,
@@ -218,6 +240,29 @@ struct Route {
     answered: bool,
     /// The principal whose provider stream received the pseudonym; only it may answer.
     delivered_to: Option<Arc<str>>,
+    service: usize,
+    /// The Subscribe stream that took the request and has not acknowledged it yet.
+    holder: Option<ProviderId>,
+    /// The request as forwarded, kept until a provider acknowledges it so it can be handed on.
+    unacknowledged: Option<CloakedRequest>,
+}
+
+/// One provider's Subscribe stream, as the broker tracks it.
+struct ProviderState {
+    service: usize,
+    window: Arc<ProviderWindow>,
+    close: oneshot::Sender<Status>,
+    /// Requests it took and has not acknowledged.
+    unacknowledged: HashSet<Pseudonym>,
+}
+
+/// Why the requests of a provider stream are handed on.
+#[derive(Debug, Clone, Copy)]
+enum HandOver {
+    /// The stream did not acknowledge one of them within `provider_ack_ms` (it was closed).
+    Stalled,
+    /// The stream ended.
+    Gone,
 }
 
 /// The actor that owns the engine and every routing table.
@@ -239,6 +284,9 @@ pub(super) struct Broker {
     provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
     routes: HashMap<Pseudonym, Route>,
     route_expiry: VecDeque<(i64, Pseudonym)>,
+    providers: HashMap<ProviderId, ProviderState>,
+    /// When each delivered request must be acknowledged, in order (the ack time is one constant).
+    ack_expiry: VecDeque<(i64, Pseudonym, ProviderId)>,
     outcomes: Vec<Outcome>,
     rate_limiter: RateLimiter,
     /// Groups waiting out their forwarding jitter, by (due Unix ms, key).
@@ -262,6 +310,7 @@ struct BrokerMetrics {
     provider_queue_depth: Vec<metrics::Gauge>,
     answers_delivered: metrics::Counter,
     answers_undeliverable: metrics::Counter,
+    rehanded: Vec<metrics::Counter>,
 }
 
 impl BrokerMetrics {
@@ -286,6 +335,12 @@ impl BrokerMetrics {
                 .collect(),
             answers_delivered: answers("delivered"),
             answers_undeliverable: answers("undeliverable"),
+            rehanded: services
+                .iter()
+                .map(|service| {
+                    metrics::counter!(catalog::LOCATION_REHANDED, "service" => service.clone())
+                })
+                .collect(),
         }
     }
 }
@@ -312,6 +367,8 @@ impl Broker {
             provider_queues,
             routes: HashMap::new(),
             route_expiry: VecDeque::new(),
+            providers: HashMap::new(),
+            ack_expiry: VecDeque::new(),
             outcomes: Vec::new(),
             rate_limiter: RateLimiter::default(),
             delayed: BinaryHeap::new(),
@@ -374,14 +431,28 @@ impl Broker {
                 self.maybe_close(client);
             }
             Command::Gone { client } => self.drop_client(client),
+            Command::ProviderOpen {
+                provider,
+                service,
+                window,
+                close,
+            } => {
+                self.providers.insert(
+                    provider,
+                    ProviderState {
+                        service,
+                        window,
+                        close,
+                        unacknowledged: HashSet::new(),
+                    },
+                );
+            }
+            Command::ProviderGone { provider } => self.end_provider(provider, HandOver::Gone),
             Command::Delivered {
                 pseudonym,
                 principal,
-            } => {
-                if let Some(route) = self.routes.get_mut(&pseudonym) {
-                    route.delivered_to = Some(principal);
-                }
-            }
+                provider,
+            } => self.delivered(pseudonym, principal, provider),
             Command::Answer {
                 pseudonym,
                 payload,
@@ -666,7 +737,7 @@ impl Broker {
                 outcome: Some(location_event::Outcome::Cloaked(cloaked)),
             },
         );
-        match self.provider_queues[service].try_send(forwarded) {
+        match self.provider_queues[service].try_send(forwarded.clone()) {
             Ok(()) => {
                 self.routes.insert(
                     pseudonym,
@@ -675,6 +746,9 @@ impl Broker {
                         request_no,
                         answered: false,
                         delivered_to: None,
+                        service,
+                        holder: None,
+                        unacknowledged: Some(forwarded),
                     },
                 );
                 self.route_expiry.push_back((
@@ -686,31 +760,194 @@ impl Broker {
                 }
             }
             Err(err) => {
-                metrics::counter!(
-                    catalog::LOCATION_UNDELIVERED,
-                    "service" => self.cfg.services[service].clone(),
-                    "reason" => if err.is_full() { "queue_full" } else { "shutting_down" },
-                )
-                .increment(1);
-                let reason = if err.is_full() {
-                    format!(
-                        "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
-                        self.cfg.services[service], self.cfg.provider_queue
-                    )
-                } else {
-                    "the broker is shutting down".to_string()
-                };
-                self.send(
-                    client,
-                    LocationEvent {
-                        request_no,
-                        outcome: Some(location_event::Outcome::Undelivered(proto::Undelivered {
-                            reason,
-                        })),
-                    },
-                );
+                let (label, reason) = self.queue_refusal(service, err.is_full());
+                self.undelivered(client, request_no, service, label, reason);
             }
         }
+        self.maybe_close(client);
+    }
+
+    /// The label and reason of a provider queue that refused a request (full, or closed at shutdown).
+    fn queue_refusal(&self, service: usize, full: bool) -> (&'static str, String) {
+        if full {
+            (
+                "queue_full",
+                format!(
+                    "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
+                    self.cfg.services[service], self.cfg.provider_queue
+                ),
+            )
+        } else {
+            ("shutting_down", "the broker is shutting down".to_string())
+        }
+    }
+
+    /// Tells the client its forwarded request reached no provider, counting it by `label`.
+    fn undelivered(
+        &mut self,
+        client: ClientId,
+        request_no: u64,
+        service: usize,
+        label: &'static str,
+        reason: String,
+    ) {
+        metrics::counter!(
+            catalog::LOCATION_UNDELIVERED,
+            "service" => self.cfg.services[service].clone(),
+            "reason" => label,
+        )
+        .increment(1);
+        self.send(
+            client,
+            LocationEvent {
+                request_no,
+                outcome: Some(location_event::Outcome::Undelivered(proto::Undelivered {
+                    reason,
+                })),
+            },
+        );
+    }
+
+    /// The Subscribe stream `provider` took the request of `pseudonym`: it must acknowledge it within
+    /// `provider_ack_ms`.
+    fn delivered(&mut self, pseudonym: Pseudonym, principal: Arc<str>, provider: ProviderId) {
+        let Some(route) = self.routes.get_mut(&pseudonym) else {
+            // Expired or undelivered meanwhile: nothing to wait for.
+            if let Some(state) = self.providers.get(&provider) {
+                state.window.release();
+            }
+            return;
+        };
+        route.delivered_to = Some(principal);
+        if route.unacknowledged.is_none() {
+            // Acknowledged already (a copy handed on earlier was answered): nothing to wait for.
+            if let Some(state) = self.providers.get(&provider) {
+                state.window.release();
+            }
+            return;
+        }
+        match self.providers.get_mut(&provider) {
+            Some(state) => {
+                route.holder = Some(provider);
+                state.unacknowledged.insert(pseudonym);
+                let due = self
+                    .clock
+                    .now_ms()
+                    .saturating_add(i64::try_from(self.cfg.provider_ack_ms).unwrap_or(i64::MAX));
+                self.ack_expiry.push_back((due, pseudonym, provider));
+            }
+            // The stream is gone already: hand the request on at once.
+            None => self.hand_on(pseudonym, HandOver::Gone),
+        }
+    }
+
+    /// A provider acknowledged (or answered) the request of `pseudonym`: stop waiting for it and
+    /// free its place in its stream's window.
+    fn acknowledged(&mut self, pseudonym: Pseudonym) {
+        let Some(route) = self.routes.get_mut(&pseudonym) else {
+            return;
+        };
+        route.unacknowledged = None;
+        if let Some(holder) = route.holder.take()
+            && let Some(state) = self.providers.get_mut(&holder)
+            && state.unacknowledged.remove(&pseudonym)
+        {
+            state.window.release();
+        }
+    }
+
+    /// Closes the streams whose acknowledgement is overdue and hands their requests on.
+    fn expire_acks(&mut self) {
+        let now = self.clock.now_ms();
+        while let Some(&(due, pseudonym, provider)) = self.ack_expiry.front() {
+            if due > now {
+                break;
+            }
+            self.ack_expiry.pop_front();
+            let overdue = self.routes.get(&pseudonym).is_some_and(|route| {
+                route.holder == Some(provider) && route.unacknowledged.is_some()
+            });
+            if overdue {
+                self.end_provider(provider, HandOver::Stalled);
+            }
+        }
+    }
+
+    /// Forgets a provider stream (closing it with a status when it stalled) and hands on every
+    /// request it has not acknowledged.
+    fn end_provider(&mut self, provider: ProviderId, why: HandOver) {
+        let Some(state) = self.providers.remove(&provider) else {
+            return;
+        };
+        let held = state.unacknowledged.len();
+        if let HandOver::Stalled = why {
+            tracing::warn!(
+                provider,
+                service = %self.cfg.services[state.service],
+                unacknowledged = held,
+                limit_ms = self.cfg.provider_ack_ms,
+                "provider did not acknowledge a request in time; closing its stream (location.provider_ack_ms)"
+            );
+            let _ = state.close.send(
+                LocationError::ProviderStalled {
+                    limit_ms: self.cfg.provider_ack_ms,
+                    handed_on: held,
+                }
+                .into(),
+            );
+        }
+        for pseudonym in state.unacknowledged {
+            self.hand_on(pseudonym, why);
+        }
+    }
+
+    /// Hands a request whose stream stalled or ended to another provider of its service (through
+    /// the service's queue), or tells its client it was undelivered when no other provider of the
+    /// service is subscribed or the queue is full.
+    fn hand_on(&mut self, pseudonym: Pseudonym, why: HandOver) {
+        let Some(route) = self.routes.get_mut(&pseudonym) else {
+            return;
+        };
+        let Some(forwarded) = route.unacknowledged.clone() else {
+            return;
+        };
+        route.holder = None;
+        route.delivered_to = None;
+        let (client, request_no, service) = (route.client, route.request_no, route.service);
+        let another = self.providers.values().any(|p| p.service == service);
+        let refusal = if another {
+            match self.provider_queues[service].try_send(forwarded) {
+                Ok(()) => {
+                    self.metrics.rehanded[service].increment(1);
+                    return;
+                }
+                Err(err) => self.queue_refusal(service, err.is_full()),
+            }
+        } else {
+            let cause = match why {
+                HandOver::Stalled => format!(
+                    "the provider that received it did not acknowledge it within {} ms (location.provider_ack_ms)",
+                    self.cfg.provider_ack_ms
+                ),
+                HandOver::Gone => {
+                    "the provider stream that received it ended before acknowledging it (location.provider_ack_ms)"
+                        .to_string()
+                }
+            };
+            (
+                "no_provider",
+                format!(
+                    "{cause} and no other provider of service {:?} is subscribed",
+                    self.cfg.services[service]
+                ),
+            )
+        };
+        // Undelivered: the route is over (an answer that still comes is undeliverable).
+        self.routes.remove(&pseudonym);
+        if let Some(state) = self.clients.get_mut(&client) {
+            state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
+        }
+        self.undelivered(client, request_no, service, refusal.0, refusal.1);
         self.maybe_close(client);
     }
 
@@ -792,7 +1029,7 @@ impl Broker {
     fn answer(
         &mut self,
         pseudonym: Pseudonym,
-        payload: Vec<u8>,
+        payload: Option<Vec<u8>>,
         tally: &AnswerTally,
         principal: &str,
     ) {
@@ -810,6 +1047,14 @@ impl Broker {
             );
             return;
         }
+        self.acknowledged(pseudonym);
+        let Some(payload) = payload else {
+            tally.acknowledged.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(route) = self.routes.get_mut(&pseudonym) else {
+            return;
+        };
         let (client, request_no) = (route.client, route.request_no);
         let first = !route.answered;
         route.answered = true;
@@ -850,8 +1095,27 @@ impl Broker {
             if let Some(route) = self.routes.remove(&pseudonym)
                 && !route.answered
             {
+                if let Some(holder) = route.holder
+                    && let Some(state) = self.providers.get_mut(&holder)
+                    && state.unacknowledged.remove(&pseudonym)
+                {
+                    state.window.release();
+                }
                 if let Some(state) = self.clients.get_mut(&route.client) {
                     state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
+                }
+                if route.unacknowledged.is_some() {
+                    let reason = format!(
+                        "no provider of service {:?} acknowledged it within {} ms (location.answer_ttl_ms)",
+                        self.cfg.services[route.service], self.cfg.answer_ttl_ms
+                    );
+                    self.undelivered(
+                        route.client,
+                        route.request_no,
+                        route.service,
+                        "expired",
+                        reason,
+                    );
                 }
                 self.maybe_close(route.client);
             }
@@ -923,6 +1187,7 @@ impl Broker {
             }
         }
         self.clients.clear();
+        self.providers.clear();
         self.provider_queues.clear();
         self.record_gauges();
     }
@@ -952,11 +1217,12 @@ impl Broker {
                 .route_expiry
                 .front()
                 .map(|&(expires, _)| expires.saturating_add(1));
-            let next_expiry = match (self.engine.next_deadline(), next_route) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-            .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
+            let next_ack = self.ack_expiry.front().map(|&(due, _, _)| due);
+            let next_expiry = [self.engine.next_deadline(), next_route, next_ack]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
             let next_forward = self
                 .delayed
                 .peek()
@@ -980,6 +1246,7 @@ impl Broker {
                     if next_forward.is_some() => {}
             }
             self.forward_due();
+            self.expire_acks();
             self.prune_routes();
             self.record_gauges();
         }

@@ -30,6 +30,14 @@ pub enum LocationError {
         "the client reads its events too slowly: {limit} events were waiting (location.client_queue); the stream was closed"
     )]
     ClientTooSlow { limit: usize },
+    #[error(
+        "the provider did not acknowledge a request within {limit_ms} ms (location.provider_ack_ms); the stream was closed and its {handed_on} unacknowledged requests were handed to other providers or reported undelivered"
+    )]
+    ProviderStalled { limit_ms: u64, handed_on: usize },
+    #[error(
+        "payload: an acknowledgement (ack = true) carries no payload (got {got} bytes); send the answer in its own message"
+    )]
+    AckWithPayload { got: usize },
     #[error("the location broker is shutting down")]
     ShuttingDown,
     /// A Report stream's update that was refused; the `applied` ones before it were applied.
@@ -54,9 +62,11 @@ impl From<LocationError> for Status {
         match err {
             LocationError::Limit(_)
             | LocationError::Overloaded { .. }
-            | LocationError::ClientTooSlow { .. } => Status::resource_exhausted(message),
+            | LocationError::ClientTooSlow { .. }
+            | LocationError::ProviderStalled { .. } => Status::resource_exhausted(message),
             LocationError::UnknownService { .. }
             | LocationError::InvalidPseudonym(_)
+            | LocationError::AckWithPayload { .. }
             | LocationError::PayloadTooLarge { .. } => Status::invalid_argument(message),
             LocationError::ShuttingDown => Status::unavailable(message),
             LocationError::UpdateRefused { rejection, .. } => Status::new(rejection.code, message),

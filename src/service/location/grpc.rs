@@ -27,6 +27,7 @@ use crate::service::{InboundError, StreamSlot, drain};
 use super::LocationServices;
 use super::broker::{AnswerTally, Command, EventQueue};
 use super::error::LocationError;
+use super::provider::{ProviderStream, ProviderWindow};
 use super::validate::{Rejection, validate, validate_update};
 
 /// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
@@ -271,28 +272,31 @@ impl LbsGateway for LocationServices {
             .provider_streams
             .acquire()
             .map_err(LocationError::from)?;
-        let queue = self.provider_receivers[index].clone();
-        let commands = self.commands.clone();
-        let name: Arc<str> = Arc::from(principal.name.as_str());
-        // Each request is bound to this principal before it leaves the broker, so only this
-        // principal's answers for it are routed.
-        let delivered = Box::pin(queue).then(move |cloaked| {
-            let commands = commands.clone();
-            let principal = Arc::clone(&name);
-            async move {
-                if let Ok(pseudonym) = cloaked.pseudonym.parse::<Pseudonym>() {
-                    let _ = commands
-                        .send(Command::Delivered {
-                            pseudonym,
-                            principal,
-                        })
-                        .await;
-                }
-                Ok(cloaked)
-            }
-        });
+        let provider = self.next_provider.fetch_add(1, Ordering::Relaxed);
+        let window = Arc::new(ProviderWindow::default());
+        let (close, closed) = oneshot::channel();
+        self.commands
+            .send(Command::ProviderOpen {
+                provider,
+                service: index,
+                window: Arc::clone(&window),
+                close,
+            })
+            .await
+            .map_err(|_| LocationError::ShuttingDown)?;
+        // Each request is bound to this principal (and stream) before it leaves the broker, so only
+        // this principal's answers for it are routed, and the broker waits for its acknowledgement.
+        let stream = ProviderStream {
+            provider,
+            principal: Arc::from(principal.name.as_str()),
+            window,
+            window_limit: self.cfg.provider_window,
+            close: closed,
+            commands: self.commands.clone(),
+        }
+        .into_stream(self.provider_receivers[index].clone());
         Ok(Response::new(Box::pin(SlotStream {
-            inner: Box::pin(delivered),
+            inner: Box::pin(stream),
             _slot: (slot, principal_slot),
         })))
     }
@@ -327,9 +331,15 @@ impl LbsGateway for LocationServices {
                         });
                         break;
                     }
+                    if answer.ack && !answer.payload.is_empty() {
+                        failure = Some(LocationError::AckWithPayload {
+                            got: answer.payload.len(),
+                        });
+                        break;
+                    }
                     let command = Command::Answer {
                         pseudonym,
-                        payload: answer.payload,
+                        payload: (!answer.ack).then_some(answer.payload),
                         tally: Arc::clone(&tally),
                         principal: Arc::clone(&name),
                     };
@@ -381,6 +391,7 @@ impl LbsGateway for LocationServices {
         Ok(Response::new(AnswerSummary {
             delivered: tally.delivered.load(Ordering::Relaxed),
             undeliverable: tally.undeliverable.load(Ordering::Relaxed),
+            acknowledged: tally.acknowledged.load(Ordering::Relaxed),
         }))
     }
 }

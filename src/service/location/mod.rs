@@ -5,8 +5,10 @@
 //! them to the actor over a bounded channel (backpressure, not growth). The actor stamps arrival time on
 //! tokio's clock, feeds the engine, and routes outcomes: `Cloaked`/`Expired`/`Rejected` to the client,
 //! `CloakedRequest` to the service's provider queue (bounded; it also buffers while no provider is
-//! subscribed, and when it is full the client gets `Undelivered`). Answers come back by pseudonym through a
-//! routing table whose entries live `answer_ttl_ms`.
+//! subscribed, and when it is full the client gets `Undelivered`). Providers acknowledge what their
+//! Subscribe stream takes within `provider_ack_ms` (see [`provider`]); a stream that does not is
+//! closed and its requests are handed to another provider or reported `Undelivered`. Answers come
+//! back by pseudonym through a routing table whose entries live `answer_ttl_ms`.
 //!
 //! Invariants: every accepted request gets exactly one of Cloaked, Expired or Rejected (at shutdown the
 //! still-pending ones get Rejected with UNAVAILABLE); providers never see a user id, k or exact point;
@@ -14,6 +16,7 @@
 mod broker;
 mod error;
 mod grpc;
+mod provider;
 mod rate;
 mod validate;
 
@@ -46,6 +49,7 @@ pub struct LocationServices {
     provider_streams: StreamLimit,
     provider_streams_per_principal: PrincipalStreamLimit,
     next_client: Arc<AtomicU64>,
+    next_provider: Arc<AtomicU64>,
     /// Largest request message (`server.max_message_bytes`).
     max_message_bytes: usize,
     stop: watch::Receiver<bool>,
@@ -78,6 +82,7 @@ impl LocationServices {
             commands,
             provider_receivers: Arc::new(receivers),
             next_client: Arc::new(AtomicU64::new(0)),
+            next_provider: Arc::new(AtomicU64::new(0)),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             stop: shutdown,
         }

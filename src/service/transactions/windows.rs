@@ -12,8 +12,9 @@
 //! the log, exactly as at a restart, so it never acts on anything that is not durable.
 //!
 //! # Releaser
-//! Per stream, windows are released strictly in id order: anonymize (blocking thread), write the
-//! outcome atomically ([`ReleasedWindows`]), then advance the stream's `released_upto` watch, which
+//! Per stream, windows are released strictly in id order: anonymize (on one of the
+//! `transactions.release_workers` places of a pool shared by every stream, so many streams never mean
+//! many threads; a releaser is a task), write the outcome atomically ([`ReleasedWindows`]), then advance the stream's `released_upto` watch, which
 //! subscribers follow. A window already having an outcome on disk is skipped (it can be queued twice
 //! after a replay). A failed write is retried with backoff; nothing is released before it is durable.
 //!
@@ -28,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::release::release_window;
@@ -174,6 +175,7 @@ impl WindowManager {
         }
         let streams = Arc::new(Mutex::new(HashMap::new()));
         let (appends, commands) = mpsc::channel(WRITER_QUEUE);
+        let config_workers = config.release_workers.max(1);
         let mut writer = Writer {
             config,
             data_dir: PathBuf::new(),
@@ -181,6 +183,7 @@ impl WindowManager {
             state: HashMap::new(),
             handles: streams.clone(),
             windows: windows.clone(),
+            release_workers: Arc::new(Semaphore::new(config_workers)),
         };
         writer.data_dir = writer.config.data_dir.clone();
         writer.replay(entries)?;
@@ -285,6 +288,8 @@ struct Writer {
     state: HashMap<String, StreamState>,
     handles: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
     windows: ReleasedWindows,
+    /// The anonymization pool every releaser shares (`transactions.release_workers`).
+    release_workers: Arc<Semaphore>,
 }
 
 impl Writer {
@@ -309,6 +314,7 @@ impl Writer {
                         });
                         tokio::spawn(run_releaser(
                             name.to_string(),
+                            Arc::clone(&self.release_workers),
                             self.windows.clone(),
                             handle.released_upto.clone(),
                             closed,
@@ -627,6 +633,7 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 /// Releases the closed windows of `stream` in order (see the module doc).
 async fn run_releaser(
     stream: String,
+    workers: Arc<Semaphore>,
     windows: ReleasedWindows,
     released_upto: watch::Sender<u64>,
     mut closed: mpsc::UnboundedReceiver<ClosedWindow>,
@@ -643,6 +650,10 @@ async fn run_releaser(
         if window_id > next {
             tracing::error!(%stream, window_id, expected = next, "window closed out of order");
         }
+        // One place of the pool for the anonymization and the write of its outcome.
+        let Ok(_worker) = workers.acquire().await else {
+            return;
+        };
         let outcome = match tokio::task::spawn_blocking(move || {
             release_window(&window.close, &window.records)
         })

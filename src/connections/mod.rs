@@ -3,10 +3,15 @@
 //! cannot use up the daemon's file descriptors), and a handshake deadline: a connection must send its
 //! first 24 bytes (the HTTP/2 client preface, or a TLS client hello) within
 //! `server.handshake_timeout_ms` or it is closed. Accept errors (such as running out of file
-//! descriptors) are logged and retried after a pause instead of spinning.
+//! descriptors) are logged and retried after a pause instead of spinning. A connection without an
+//! open stream for `server.idle_connection_timeout_ms` is closed ([`idle`]).
 //!
 //! Invariant: every connection handed to the server holds one place of the connection limit until it
 //! is dropped (closed).
+mod idle;
+
+pub use idle::{Connections, StreamTrackingLayer};
+
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -29,6 +34,7 @@ const HANDSHAKE_POLL: Duration = Duration::from_millis(5);
 #[derive(Debug)]
 pub struct LimitedConnection {
     stream: TcpStream,
+    idle: idle::IdleTimer,
     _place: OwnedSemaphorePermit,
 }
 
@@ -46,6 +52,13 @@ impl AsyncRead for LimitedConnection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if self.idle.poll_idle(cx) {
+            tracing::debug!(
+                "closing a connection without open streams (server.idle_connection_timeout_ms)"
+            );
+            // End of stream: HTTP/2 closes the connection.
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
@@ -92,13 +105,27 @@ async fn sent_handshake(stream: &TcpStream) -> bool {
     }
 }
 
-/// Accepts connections on `listener` until `stop` turns true, yielding those within the limits.
+/// The limits and timeouts [`accept`] applies.
+#[derive(Debug, Clone)]
+pub struct AcceptLimits {
+    pub max_connections: usize,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// Accepts connections on `listener` until `stop` turns true, yielding those within the limits and
+/// registering each in `connections` (for the idle timeout).
 pub fn accept(
     listener: TcpListener,
-    max_connections: usize,
-    handshake_timeout: Duration,
+    limits: AcceptLimits,
+    connections: Arc<Connections>,
     mut stop: watch::Receiver<bool>,
 ) -> ReceiverStream<std::io::Result<LimitedConnection>> {
+    let AcceptLimits {
+        max_connections,
+        handshake_timeout,
+        idle_timeout,
+    } = limits;
     let (ready, incoming) = mpsc::channel(1024);
     let places = Arc::new(Semaphore::new(max_connections));
     tokio::spawn(async move {
@@ -107,8 +134,8 @@ pub fn accept(
                 accepted = listener.accept() => accepted,
                 _ = stop.wait_for(|stop| *stop) => return,
             };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(err) => {
                     tracing::warn!(%err, "accepting a connection failed; retrying");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -124,11 +151,13 @@ pub fn accept(
             };
             let _ = stream.set_nodelay(true);
             let ready = ready.clone();
+            let connections = Arc::clone(&connections);
             tokio::spawn(async move {
                 match tokio::time::timeout(handshake_timeout, sent_handshake(&stream)).await {
                     Ok(true) => {
                         let connection = LimitedConnection {
                             stream,
+                            idle: connections.register(peer, idle_timeout),
                             _place: place,
                         };
                         let _ = ready.send(Ok(connection)).await;

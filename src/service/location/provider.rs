@@ -1,0 +1,181 @@
+//! One provider's Subscribe stream: takes cloaked requests off its service's shared queue while it
+//! holds fewer than `location.provider_window` unacknowledged ones, tells the broker which stream took
+//! each request (so the broker can wait for its acknowledgement, `location.provider_ack_ms`), and ends
+//! with the status the broker sends when it closes the stream (a provider that stopped acknowledging).
+//!
+//! Invariants: the broker hears of a stream (`ProviderOpen`) before any request it takes
+//! (`Delivered`), and of its end (`ProviderGone`, sent when the stream is dropped) after all of them,
+//! so every request a stream took is either acknowledged or handed on by the broker. The window count
+//! is raised here when a request is taken and lowered only by the broker (acknowledgement, answer, or
+//! the request handed on), so a stream that never acknowledges takes at most the window.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::Stream;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tonic::Status;
+
+use crate::location::Pseudonym;
+use crate::proto::CloakedRequest;
+
+use super::broker::Command;
+
+/// Identifies one Subscribe stream for the broker's lifetime.
+pub(super) type ProviderId = u64;
+
+/// The unacknowledged requests of one Subscribe stream, shared by the stream and the broker.
+#[derive(Debug, Default)]
+pub(super) struct ProviderWindow {
+    unacknowledged: AtomicUsize,
+    room: Notify,
+}
+
+impl ProviderWindow {
+    /// The stream took a request.
+    fn take(&self) {
+        self.unacknowledged.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The broker no longer waits for the acknowledgement of one request of this stream.
+    pub(super) fn release(&self) {
+        let _ = self
+            .unacknowledged
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        self.room.notify_one();
+    }
+
+    /// Waits until fewer than `limit` requests are unacknowledged.
+    async fn room(&self, limit: usize) {
+        loop {
+            let acknowledged = self.room.notified();
+            if self.unacknowledged.load(Ordering::Acquire) < limit {
+                return;
+            }
+            acknowledged.await;
+        }
+    }
+}
+
+/// Tells the broker the stream ended when it is dropped (the provider went away, or the stream was
+/// closed), so the requests it has not acknowledged are handed on.
+struct ProviderGuard {
+    provider: ProviderId,
+    commands: mpsc::Sender<Command>,
+}
+
+impl Drop for ProviderGuard {
+    fn drop(&mut self) {
+        let gone = Command::ProviderGone {
+            provider: self.provider,
+        };
+        if let Err(mpsc::error::TrySendError::Full(gone)) = self.commands.try_send(gone)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let commands = self.commands.clone();
+            runtime.spawn(async move {
+                let _ = commands.send(gone).await;
+            });
+        }
+    }
+}
+
+/// What a provider stream needs besides its queue.
+pub(super) struct ProviderStream {
+    pub(super) provider: ProviderId,
+    pub(super) principal: Arc<str>,
+    pub(super) window: Arc<ProviderWindow>,
+    pub(super) window_limit: usize,
+    /// The status the broker closes the stream with.
+    pub(super) close: oneshot::Receiver<Status>,
+    pub(super) commands: mpsc::Sender<Command>,
+}
+
+struct State {
+    stream: ProviderStream,
+    queue: async_channel::Receiver<CloakedRequest>,
+    _guard: ProviderGuard,
+    ended: bool,
+}
+
+impl ProviderStream {
+    /// The response stream of Subscribe over the service's `queue`.
+    pub(super) fn into_stream(
+        self,
+        queue: async_channel::Receiver<CloakedRequest>,
+    ) -> impl Stream<Item = Result<CloakedRequest, Status>> + Send + 'static {
+        let guard = ProviderGuard {
+            provider: self.provider,
+            commands: self.commands.clone(),
+        };
+        let state = State {
+            stream: self,
+            queue,
+            _guard: guard,
+            ended: false,
+        };
+        futures::stream::unfold(state, |mut state| async move {
+            if state.ended {
+                return None;
+            }
+            let s = &mut state.stream;
+            // Wait for room in the window, then for a request; the broker may close the stream meanwhile.
+            let taken = tokio::select! {
+                biased;
+                closed = &mut s.close => Err(closed.ok()),
+                taken = async {
+                    s.window.room(s.window_limit).await;
+                    state.queue.recv().await
+                } => Ok(taken),
+            };
+            let cloaked = match taken {
+                Ok(Ok(cloaked)) => cloaked,
+                // The broker shut down (its queues are gone).
+                Ok(Err(_)) => return None,
+                Err(Some(status)) => {
+                    state.ended = true;
+                    return Some((Err(status), state));
+                }
+                Err(None) => return None,
+            };
+            s.window.take();
+            if let Ok(pseudonym) = cloaked.pseudonym.parse::<Pseudonym>() {
+                let _ = s
+                    .commands
+                    .send(Command::Delivered {
+                        pseudonym,
+                        principal: Arc::clone(&s.principal),
+                        provider: s.provider,
+                    })
+                    .await;
+            }
+            Some((Ok(cloaked), state))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_window_waits_for_an_acknowledgement() {
+        let window = Arc::new(ProviderWindow::default());
+        window.take();
+        window.take();
+        let waiting = {
+            let window = Arc::clone(&window);
+            tokio::spawn(async move { window.room(2).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        window.release();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("room after a release")
+            .unwrap();
+        // A release with nothing outstanding never wraps around.
+        window.release();
+        window.release();
+        assert_eq!(window.unacknowledged.load(Ordering::Acquire), 0);
+    }
+}
