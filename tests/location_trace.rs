@@ -1,5 +1,5 @@
 //! A realistic workload through the real daemon: a slice of the Oldenburg trace (Brinkhoff's generator)
-//! replayed by many client streams, with a provider answering. An independent checker verifies every
+//! replayed by many client streams, with a provider acknowledging each request and answering. An independent checker verifies every
 //! outcome from what the clients and the provider saw: each cloaked request shares its box and interval
 //! with >= k requests of >= k distinct users, the box contains its point and lies inside its constraint
 //! box, and every request gets exactly one outcome.
@@ -7,13 +7,16 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LocationRequest};
 use cloakd::workload::read_trace_file;
 use common::{MobileClient, TestDaemon, subscribe_provider};
 use rand::{Rng, SeedableRng};
+use tokio_stream::wrappers::ReceiverStream;
 
 const ROWS: usize = 6_000;
 const STREAMS: usize = 8;
@@ -32,6 +35,30 @@ async fn oldenburg_slice_is_cloaked_k_anonymously() {
     assert_eq!(points.len(), ROWS);
     let daemon = TestDaemon::start_default().await;
     let mut provider = subscribe_provider(daemon.channel().await, "poi").await;
+    // The provider acknowledges each request as it arrives (location.provider_ack_ms) and answers
+    // them all at the end.
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let (acks, ack_rx) = tokio::sync::mpsc::channel(1024);
+    let acknowledgements = {
+        let mut gateway = LbsGatewayClient::new(daemon.channel().await);
+        tokio::spawn(async move { gateway.answer(ReceiverStream::new(ack_rx)).await })
+    };
+    let receiver = {
+        let received = Arc::clone(&received);
+        tokio::spawn(async move {
+            while let Ok(Some(c)) = provider.message().await {
+                let ack = LbsAnswer {
+                    pseudonym: c.pseudonym.clone(),
+                    payload: vec![],
+                    ack: true,
+                };
+                received.lock().unwrap().push(c.pseudonym);
+                if acks.send(ack).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
 
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     let requests: Vec<LocationRequest> = points
@@ -170,23 +197,32 @@ async fn oldenburg_slice_is_cloaked_k_anonymously() {
     }
     assert!(cloaked > ROWS / 2, "only {cloaked} of {ROWS} cloaked");
 
-    // The provider got exactly the cloaked ones, and can answer them all.
-    let mut seen = 0;
-    let mut answers = Vec::new();
-    while seen < cloaked {
-        let c = tokio::time::timeout(Duration::from_secs(30), provider.message())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        answers.push(LbsAnswer {
-            pseudonym: c.pseudonym,
+    // The provider got exactly the cloaked ones, acknowledged them, and can answer them all.
+    let waiting = tokio::time::Instant::now();
+    while received.lock().unwrap().len() < cloaked {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(30),
+            "the provider received {} of {cloaked}",
+            received.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    receiver.abort();
+    let _ = receiver.await;
+    let acknowledged = acknowledgements.await.unwrap().unwrap().into_inner();
+    assert_eq!(acknowledged.acknowledged as usize, cloaked);
+    let answers: Vec<LbsAnswer> = received
+        .lock()
+        .unwrap()
+        .drain(..)
+        .map(|pseudonym| LbsAnswer {
+            pseudonym,
             payload: b"ok".to_vec(),
             ack: false,
-        });
-        seen += 1;
-    }
-    let summary = cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(daemon.channel().await)
+        })
+        .collect();
+    assert_eq!(answers.len(), cloaked);
+    let summary = LbsGatewayClient::new(daemon.channel().await)
         .answer(tokio_stream::iter(answers))
         .await
         .unwrap()

@@ -89,14 +89,24 @@ async fn counters_follow_a_location_and_transaction_workload() {
         }
     }
     assert_eq!((cloaked, expired, rejected), (12, 1, 4));
-    // Half-close and read to the end: the call ends with OK.
+    // Half-close and read to the end: no provider is subscribed, so each cloaked request gets
+    // Undelivered once answer_ttl_ms passes without an acknowledgement; then the call ends with OK.
     let MobileClient {
         requests,
         mut events,
     } = client;
     drop(requests);
-    let last = events.message().await.unwrap();
-    assert!(last.is_none(), "unexpected event {last:?}");
+    let mut undelivered = 0u64;
+    while let Some(event) = events.message().await.unwrap() {
+        match event.outcome {
+            Some(location_event::Outcome::Undelivered(u)) => {
+                assert!(u.reason.contains("location.answer_ttl_ms"), "{u:?}");
+                undelivered += 1;
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert_eq!(undelivered, cloaked);
 
     let m = eventually(&daemon, |m| {
         m.sum("cloakd_location_requests_total", &[]) == sent as f64
@@ -105,6 +115,13 @@ async fn counters_follow_a_location_and_transaction_workload() {
     assert_eq!(outcome("cloaked"), cloaked as f64);
     assert_eq!(outcome("expired"), expired as f64);
     assert_eq!(outcome("rejected"), rejected as f64);
+    assert_eq!(
+        m.sum(
+            "cloakd_location_undelivered_total",
+            &[("service", "poi"), ("reason", "expired")]
+        ),
+        cloaked as f64
+    );
     assert_eq!(
         m.sum(
             "cloakd_location_rejections_total",

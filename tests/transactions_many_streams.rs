@@ -63,7 +63,11 @@ async fn twenty_thousand_streams_release_on_a_bounded_pool() {
     assert_eq!(outcome.acks.len(), STREAMS, "every record is acknowledged");
     // Every stream's window is released: wait for the last streams, then sample the others.
     let channel = daemon.channel().await;
-    for i in (0..STREAMS).rev().step_by(STREAMS / 20).chain([STREAMS - 1, 0]) {
+    for i in (0..STREAMS)
+        .rev()
+        .step_by(STREAMS / 20)
+        .chain([STREAMS - 1, 0])
+    {
         let mut feed = subscribe(channel.clone(), &format!("shop-{i}"), 0)
             .await
             .unwrap();
