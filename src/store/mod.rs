@@ -69,6 +69,22 @@ impl StoreError {
     }
 }
 
+/// Runs blocking file work on tokio's blocking pool; a panic in it becomes an I/O error on `path`
+/// while `action`.
+pub(crate) async fn blocking<T: Send + 'static>(
+    path: &std::path::Path,
+    action: &'static str,
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::Io {
+            path: path.to_path_buf(),
+            action,
+            source: std::io::Error::other(e),
+        })?
+}
+
 /// Fsyncs a directory so that a rename or file creation inside it is durable.
 pub(crate) fn sync_dir(dir: &std::path::Path) -> Result<(), StoreError> {
     std::fs::File::open(dir)

@@ -161,20 +161,6 @@ impl ReleasedWindows {
     }
 }
 
-/// Runs blocking file work on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
-    root: &Path,
-    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| StoreError::Io {
-            path: root.to_path_buf(),
-            action: "running a window store task",
-            source: std::io::Error::other(e),
-        })?
-}
-
 #[async_trait]
 impl ReleaseStore for ReleasedWindows {
     async fn write_once(
@@ -184,7 +170,7 @@ impl ReleaseStore for ReleasedWindows {
         outcome: &WindowOutcome,
     ) -> Result<Stored, StoreError> {
         let (store, stream, outcome) = (self.clone(), stream.to_string(), outcome.clone());
-        blocking(&self.root, move || {
+        super::blocking(&self.root, "running a window store task", move || {
             store.write_blocking(&stream, window_id, &outcome)
         })
         .await
@@ -196,12 +182,18 @@ impl ReleaseStore for ReleasedWindows {
         window_id: u64,
     ) -> Result<Option<WindowOutcome>, StoreError> {
         let (store, stream) = (self.clone(), stream.to_string());
-        blocking(&self.root, move || store.read_blocking(&stream, window_id)).await
+        super::blocking(&self.root, "running a window store task", move || {
+            store.read_blocking(&stream, window_id)
+        })
+        .await
     }
 
     async fn next_unreleased(&self, stream: &str) -> Result<u64, StoreError> {
         let (store, stream) = (self.clone(), stream.to_string());
-        blocking(&self.root, move || store.next_unreleased_blocking(&stream)).await
+        super::blocking(&self.root, "running a window store task", move || {
+            store.next_unreleased_blocking(&stream)
+        })
+        .await
     }
 }
 

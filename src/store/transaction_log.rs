@@ -373,32 +373,21 @@ fn reopen(dir: &Path, state: &mut FileState) -> Result<Recovery, StoreError> {
     Ok(recovery)
 }
 
-/// Runs blocking file work on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
-    dir: &Path,
-    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| StoreError::Io {
-            path: dir.to_path_buf(),
-            action: "running a log task",
-            source: std::io::Error::other(e),
-        })?
-}
-
 #[async_trait]
 impl RecordLog for FileRecordLog {
     async fn append(&self, batch: Vec<LogEntry>) -> Result<Vec<EntryOutcome>, StoreError> {
         let log = self.clone();
-        blocking(&self.dir, move || log.append_blocking(&batch)).await
+        super::blocking(&self.dir, "running a log task", move || {
+            log.append_blocking(&batch)
+        })
+        .await
     }
 
     async fn windows_of(&self, records: &[(&str, &str)]) -> Result<Vec<Option<u64>>, StoreError> {
         if self.lock().log.is_none() {
             // After a failed append the index is rebuilt from the file first (invariant 3).
             let log = self.clone();
-            blocking(&self.dir, move || {
+            super::blocking(&self.dir, "running a log task", move || {
                 let mut state = log.lock();
                 if state.log.is_none() {
                     reopen(&log.dir, &mut state)?;
@@ -422,7 +411,10 @@ impl RecordLog for FileRecordLog {
 
     async fn replay(&self, from: LogPosition) -> Result<Replayed, StoreError> {
         let log = self.clone();
-        blocking(&self.dir, move || log.replay_blocking(from)).await
+        super::blocking(&self.dir, "running a log task", move || {
+            log.replay_blocking(from)
+        })
+        .await
     }
 }
 

@@ -94,17 +94,13 @@ impl WindowManager {
     /// Opens the file stores under `config.data_dir` and starts over them ([`Self::start_with`]).
     pub async fn start(config: TransactionsConfig) -> Result<WindowManager, StoreError> {
         let dir = config.data_dir.clone();
-        let (log, releases) = tokio::task::spawn_blocking(move || {
-            let releases = ReleasedWindows::open(&dir)?;
-            let (log, _recovery) = FileRecordLog::open(&dir)?;
-            Ok::<_, StoreError>((log, releases))
-        })
-        .await
-        .map_err(|e| StoreError::Io {
-            path: config.data_dir.clone(),
-            action: "opening the store",
-            source: std::io::Error::other(e),
-        })??;
+        let (log, releases) =
+            crate::store::blocking(&config.data_dir, "opening the store", move || {
+                let releases = ReleasedWindows::open(&dir)?;
+                let (log, _recovery) = FileRecordLog::open(&dir)?;
+                Ok((log, releases))
+            })
+            .await?;
         WindowManager::start_with(config, Arc::new(log), Arc::new(releases)).await
     }
 
