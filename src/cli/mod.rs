@@ -6,6 +6,7 @@ pub mod config;
 pub mod evaluate;
 pub mod frontier;
 pub mod simulate;
+pub mod soak;
 pub mod table;
 pub mod transactions;
 
@@ -55,6 +56,9 @@ pub enum Command {
     /// Replay a mobility trace against a running daemon as many clients plus an LBS provider, and
     /// report success rate, anonymity, resolution, throughput and latency.
     Simulate(simulate::SimulateArgs),
+    /// Hold many concurrent streams (Submit, Publish, ReleaseFeed, a provider) against a running
+    /// daemon for a while; report stream failures by code and the daemon's RSS and threads (--pid).
+    Soak(soak::SoakArgs),
     /// Batch table anonymization: `cloakd table anonymize JOB.toml --output OUT.csv`.
     Table(table::TableArgs),
     /// Batch anonymization of set-valued records (personalized rho-uncertainty).
@@ -114,6 +118,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Soak(args) => soak::run(args),
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
         Command::Config(args) => config::run(args),
