@@ -25,10 +25,16 @@
 //! When the daemon stops, Publish streams stop reading (every record already read is still
 //! acknowledged once durable) and end with UNAVAILABLE; subscriptions end with UNAVAILABLE naming the
 //! window to resume from. Windows already closed are still released by their releasers.
+//!
+//! # Reload
+//! The `[transactions]` section is a `watch` value a SIGHUP reload replaces
+//! ([`TransactionsReload`]): record limits apply from the next record, `max_unacked_per_publish`
+//! and `subscriber_queue` from the next stream, stream settings as [`windows`] describes.
 pub mod release;
 pub mod windows;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -128,7 +134,9 @@ impl From<TransactionsError> for Status {
 /// Both transaction services over one [`WindowManager`].
 #[derive(Debug, Clone)]
 pub struct TransactionServices {
-    config: TransactionsConfig,
+    /// The `[transactions]` section in force (replaced by a reload).
+    config: watch::Receiver<Arc<TransactionsConfig>>,
+    reconfigure: Arc<watch::Sender<Arc<TransactionsConfig>>>,
     manager: WindowManager,
     /// Largest request message (`server.max_message_bytes`).
     max_message_bytes: usize,
@@ -154,14 +162,28 @@ impl TransactionServices {
                 action: "locking the data directory",
                 source: std::io::Error::other(e),
             })??;
-        let manager = WindowManager::start(config.clone()).await?;
+        let (reconfigure, live) = watch::channel(Arc::new(config));
+        let manager = WindowManager::start(live.clone()).await?;
         Ok(TransactionServices {
-            config,
+            config: live,
+            reconfigure: Arc::new(reconfigure),
             manager,
             max_message_bytes: crate::service::DEFAULT_MAX_MESSAGE_BYTES,
             _lock: std::sync::Arc::new(lock),
             shutdown,
         })
+    }
+
+    /// What a reload hands the new configuration to (it holds neither the store nor its lock).
+    pub fn reload_target(&self) -> TransactionsReload {
+        TransactionsReload {
+            reconfigure: Arc::clone(&self.reconfigure),
+        }
+    }
+
+    /// The `[transactions]` section in force.
+    pub fn config(&self) -> Arc<TransactionsConfig> {
+        self.config.borrow().clone()
     }
 
     /// Sets the largest request message accepted (`server.max_message_bytes`).
@@ -176,6 +198,25 @@ impl TransactionServices {
 
     pub fn feed_server(&self) -> ReleaseFeedServer<TransactionServices> {
         ReleaseFeedServer::new(self.clone()).max_decoding_message_size(self.max_message_bytes)
+    }
+}
+
+/// Puts a reloaded `[transactions]` section in force. The caller checked that only reloadable keys
+/// changed (`data_dir` is restart-only).
+#[derive(Debug, Clone)]
+pub struct TransactionsReload {
+    reconfigure: Arc<watch::Sender<Arc<TransactionsConfig>>>,
+}
+
+impl TransactionsReload {
+    pub fn reconfigure(&self, config: TransactionsConfig) {
+        self.reconfigure.send_replace(Arc::new(config));
+    }
+}
+
+impl crate::reload::ReloadTarget for TransactionsReload {
+    fn apply(&self, config: &crate::config::Config) {
+        self.reconfigure(config.transactions.clone());
     }
 }
 
@@ -308,7 +349,7 @@ impl TransactionIngest for TransactionServices {
     ) -> Result<Response<AckStream>, Status> {
         let principal = crate::auth::Caller::of(&request)?;
         let mut inbound = request.into_inner();
-        let limit = self.config.max_unacked_per_publish;
+        let limit = self.config.borrow().max_unacked_per_publish;
         let (ack_tx, ack_rx) = mpsc::channel::<Result<PublishAck, Status>>(256);
         // One place beyond the limit is kept for the status that ends the stream.
         let (pending_tx, mut pending_rx) = mpsc::channel::<PendingAck>(limit.saturating_add(1));
@@ -343,7 +384,8 @@ impl TransactionIngest for TransactionServices {
                         return;
                     }
                 };
-                let checked = validate(&t, &config)
+                // The limits in force now (a reload applies from the next record).
+                let checked = validate(&t, &config.borrow())
                     .and_then(|()| principal.check_stream(&t.stream).map_err(Into::into));
                 if let Err(e) = checked {
                     windows::count_refused("invalid");
@@ -440,7 +482,8 @@ impl ReleaseFeed for TransactionServices {
             .ok_or_else(|| TransactionsError::UnknownStream(stream.clone()))?;
         let mut released = handle.released_upto.subscribe();
         let windows = self.manager.windows.clone();
-        let (tx, rx) = mpsc::channel(self.config.subscriber_queue);
+        let subscriber_queue = self.config.borrow().subscriber_queue;
+        let (tx, rx) = mpsc::channel(subscriber_queue);
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             let mut next = from_window;

@@ -20,6 +20,15 @@
 //! The releaser ends once its stream's handle is gone (the services and the writer stopped) and its
 //! queue is empty, so a graceful shutdown finishes the windows already closed.
 //!
+//! # Reload
+//! The writer follows the live `[transactions]` section. Limits apply from the next batch. A
+//! stream's settings (rho, m, mode, window sizes) apply to its open window at once, and the window is
+//! closed at once if it is already past its new size or age; in exact mode, if the open window's
+//! records would exceed `max_window_antecedents` under the new m, that window keeps its settings
+//! until it closes (logged) and the next one takes the new ones. A window already closed keeps the
+//! parameters it was closed with (they are in its close marker). A stream section added by a reload
+//! creates its stream.
+//!
 //! # Recovery
 //! [`WindowManager::start`] replays the log: rebuilds the record-id index, the open windows (their
 //! timers restart) and queues every window closed in the log without an outcome on disk.
@@ -150,7 +159,10 @@ pub struct WindowManager {
 impl WindowManager {
     /// Opens the store under `config.data_dir`, replays it and starts the writer and the releasers.
     /// Must run inside a tokio runtime.
-    pub async fn start(config: TransactionsConfig) -> Result<WindowManager, StoreError> {
+    pub async fn start(
+        live: watch::Receiver<Arc<TransactionsConfig>>,
+    ) -> Result<WindowManager, StoreError> {
+        let config = TransactionsConfig::clone(&live.borrow());
         let dir = config.data_dir.clone();
         let opened = tokio::task::spawn_blocking(move || {
             let windows = ReleasedWindows::open(&dir)?;
@@ -176,6 +188,7 @@ impl WindowManager {
         let (appends, commands) = mpsc::channel(WRITER_QUEUE);
         let mut writer = Writer {
             config,
+            live,
             data_dir: PathBuf::new(),
             log: Some(log),
             state: HashMap::new(),
@@ -223,6 +236,8 @@ struct StreamState {
     released_at_open: u64,
     handle: Arc<StreamHandle>,
     metrics: StreamMetrics,
+    /// Reloaded settings waiting for the open window to close (it would exceed the budget).
+    deferred: Option<StreamSettings>,
 }
 
 impl StreamState {
@@ -254,6 +269,9 @@ impl StreamState {
             params: self.stored_params(),
         };
         self.closed_pending.insert(self.open_window, records.len());
+        if let Some(next) = self.deferred.take() {
+            self.settings = next;
+        }
         self.open_window += 1;
         self.opened_at = None;
         self.open_antecedents = 0;
@@ -268,6 +286,37 @@ impl StreamState {
         self.opened_at.map(|t| t + self.settings.window)
     }
 
+    /// Takes reloaded settings (see the module doc): at once, or when the open window closes if
+    /// its records would not fit `budget` under them.
+    fn reconfigure(&mut self, stream: &str, next: StreamSettings, budget: u64) {
+        if next == self.settings {
+            self.deferred = None;
+            return;
+        }
+        let cost = match next.mode {
+            RhoMode::Exact => self.open_records.iter().fold(0u64, |sum, record| {
+                sum.saturating_add(crate::transactions::antecedent_count(
+                    record.items.len(),
+                    next.m,
+                ))
+            }),
+            RhoMode::Sampled { .. } => 0,
+        };
+        if cost > budget {
+            tracing::warn!(
+                %stream,
+                window_id = self.open_window,
+                antecedents = cost,
+                "the open window keeps its settings until it closes: its records exceed transactions.max_window_antecedents under the reloaded m"
+            );
+            self.deferred = Some(next);
+            return;
+        }
+        self.settings = next;
+        self.open_antecedents = cost;
+        self.deferred = None;
+    }
+
     /// What a record of `items` items costs the open window in exact mode.
     fn antecedents(&self, items: usize) -> u64 {
         match self.settings.mode {
@@ -279,6 +328,8 @@ impl StreamState {
 
 struct Writer {
     config: TransactionsConfig,
+    /// The live section; a change is taken by [`Writer::reconfigure`].
+    live: watch::Receiver<Arc<TransactionsConfig>>,
     data_dir: PathBuf,
     /// `None` while an append is in flight on a blocking thread, or after a failed replay.
     log: Option<TransactionLog>,
@@ -331,6 +382,7 @@ impl Writer {
                     released_at_open: released,
                     handle,
                     metrics,
+                    deferred: None,
                 },
             );
         }
@@ -414,6 +466,28 @@ impl Writer {
         Ok(())
     }
 
+    /// Takes the reloaded section; the `process` that follows closes windows already past their
+    /// new size or age.
+    fn reconfigure(&mut self) {
+        self.config = TransactionsConfig::clone(&self.live.borrow_and_update());
+        let budget = self.config.max_window_antecedents;
+        for (name, st) in self.state.iter_mut() {
+            st.reconfigure(name, self.config.settings_for(name).clone(), budget);
+        }
+        let added: Vec<String> = self
+            .config
+            .streams
+            .keys()
+            .filter(|name| !self.state.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in added {
+            if let Err(e) = self.stream_state(&name) {
+                tracing::error!(stream = %name, error = %e, "cannot create the reloaded stream");
+            }
+        }
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         self.state.values().filter_map(StreamState::deadline).min()
     }
@@ -428,6 +502,7 @@ impl Writer {
                     None => break,
                 },
                 () = sleep_until_opt(deadline) => {}
+                Ok(()) = self.live.changed() => self.reconfigure(),
             }
             while batch.len() < MAX_BATCH {
                 match commands.try_recv() {
@@ -540,7 +615,9 @@ impl Writer {
         }
         let now = Instant::now();
         for (name, st) in self.state.iter_mut() {
-            if st.deadline().is_some_and(|d| d <= now) && !st.open_records.is_empty() {
+            let due = st.deadline().is_some_and(|d| d <= now)
+                || st.open_records.len() >= st.settings.window_records;
+            if due && !st.open_records.is_empty() {
                 let window = st.close_window(name);
                 entries.push(LogEntry::Close(window.close.clone()));
                 closed.push(window);
@@ -707,6 +784,64 @@ mod tests {
         config
     }
 
+    async fn start(config: TransactionsConfig) -> WindowManager {
+        WindowManager::start(watch::channel(Arc::new(config)).1)
+            .await
+            .unwrap()
+    }
+
+    fn closed_params(dir: &std::path::Path) -> Vec<(u64, u64, StoredParams)> {
+        let (_, entries, _) = TransactionLog::open(dir).unwrap();
+        entries
+            .into_iter()
+            .filter_map(|e| match e {
+                LogEntry::Close(c) => Some((c.window_id, c.records, c.params)),
+                LogEntry::Record(_) => None,
+            })
+            .collect()
+    }
+
+    /// A reload applies to the open window (closing it at once when it is past its new size) and
+    /// to later ones; a closed window keeps the parameters it was closed with.
+    #[tokio::test]
+    async fn a_reload_applies_to_the_open_window_and_later_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path());
+        cfg.defaults.window_records = 3;
+        let (reload, live) = watch::channel(Arc::new(cfg.clone()));
+        let manager = WindowManager::start(live).await.unwrap();
+        for id in ["a", "b", "c", "d", "e"] {
+            append(&manager, id).await.unwrap();
+        }
+        let mut released = manager.stream("s").unwrap().released_upto.subscribe();
+        released.wait_for(|&upto| upto >= 1).await.unwrap();
+        // Window 1 holds d and e; at most 2 records from now on, and rho 0.3.
+        cfg.defaults.window_records = 2;
+        cfg.defaults.rho = 0.3;
+        reload.send_replace(Arc::new(cfg.clone()));
+        released.wait_for(|&upto| upto >= 2).await.unwrap();
+        for id in ["f", "g"] {
+            assert_eq!(append(&manager, id).await.unwrap().window_id, 2);
+        }
+        released.wait_for(|&upto| upto >= 3).await.unwrap();
+        let closed: Vec<(u64, u64, f64)> = closed_params(dir.path())
+            .into_iter()
+            .map(|(window, records, params)| (window, records, params.rho))
+            .collect();
+        assert_eq!(closed, [(0, 3, 0.5), (1, 2, 0.3), (2, 2, 0.3)]);
+        // A stream section added by a reload creates its stream.
+        assert!(manager.stream("clicks").is_none());
+        let mut clicks = cfg.defaults.clone();
+        clicks.rho = 0.2;
+        cfg.streams.insert("clicks".into(), clicks);
+        reload.send_replace(Arc::new(cfg));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while manager.stream("clicks").is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "stream not created");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     async fn append(manager: &WindowManager, id: &str) -> Result<Appended, AppendError> {
         let (reply, receive) = oneshot::channel();
         let command = Append {
@@ -735,7 +870,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_append_acknowledges_nothing_and_the_writer_recovers() {
         let dir = tempfile::tempdir().unwrap();
-        let manager = WindowManager::start(config(dir.path())).await.unwrap();
+        let manager = start(config(dir.path())).await;
         let fresh = Appended {
             window_id: 0,
             duplicate: false,
@@ -765,7 +900,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config(dir.path());
         cfg.defaults.window_records = 2;
-        let manager = WindowManager::start(cfg).await.unwrap();
+        let manager = start(cfg).await;
         let mut released = {
             append(&manager, "a").await.unwrap();
             manager.stream("s").unwrap().released_upto.subscribe()
