@@ -22,9 +22,7 @@ use crate::proto::location_broker_client::LocationBrokerClient;
 use crate::proto::location_event::Outcome;
 use crate::proto::release_feed_client::ReleaseFeedClient;
 use crate::proto::transaction_ingest_client::TransactionIngestClient;
-use crate::proto::{
-    LbsAnswer, LbsSubscription, LocationRequest, ReleaseSubscription, Transaction,
-};
+use crate::proto::{LbsAnswer, LbsSubscription, LocationRequest, ReleaseSubscription, Transaction};
 
 #[derive(Debug, clap::Args)]
 pub struct SoakArgs {
@@ -125,7 +123,14 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
         let channel = channels[i % channels.len()].clone();
         let (tally, stop) = (Arc::clone(&tally), stop.clone());
         if i < submitters {
-            tasks.spawn(submitter(channel, i, args.service.clone(), interval, tally, stop));
+            tasks.spawn(submitter(
+                channel,
+                i,
+                args.service.clone(),
+                interval,
+                tally,
+                stop,
+            ));
         } else if i < submitters + publishers {
             tasks.spawn(publisher(channel, i, interval, tally, stop));
         } else {
@@ -145,7 +150,7 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
             rss.push(kib);
             threads.push(n);
         }
-        if start.elapsed().as_secs() % 10 == 0 {
+        if start.elapsed().as_secs().is_multiple_of(10) {
             println!(
                 "  {:>3} s: sent {}, cloaked {}, replies {}, acks {}{}",
                 start.elapsed().as_secs(),

@@ -43,6 +43,7 @@ use crate::telemetry::catalog;
 
 use super::error::LocationError;
 use super::provider::{ProviderId, ProviderWindow};
+use super::providers::{ProviderQueue, ProviderQueues};
 use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
@@ -267,7 +268,9 @@ enum HandOver {
 
 /// The actor that owns the engine and every routing table.
 pub(super) struct Broker {
+    /// The `[location]` section in force, refreshed from `live` before each batch of commands.
     cfg: Arc<LocationConfig>,
+    live: watch::Receiver<Arc<LocationConfig>>,
     clock: BrokerClock,
     engine: Engine,
     /// Latest positions and reciprocal anonymity sets of the PRESENCE model.
@@ -281,7 +284,9 @@ pub(super) struct Broker {
     pending: HashMap<RequestId, PendingEntry>,
     pending_keys: HashSet<(UserKey, u64)>,
     clients: HashMap<ClientId, ClientState>,
-    provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
+    /// The broker's copy of the provider queues (by service index; grows on reload).
+    provider_queues: Vec<ProviderQueue>,
+    all_provider_queues: Arc<ProviderQueues>,
     routes: HashMap<Pseudonym, Route>,
     route_expiry: VecDeque<(i64, Pseudonym)>,
     providers: HashMap<ProviderId, ProviderState>,
@@ -304,17 +309,35 @@ struct BrokerMetrics {
     rejected: metrics::Counter,
     withdrawn: metrics::Counter,
     pending: metrics::Gauge,
-    group_size: metrics::Histogram,
-    relative_anonymity: metrics::Histogram,
+    /// Group size and relative anonymity by model: CliqueCloak groups ...
+    requests: ModelMetrics,
+    /// ... and PRESENCE anonymity sets.
+    presence: ModelMetrics,
     overhead: metrics::Histogram,
-    provider_queue_depth: Vec<metrics::Gauge>,
     answers_delivered: metrics::Counter,
     answers_undeliverable: metrics::Counter,
-    rehanded: Vec<metrics::Counter>,
+}
+
+/// `cloakd_location_group_size` and `cloakd_location_relative_anonymity` of one cloaking model.
+struct ModelMetrics {
+    group_size: metrics::Histogram,
+    relative_anonymity: metrics::Histogram,
+}
+
+impl ModelMetrics {
+    fn new(model: &'static str) -> ModelMetrics {
+        ModelMetrics {
+            group_size: metrics::histogram!(catalog::LOCATION_GROUP_SIZE, "model" => model),
+            relative_anonymity: metrics::histogram!(
+                catalog::LOCATION_RELATIVE_ANONYMITY,
+                "model" => model
+            ),
+        }
+    }
 }
 
 impl BrokerMetrics {
-    fn new(services: &[String]) -> BrokerMetrics {
+    fn new() -> BrokerMetrics {
         let requests = |outcome: &'static str| metrics::counter!(catalog::LOCATION_REQUESTS, "outcome" => outcome);
         let answers =
             |result: &'static str| metrics::counter!(catalog::LBS_ANSWERS, "result" => result);
@@ -324,33 +347,24 @@ impl BrokerMetrics {
             rejected: requests("rejected"),
             withdrawn: requests("withdrawn"),
             pending: metrics::gauge!(catalog::LOCATION_PENDING),
-            group_size: metrics::histogram!(catalog::LOCATION_GROUP_SIZE),
-            relative_anonymity: metrics::histogram!(catalog::LOCATION_RELATIVE_ANONYMITY),
+            requests: ModelMetrics::new("requests"),
+            presence: ModelMetrics::new("presence"),
             overhead: metrics::histogram!(catalog::LOCATION_BROKER_OVERHEAD),
-            provider_queue_depth: services
-                .iter()
-                .map(|service| {
-                    metrics::gauge!(catalog::LOCATION_PROVIDER_QUEUE_DEPTH, "service" => service.clone())
-                })
-                .collect(),
             answers_delivered: answers("delivered"),
             answers_undeliverable: answers("undeliverable"),
-            rehanded: services
-                .iter()
-                .map(|service| {
-                    metrics::counter!(catalog::LOCATION_REHANDED, "service" => service.clone())
-                })
-                .collect(),
         }
     }
 }
 
 impl Broker {
     pub(super) fn new(
-        cfg: Arc<LocationConfig>,
+        live: watch::Receiver<Arc<LocationConfig>>,
         seed: u64,
-        provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
+        all_provider_queues: Arc<ProviderQueues>,
     ) -> Broker {
+        let cfg = live.borrow().clone();
+        let mut provider_queues = Vec::new();
+        all_provider_queues.extend(&mut provider_queues);
         Broker {
             engine: Engine::new(cfg.search, seed).with_sessions(cfg.sessions),
             presence: PresenceEngine::new(
@@ -365,6 +379,7 @@ impl Broker {
             pending_keys: HashSet::new(),
             clients: HashMap::new(),
             provider_queues,
+            all_provider_queues,
             routes: HashMap::new(),
             route_expiry: VecDeque::new(),
             providers: HashMap::new(),
@@ -376,8 +391,9 @@ impl Broker {
             next_delayed: 0,
             // Its own stream from the broker's seed, so jitter does not shift the engine's draws.
             jitter_rng: ChaCha20Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908),
-            metrics: BrokerMetrics::new(&cfg.services),
+            metrics: BrokerMetrics::new(),
             cfg,
+            live,
         }
     }
 
@@ -684,12 +700,16 @@ impl Broker {
     fn forward(&mut self, group: CloakedGroup) {
         let cloaking_box = to_proto_box(&group.cloaking_box);
         let group_size = u32::try_from(group.members.len()).unwrap_or(u32::MAX);
-        self.metrics.group_size.record(f64::from(group_size));
+        self.metrics
+            .requests
+            .group_size
+            .record(f64::from(group_size));
         for (id, pseudonym) in group.members {
             let Some(entry) = self.take_pending(id) else {
                 continue;
             };
             self.metrics
+                .requests
                 .relative_anonymity
                 .record(f64::from(group_size) / f64::from(entry.k.max(1)));
             self.deliver(
@@ -728,7 +748,7 @@ impl Broker {
             t_start_ms: cloaked.t_start_ms,
             t_end_ms: cloaked.t_end_ms,
             payload,
-            service: self.cfg.services[service].clone(),
+            service: self.provider_queues[service].service.clone(),
         };
         self.send(
             client,
@@ -737,7 +757,10 @@ impl Broker {
                 outcome: Some(location_event::Outcome::Cloaked(cloaked)),
             },
         );
-        match self.provider_queues[service].try_send(forwarded.clone()) {
+        match self.provider_queues[service]
+            .sender
+            .try_send(forwarded.clone())
+        {
             Ok(()) => {
                 self.routes.insert(
                     pseudonym,
@@ -774,7 +797,7 @@ impl Broker {
                 "queue_full",
                 format!(
                     "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
-                    self.cfg.services[service], self.cfg.provider_queue
+                    self.provider_queues[service].service, self.cfg.provider_queue
                 ),
             )
         } else {
@@ -793,7 +816,7 @@ impl Broker {
     ) {
         metrics::counter!(
             catalog::LOCATION_UNDELIVERED,
-            "service" => self.cfg.services[service].clone(),
+            "service" => self.provider_queues[service].service.clone(),
             "reason" => label,
         )
         .increment(1);
@@ -883,7 +906,7 @@ impl Broker {
         if let HandOver::Stalled = why {
             tracing::warn!(
                 provider,
-                service = %self.cfg.services[state.service],
+                service = %self.provider_queues[state.service].service,
                 unacknowledged = held,
                 limit_ms = self.cfg.provider_ack_ms,
                 "provider did not acknowledge a request in time; closing its stream (location.provider_ack_ms)"
@@ -916,9 +939,13 @@ impl Broker {
         let (client, request_no, service) = (route.client, route.request_no, route.service);
         let another = self.providers.values().any(|p| p.service == service);
         let refusal = if another {
-            match self.provider_queues[service].try_send(forwarded) {
+            match self.provider_queues[service].sender.try_send(forwarded) {
                 Ok(()) => {
-                    self.metrics.rehanded[service].increment(1);
+                    metrics::counter!(
+                        catalog::LOCATION_REHANDED,
+                        "service" => self.provider_queues[service].service.clone(),
+                    )
+                    .increment(1);
                     return;
                 }
                 Err(err) => self.queue_refusal(service, err.is_full()),
@@ -938,7 +965,7 @@ impl Broker {
                 "no_provider",
                 format!(
                     "{cause} and no other provider of service {:?} is subscribed",
-                    self.cfg.services[service]
+                    self.provider_queues[service].service
                 ),
             )
         };
@@ -966,6 +993,12 @@ impl Broker {
         match self.presence.cloak(&req, now) {
             Ok(PresenceOutcome::Cloaked(region)) => {
                 let group_size = u32::try_from(region.anonymity_set.len()).unwrap_or(u32::MAX);
+                // The anonymity set is the presence model's group.
+                let presence = &self.metrics.presence;
+                presence.group_size.record(f64::from(group_size));
+                presence
+                    .relative_anonymity
+                    .record(f64::from(group_size) / f64::from(request.k.max(1)));
                 self.deliver(
                     Delivery {
                         client,
@@ -1107,7 +1140,7 @@ impl Broker {
                 if route.unacknowledged.is_some() {
                     let reason = format!(
                         "no provider of service {:?} acknowledged it within {} ms (location.answer_ttl_ms)",
-                        self.cfg.services[route.service], self.cfg.answer_ttl_ms
+                        self.provider_queues[route.service].service, self.cfg.answer_ttl_ms
                     );
                     self.undelivered(
                         route.client,
@@ -1188,19 +1221,24 @@ impl Broker {
         }
         self.clients.clear();
         self.providers.clear();
-        self.provider_queues.clear();
+        self.all_provider_queues.close();
         self.record_gauges();
+    }
+
+    /// Takes a reloaded configuration, and the queues of services it added, before the commands
+    /// that may use them.
+    fn refresh_config(&mut self) {
+        if self.live.has_changed().unwrap_or(false) {
+            self.cfg = self.live.borrow_and_update().clone();
+        }
+        self.all_provider_queues.extend(&mut self.provider_queues);
     }
 
     /// Updates the pending and provider-queue gauges.
     fn record_gauges(&self) {
         self.metrics.pending.set(self.pending.len() as f64);
-        for (queue, gauge) in self
-            .provider_queues
-            .iter()
-            .zip(&self.metrics.provider_queue_depth)
-        {
-            gauge.set(queue.len() as f64);
+        for queue in &self.provider_queues {
+            queue.depth.set(queue.sender.len() as f64);
         }
     }
 
@@ -1234,6 +1272,7 @@ impl Broker {
                     if received == 0 {
                         break;
                     }
+                    self.refresh_config();
                     // Expire first so a request never joins a group after its deadline.
                     self.expire();
                     for command in batch.drain(..) {
