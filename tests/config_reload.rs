@@ -187,6 +187,14 @@ async fn sighup_applies_reloadable_keys_and_refuses_restart_only_ones() {
     for _ in 0..2 {
         assert_eq!(next_cloaked(&mut provider, 30).await.service, "weather");
     }
+    // The provider neither acknowledges nor answers: once answer_ttl_ms passes, each client is told.
+    for client in [&mut client, &mut other] {
+        let event = client.next_event(30).await;
+        assert!(
+            matches!(event.outcome, Some(location_event::Outcome::Undelivered(_))),
+            "{event:?}"
+        );
+    }
     // Windows from now on: three records, rho 0.3; the window closed before keeps rho 0.5.
     publish(&daemon, &["r3", "r4", "r5"]).await;
     let windows = released(&daemon, 2).await;
