@@ -74,6 +74,11 @@ pub async fn serve(
         .build_v1alpha()
         .context("building the reflection service (v1alpha)")?;
 
+    // With [cluster] nats_url set, connect before serving anything: a replica that cannot reach
+    // NATS refuses to start instead of serving alone.
+    let cluster = crate::cluster::connect(&config.cluster)
+        .await
+        .context("connecting to the NATS cluster ([cluster])")?;
     let max_message_bytes = config.server.max_message_bytes;
     let location = LocationServices::start(config.location.clone(), stop_rx.clone())
         .with_max_message_bytes(max_message_bytes);
@@ -127,6 +132,7 @@ pub async fn serve(
     tracing::info!(
         %addr,
         tls = tls.is_some(),
+        cluster = cluster.as_ref().map(|c| c.node_id.as_str()),
         auth_required = config.auth.required,
         "cloakd listening"
     );
