@@ -28,7 +28,9 @@ pub enum ClusterError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("the NATS server is version {version}; cloakd needs at least 2.10 (older servers may accept two concurrent compare-and-set updates of a replicated key-value bucket, nats-server#4320, which breaks leases)")]
+    #[error(
+        "the NATS server is version {version}; cloakd needs at least 2.10 (older servers may accept two concurrent compare-and-set updates of a replicated key-value bucket, nats-server#4320, which breaks leases)"
+    )]
     ServerTooOld { version: String },
     #[error("JetStream is not available on the NATS servers (start them with JetStream, -js): {0}")]
     JetStream(String),
