@@ -16,6 +16,9 @@ use cloakd::store::{LogPosition, RecordLog};
 use common::nats::NatsCluster;
 use store_support::{Opened, Stores, close, record};
 
+/// Upper bound on a failover (liveness, not timing).
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A deployment: a subject prefix on a shared server.
 struct JetStreamStores {
     nats: Arc<NatsCluster>,
@@ -36,8 +39,12 @@ impl JetStreamStores {
     }
 }
 
+/// Connects to the comma-separated servers of `url`.
 async fn connect(url: &str) -> async_nats::jetstream::Context {
-    let client = async_nats::connect(url).await.expect("nats-server answers");
+    let servers: Vec<async_nats::ServerAddr> = url.split(',').map(|u| u.parse().unwrap()).collect();
+    let client = async_nats::connect(servers)
+        .await
+        .expect("nats-server answers");
     async_nats::jetstream::new(client)
 }
 
@@ -87,12 +94,14 @@ async fn a_restarted_node_of_three_loses_nothing_acknowledged() {
         if i == 30 {
             nats.restart(1).await;
         }
-        let batch = vec![
-            record("s", i, &format!("r{i}"), &["x"]),
-            close("s", i, 1),
-        ];
-        // With one node of three down the quorum stands: every append must succeed.
-        log.append(batch.clone()).await.unwrap();
+        let batch = vec![record("s", i, &format!("r{i}"), &["x"]), close("s", i, 1)];
+        // While the stream's leader moves an append may fail (nothing acknowledged); the producer
+        // publishes again, and ids keep a retry from storing anything twice.
+        let started = std::time::Instant::now();
+        while let Err(e) = log.append(batch.clone()).await {
+            assert!(started.elapsed() < PATIENCE, "appends fail for good: {e}");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
         acknowledged.extend(batch);
     }
     // Read back through the restarted node alone.

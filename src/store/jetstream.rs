@@ -61,7 +61,10 @@ pub struct Layout {
 
 impl Layout {
     fn stream_name(&self, kind: &str) -> String {
-        format!("{}_{kind}", self.prefix.to_ascii_uppercase().replace('.', "_"))
+        format!(
+            "{}_{kind}",
+            self.prefix.to_ascii_uppercase().replace('.', "_")
+        )
     }
 
     fn record_subject(&self, stream: &str, record_id: &str) -> String {
@@ -357,7 +360,11 @@ impl ReleaseStore for JetStreamReleases {
         }
     }
 
-    async fn read(&self, stream: &str, window_id: u64) -> Result<Option<WindowOutcome>, StoreError> {
+    async fn read(
+        &self,
+        stream: &str,
+        window_id: u64,
+    ) -> Result<Option<WindowOutcome>, StoreError> {
         use async_nats::jetstream::stream::LastRawMessageErrorKind;
         let subject = self.layout.release_subject(stream, window_id);
         let message = match self.stream.get_last_raw_message_by_subject(&subject).await {

@@ -17,7 +17,7 @@
 //!    appending again.
 //! 3. **Idempotent by id.** A `Record` whose (stream, record id) is already in the log is not
 //!    appended again: its outcome is [`EntryOutcome::Duplicate`] with the window it was stored in.
-//!    Likewise a `Close` of a window already closed. This holds for every earlier entry, however
+//!    Likewise a `Close` of a window whose close is in the log. This holds for every earlier entry, however
 //!    long ago it was appended; [`RecordLog::windows_of`] answers the same question without
 //!    appending.
 //! 4. **Replay in order.** [`RecordLog::replay`] returns the durable entries in append order, from a

@@ -323,13 +323,13 @@ fn arb_step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// The model of a log: its entries, the window of every (stream, record id) and every stream's next
-/// window to close.
+/// The model of a log: its entries, the window of every (stream, record id) and every closed
+/// (stream, window).
 #[derive(Debug, Default)]
 struct Model {
     entries: Vec<LogEntry>,
     records: HashMap<(String, String), u64>,
-    next_to_close: HashMap<String, u64>,
+    closed: std::collections::HashSet<(String, u64)>,
 }
 
 impl Model {
@@ -348,13 +348,11 @@ impl Model {
                     EntryOutcome::Appended
                 }
                 LogEntry::Close(c) => {
-                    let next = self.next_to_close.entry(c.stream.clone()).or_default();
-                    if c.window_id < *next {
+                    if !self.closed.insert((c.stream.clone(), c.window_id)) {
                         return EntryOutcome::Duplicate {
                             window_id: c.window_id,
                         };
                     }
-                    *next = c.window_id + 1;
                     self.entries.push(entry.clone());
                     EntryOutcome::Appended
                 }
