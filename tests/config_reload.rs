@@ -7,13 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use cloakd::proto::release_feed_client::ReleaseFeedClient;
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
-use cloakd::proto::{
-    LocationEvent, ReleaseSubscription, ReleasedWindow, Transaction, location_event,
-};
+use cloakd::proto::{LocationEvent, Transaction, location_event};
 use common::process::DaemonProcess;
-use common::{MobileClient, next_cloaked, request_at, subscribe_provider};
+use common::{MobileClient, next_cloaked, released_windows, request_at, subscribe_provider};
 
 const CONFIG: &str = r#"
 [location]
@@ -109,28 +106,6 @@ async fn publish(daemon: &DaemonProcess, ids: &[&str]) {
     assert_eq!(acked, ids.len());
 }
 
-async fn released(daemon: &DaemonProcess, count: usize) -> Vec<ReleasedWindow> {
-    let mut feed = ReleaseFeedClient::new(daemon.channel().await);
-    let mut windows = feed
-        .subscribe(ReleaseSubscription {
-            stream: "orders".into(),
-            from_window: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = Vec::new();
-    while out.len() < count {
-        let window = tokio::time::timeout(Duration::from_secs(30), windows.message())
-            .await
-            .expect("window released in time")
-            .unwrap()
-            .unwrap();
-        out.push(window);
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_applies_reloadable_keys_and_refuses_restart_only_ones() {
     let mut daemon = DaemonProcess::start(CONFIG);
@@ -197,7 +172,7 @@ async fn sighup_applies_reloadable_keys_and_refuses_restart_only_ones() {
     }
     // Windows from now on: three records, rho 0.3; the window closed before keeps rho 0.5.
     publish(&daemon, &["r3", "r4", "r5"]).await;
-    let windows = released(&daemon, 2).await;
+    let windows = released_windows(daemon.channel().await, "orders", 2).await;
     let summary: Vec<(u64, usize, f64)> = windows
         .iter()
         .map(|w| (w.window_id, w.records.len(), w.report.as_ref().unwrap().rho))

@@ -5,11 +5,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use cloakd::proto::release_feed_client::ReleaseFeedClient;
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
-use cloakd::proto::{ReleaseSubscription, Transaction, location_event};
+use cloakd::proto::{Transaction, location_event};
 use common::process::{DaemonProcess, Metrics};
-use common::{MobileClient, request_at};
+use common::{MobileClient, released_windows, request_at};
 
 const CONFIG: &str = r#"
 [location]
@@ -186,26 +185,15 @@ async fn counters_follow_a_location_and_transaction_workload() {
         duplicates += usize::from(ack.duplicate);
     }
     assert_eq!((acked, duplicates), (13, 1));
-    let mut feed = ReleaseFeedClient::new(daemon.channel().await);
-    let mut windows = feed
-        .subscribe(ReleaseSubscription {
-            stream: "clicks".into(),
-            from_window: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
     let mut suppressed = 0;
-    for expected in 0..2 {
-        let window = tokio::time::timeout(Duration::from_secs(30), windows.message())
-            .await
-            .expect("window released in time")
-            .unwrap()
-            .unwrap();
-        assert_eq!(window.window_id, expected);
+    for (expected, window) in released_windows(daemon.channel().await, "clicks", 2)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(window.window_id, expected as u64);
         suppressed += window.report.unwrap().suppressed;
     }
-    drop(windows);
 
     let stream = [("stream", "clicks")];
     let m = eventually(&daemon, |m| {

@@ -177,6 +177,34 @@ pub async fn next_cloaked(
         .expect("provider stream ended")
 }
 
+/// Subscribes to the released windows of `stream` from window 0, reads the first `count` (failing
+/// after 30 s for any), then hangs up.
+pub async fn released_windows(
+    channel: Channel,
+    stream: &str,
+    count: usize,
+) -> Vec<cloakd::proto::ReleasedWindow> {
+    let mut feed = cloakd::proto::release_feed_client::ReleaseFeedClient::new(channel);
+    let mut windows = feed
+        .subscribe(cloakd::proto::ReleaseSubscription {
+            stream: stream.to_string(),
+            from_window: 0,
+        })
+        .await
+        .expect("Subscribe failed")
+        .into_inner();
+    let mut released = Vec::with_capacity(count);
+    while released.len() < count {
+        let window = tokio::time::timeout(Duration::from_secs(30), windows.message())
+            .await
+            .expect("window released in time")
+            .expect("release feed failed")
+            .expect("release feed ended");
+        released.push(window);
+    }
+    released
+}
+
 /// A config on the embedded defaults with `f` applied.
 pub fn config_with(f: impl FnOnce(&mut Config)) -> Config {
     let mut config = Config::embedded_defaults();
