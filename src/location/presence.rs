@@ -34,6 +34,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::geo::{self, GeoBox, METRES_PER_DEGREE_LAT};
+use super::padding;
 use super::hilbert::{ORDER, grid_cell, hilbert_value, xy_to_d};
 use super::{Pseudonym, UserKey};
 
@@ -154,6 +155,8 @@ struct Partition {
     members: Vec<u32>,
     /// Each bucket's range in `members` and its MBR.
     buckets: Vec<(usize, usize, GeoBox)>,
+    /// Per round, the cuts of the segments of the latest computation.
+    caches: Vec<SegmentCache>,
 }
 
 /// The presence engine: latest positions with age-out, and the reciprocal partitions per k.
@@ -171,10 +174,14 @@ pub struct PresenceEngine {
     ordered: OrderedSnapshot,
     partitions: HashMap<u32, Partition>,
     rng: ChaCha8Rng,
+    /// Secret key of the padding seeds (drawn from the seeded RNG at construction).
+    pad_key: [u8; 32],
 }
 
 impl PresenceEngine {
     pub fn new(params: PresenceParams, seed: u64) -> PresenceEngine {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let pad_key = rng.random();
         PresenceEngine {
             params,
             users: HashMap::new(),
@@ -184,7 +191,8 @@ impl PresenceEngine {
             generation: 0,
             ordered: OrderedSnapshot::default(),
             partitions: HashMap::new(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            rng,
+            pad_key,
         }
     }
 
@@ -321,25 +329,30 @@ impl PresenceEngine {
             .ordered
             .index_of(hilbert, req.user)
             .and_then(|index| self.partitions.get(&k)?.bucket_of.get(index).copied());
-        let Some((start, end, cloaking_box)) = bucket.and_then(|b| {
+        let Some((start, end, mbr)) = bucket.and_then(|b| {
             let partition = self.partitions.get(&k)?;
             partition.buckets.get(b as usize).copied()
         }) else {
             return Ok(PresenceOutcome::Expired(ExpiryReason::Isolated));
         };
+        let Some(partition) = self.partitions.get(&k) else {
+            return Ok(PresenceOutcome::Expired(ExpiryReason::Isolated));
+        };
+        let members = &partition.members[start..end];
+        let cloaking_box = padded_region(
+            &self.ordered.users,
+            members,
+            &mbr,
+            self.params.target_side_m,
+            &self.pad_key,
+        );
         if !req.constraint_box().contains_box(&cloaking_box) {
             return Ok(PresenceOutcome::Expired(ExpiryReason::OutsideTolerance));
         }
-        let anonymity_set = self
-            .partitions
-            .get(&k)
-            .map(|p| {
-                p.members[start..end]
-                    .iter()
-                    .map(|&i| self.ordered.users[i as usize].user)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let anonymity_set = members
+            .iter()
+            .map(|&i| self.ordered.users[i as usize].user)
+            .collect();
         Ok(PresenceOutcome::Cloaked(PresenceRegion {
             cloaking_box,
             anonymity_set,
@@ -402,13 +415,31 @@ const SKIP_COST: f64 = 0.9;
 /// consecutive users by dynamic programming, leaving out users whose every bucket would be too wide
 /// (they are tried in the next round); the last round leaves out nobody it can place. Deterministic:
 /// only the users, their positions and keys, k and the target side enter.
-fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: &mut Partition) {
+///
+/// In every round but the last, the order is first split into *segments* wherever two consecutive
+/// users are more than twice the round's target apart (no bucket the round would keep spans such a
+/// gap), and each segment is cut on its own. A segment's cut depends on its content only (its users,
+/// their keys and positions, in order), so it is looked up in `cache` (the cuts of the previous
+/// computation for this k) and recomputed only when the segment is new: a position update costs the
+/// dynamic programme of the one or two segments it touches, not the whole snapshot's.
+fn partition_snapshot(
+    users: &[OrderedUser],
+    k: usize,
+    target_side_m: f64,
+    out: &mut Partition,
+) {
     out.bucket_of.clear();
     out.members.clear();
     out.buckets.clear();
     let n = users.len();
     out.bucket_of.resize(n, UNASSIGNED);
+    if out.caches.len() != ROUNDS.len() {
+        out.caches = (0..ROUNDS.len()).map(|_| SegmentCache::default()).collect();
+    }
     if k == 0 || n < k {
+        for cache in &mut out.caches {
+            cache.finish_round();
+        }
         return;
     }
     let mut pending: Vec<u32> = (0..n as u32).collect();
@@ -416,7 +447,8 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
     let mut keyed: Vec<(u64, UserKey, u32)> = Vec::new();
     for (round, &((sx, sy), scale)) in ROUNDS.iter().enumerate() {
         if pending.len() < k {
-            break;
+            out.caches[round].finish_round();
+            continue;
         }
         if round > 0 {
             keyed.clear();
@@ -433,27 +465,171 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
             pending.clear();
             pending.extend(keyed.iter().map(|&(_, _, i)| i));
         }
-        let skip = if round + 1 == ROUNDS.len() {
-            f64::INFINITY
-        } else {
-            SKIP_COST
-        };
+        let target_m = target_side_m * scale;
+        let last_round = round + 1 == ROUNDS.len();
+        let skip = if last_round { f64::INFINITY } else { SKIP_COST };
         left.clear();
-        cut_sequence(
-            users,
-            &pending,
-            k,
-            target_side_m * scale,
-            skip,
-            out,
-            &mut left,
-        );
+        let mut start = 0;
+        while start < pending.len() {
+            let mut end = start + 1;
+            if !last_round {
+                while end < pending.len() && !too_far(users, pending[end - 1], pending[end], target_m)
+                {
+                    end += 1;
+                }
+            } else {
+                end = pending.len();
+            }
+            let segment = &pending[start..end];
+            let cut = out.caches[round].cut(users, segment, k, target_m, skip);
+            for &(from, to) in &cut.buckets {
+                let first = out.members.len();
+                let mut mbr = GeoBox::point(
+                    users[segment[from as usize] as usize].lat,
+                    users[segment[from as usize] as usize].lon,
+                );
+                for &i in &segment[from as usize..to as usize] {
+                    let u = &users[i as usize];
+                    mbr.extend(u.lat, u.lon);
+                    out.members.push(i);
+                }
+                out.buckets.push((first, out.members.len(), mbr));
+            }
+            left.extend(cut.left.iter().map(|&offset| segment[offset as usize]));
+            start = end;
+        }
+        out.caches[round].finish_round();
         std::mem::swap(&mut pending, &mut left);
     }
     for (index, &(start, end, _)) in out.buckets.iter().enumerate() {
         for &member in &out.members[start..end] {
             out.bucket_of[member as usize] = index as u32;
         }
+    }
+}
+
+/// Finest step of the padding ladder below the target side: `target / 2^PAD_LADDER_BELOW`.
+const PAD_LADDER_BELOW: i32 = 3;
+
+/// The cloaking region of a bucket: its MBR padded ([`padding::pad_seeded`]) inside the intersection
+/// of its members' *padding boxes*, with a seed that is a keyed hash of the members and their
+/// positions. Both depend on the anonymity set and the snapshot only (never on the requester), so every
+/// member gets the same region, and the key keeps the padding unpredictable to anyone outside the
+/// broker.
+///
+/// A member's padding box is its constraint box of half-width `L`, the least step of the ladder
+/// `target_side_m * 2^j` (j >= -[`PAD_LADDER_BELOW`]) whose box holds the MBR. A requester whose
+/// tolerance is itself a step of the ladder (the target, twice it, ...) and holds the MBR therefore
+/// holds the padded region too: padding never turns such a request away. Other tolerances can lose a
+/// request to padding (its padded region is then outside the constraint box, and it expires).
+fn padded_region(
+    users: &[OrderedUser],
+    members: &[u32],
+    mbr: &GeoBox,
+    target_side_m: f64,
+    key: &[u8; 32],
+) -> GeoBox {
+    use rand::RngCore;
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut limit: Option<GeoBox> = None;
+    for &i in members {
+        let u = &users[i as usize];
+        (u.user, u.lat.to_bits(), u.lon.to_bits()).hash(&mut hasher);
+        let mut half_width = target_side_m / f64::from(1u32 << PAD_LADDER_BELOW);
+        let mut own = geo::constraint_box(u.lat, u.lon, half_width, half_width);
+        // A member's need is at most half the globe: the ladder ends long before 64 steps.
+        for _ in 0..64 {
+            if own.contains_box(mbr) {
+                break;
+            }
+            half_width *= 2.0;
+            own = geo::constraint_box(u.lat, u.lon, half_width, half_width);
+        }
+        limit = padding::intersection([&limit.unwrap_or(own), &own]);
+    }
+    let Some(limit) = limit else {
+        return *mbr;
+    };
+    let mut seeds = rand_chacha::ChaCha20Rng::from_seed(*key);
+    seeds.set_stream(hasher.finish());
+    padding::pad_seeded(mbr, &limit, members.len(), seeds.next_u64())
+}
+
+/// Whether two users are too far apart for any bucket of a round with this target to hold both: the
+/// larger side of their bounding box exceeds twice the target (see the cut-off in [`cut_segment`]).
+fn too_far(users: &[OrderedUser], a: u32, b: u32, target_m: f64) -> bool {
+    let (a, b) = (&users[a as usize], &users[b as usize]);
+    let mut pair = GeoBox::point(a.lat, a.lon);
+    pair.extend(b.lat, b.lon);
+    larger_side_m(&pair) > 2.0 * target_m
+}
+
+/// How one segment is cut: buckets and users left out, as offsets into the segment.
+#[derive(Debug, Clone, Default)]
+struct SegmentCut {
+    /// The segment it was computed for: (user key, latitude bits, longitude bits) in order.
+    content: Vec<(UserKey, u64, u64)>,
+    /// Each bucket's offset range in the segment.
+    buckets: Vec<(u32, u32)>,
+    /// Offsets of the users left out, in order.
+    left: Vec<u32>,
+}
+
+/// The segment cuts of one round for one k: those used by the latest computation (`current`) and those
+/// of the one before (`previous`), keyed by a hash of the segment's content (compared in full on a hit).
+/// Cuts not used by a computation are dropped at its end, so the cache never holds more than the
+/// snapshot's users.
+#[derive(Debug, Clone, Default)]
+struct SegmentCache {
+    current: HashMap<u64, SegmentCut>,
+    previous: HashMap<u64, SegmentCut>,
+}
+
+impl SegmentCache {
+    /// The cut of `segment` (indices into `users`, in curve order), from the cache or computed.
+    fn cut(
+        &mut self,
+        users: &[OrderedUser],
+        segment: &[u32],
+        k: usize,
+        target_m: f64,
+        skip: f64,
+    ) -> &SegmentCut {
+        use std::hash::{Hash, Hasher};
+        let entry = |i: &u32| {
+            let u = &users[*i as usize];
+            (u.user, u.lat.to_bits(), u.lon.to_bits())
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        segment.len().hash(&mut hasher);
+        for i in segment {
+            entry(i).hash(&mut hasher);
+        }
+        let key = hasher.finish();
+        let same = |cut: &SegmentCut| {
+            cut.content.len() == segment.len()
+                && cut.content.iter().zip(segment).all(|(c, i)| *c == entry(i))
+        };
+        let cut = match self.previous.remove(&key) {
+            Some(cut) if same(&cut) => cut,
+            _ => {
+                let (buckets, left) = cut_segment(users, segment, k, target_m, skip);
+                SegmentCut {
+                    content: segment.iter().map(entry).collect(),
+                    buckets,
+                    left,
+                }
+            }
+        };
+        let slot = self.current.entry(key).insert_entry(cut);
+        slot.into_mut()
+    }
+
+    /// Ends a computation: the cuts it did not use are dropped.
+    fn finish_round(&mut self) {
+        self.previous.clear();
+        std::mem::swap(&mut self.previous, &mut self.current);
     }
 }
 
@@ -487,18 +663,16 @@ fn bucket_cost(users: &[OrderedUser], members: &[u32], mbr: &GeoBox, target_m: f
     cost
 }
 
-/// One round: cuts `seq` (indices into `users`, in curve order) into buckets of k..=2k-1 consecutive
-/// users, or leaves users out at `skip` each, minimizing the total cost; appends the buckets to `out`
-/// and the users left out to `left`.
-fn cut_sequence(
+/// Cuts `seq` (indices into `users`, in curve order) into buckets of k..=2k-1 consecutive users, or
+/// leaves users out at `skip` each, minimizing the total cost; returns the buckets' offset ranges and
+/// the offsets of the users left out, both in order.
+fn cut_segment(
     users: &[OrderedUser],
     seq: &[u32],
     k: usize,
     target_m: f64,
     skip: f64,
-    out: &mut Partition,
-    left: &mut Vec<u32>,
-) {
+) -> (Vec<(u32, u32)>, Vec<u32>) {
     let n = seq.len();
     let longest = 2 * k - 1;
     // best[i]: least cost of users seq[..i]; last[i]: size of the last bucket there (0: left out).
@@ -536,32 +710,22 @@ fn cut_sequence(
             }
         }
     }
-    let mut cuts = Vec::new();
+    let mut buckets = Vec::new();
+    let mut left = Vec::new();
     let mut end = n;
     while end > 0 {
         let len = last[end];
         if len == 0 || !best[end].is_finite() {
-            left.push(seq[end - 1]);
+            left.push((end - 1) as u32);
             end -= 1;
         } else {
-            cuts.push((end - len, end));
+            buckets.push(((end - len) as u32, end as u32));
             end -= len;
         }
     }
     left.reverse();
-    for &(start, end) in cuts.iter().rev() {
-        let first = out.members.len();
-        let mut mbr = GeoBox::point(
-            users[seq[start] as usize].lat,
-            users[seq[start] as usize].lon,
-        );
-        for &i in &seq[start..end] {
-            let u = &users[i as usize];
-            mbr.extend(u.lat, u.lon);
-            out.members.push(i);
-        }
-        out.buckets.push((first, out.members.len(), mbr));
-    }
+    buckets.reverse();
+    (buckets, left)
 }
 
 /// The larger side of a box in metres (longitude scaled at the box's centre latitude).
@@ -786,8 +950,9 @@ mod tests {
             k in 1u32..8,
             seed in any::<u64>(),
         ) {
+            // The same seed, so the same padding key: the region depends on the broker's key too.
             let mut forward = PresenceEngine::new(params(60_000, 1000), 1);
-            let mut shuffled = PresenceEngine::new(params(60_000, 1000), 2);
+            let mut shuffled = PresenceEngine::new(params(60_000, 1000), 1);
             for (user, &(lat, lon)) in positions.iter().enumerate() {
                 forward.update(user as u64, lat, lon, 0).unwrap();
             }
