@@ -260,6 +260,8 @@ pub struct PrincipalConfig {
 
 pub use crate::location::SearchMode;
 pub use crate::location::presence::PresenceParams;
+/// Anonymization mode of a transaction stream: the engine's own type, from config to store to engine.
+pub use crate::transactions::Mode;
 
 /// How a location request is made k-anonymous (the `model` field of a request, or its default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,21 +309,12 @@ pub struct LocationConfig {
     pub forward_jitter_ms: u64,
 }
 
-/// Anonymization mode of a transaction stream.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RhoMode {
-    /// rho^m-uncertainty against every adversary with |Q| <= m.
-    Exact,
-    /// (eps, delta)-rho^m-uncertainty by sampling adversaries.
-    Sampled { epsilon: f64, delta: f64 },
-}
-
 /// Settings of one transaction stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamSettings {
     pub rho: f64,
     pub m: u32,
-    pub mode: RhoMode,
+    pub mode: Mode,
     pub window_records: usize,
     pub window: Duration,
 }
@@ -798,8 +791,8 @@ impl RawStreamSettings {
             return Err(invalid(&key("m"), "must be at least 1"));
         }
         let mode = match self.mode.as_str() {
-            "exact" => RhoMode::Exact,
-            "sampled" => RhoMode::Sampled {
+            "exact" => Mode::Exact,
+            "sampled" => Mode::Sampled {
                 epsilon: open_unit(&key("epsilon"), self.epsilon)?,
                 delta: open_unit(&key("delta"), self.delta)?,
             },
@@ -865,7 +858,7 @@ impl RawTransactions {
                 .map(|(name, s)| (format!("transactions.streams.{name}"), s)),
         );
         for (section, settings) in exact {
-            if settings.mode != RhoMode::Exact {
+            if settings.mode != Mode::Exact {
                 continue;
             }
             let largest =

@@ -8,7 +8,7 @@ mod transactions_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cloakd::config::{Config, RhoMode, StreamSettings};
+use cloakd::config::{Config, Mode, StreamSettings};
 use common::TestDaemon;
 use tonic::Code;
 use transactions_support::{check_window, next_windows, publish, subscribe, transaction};
@@ -25,7 +25,7 @@ async fn a_window_closes_before_its_antecedent_budget_is_exceeded() {
         StreamSettings {
             rho: 0.5,
             m: 2,
-            mode: RhoMode::Exact,
+            mode: Mode::Exact,
             window_records: 1000,
             window: Duration::from_secs(3600),
         },

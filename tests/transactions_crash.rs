@@ -5,7 +5,8 @@
 //! (every acknowledged record released exactly once), that every window seen before a crash is
 //! byte-identical when fetched again, and that every window is rho-uncertain (independent checker).
 //!
-//! The kill moments come from a seeded RNG; set `TRANSACTIONS_CRASH_SEED` to try others.
+//! The kill moments come from a seeded RNG; set `TRANSACTIONS_CRASH_SEED` to try others. The rounds
+//! take the store configuration as an argument, so each store implementation runs them.
 mod transactions_support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,11 +37,19 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn write_config(dir: &Path) -> std::path::PathBuf {
+/// The configuration of the embedded file stores in `dir`.
+fn file_stores(dir: &Path) -> String {
+    format!(
+        "[transactions]\ndata_dir = '{}'\n",
+        dir.join("data").display()
+    )
+}
+
+/// Writes a configuration: the store section `stores` plus the crash stream's settings.
+fn write_config(dir: &Path, stores: &str) -> std::path::PathBuf {
     let path = dir.join("cloakd.toml");
     let text = format!(
-        "[transactions]\ndata_dir = '{}'\n\n[transactions.streams.{STREAM}]\nrho = {RHO}\nm = {M}\nwindow_records = 7\nwindow_ms = 300\n",
-        dir.join("data").display()
+        "{stores}\n[transactions.streams.{STREAM}]\nrho = {RHO}\nm = {M}\nwindow_records = 7\nwindow_ms = 300\n"
     );
     std::fs::write(&path, text).unwrap();
     path
@@ -159,6 +168,12 @@ fn record_acks(acked: &mut BTreeMap<String, u64>, acks: &[PublishAck]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_moments_loses_and_repeats_nothing() {
+    kill_9_rounds(file_stores).await;
+}
+
+/// The crash rounds against the stores configured by `stores` (a configuration fragment for a
+/// directory), so every store implementation runs the same test.
+async fn kill_9_rounds(stores: fn(&Path) -> String) {
     let seed: u64 = std::env::var("TRANSACTIONS_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -166,7 +181,7 @@ async fn kill_9_at_random_moments_loses_and_repeats_nothing() {
     eprintln!("TRANSACTIONS_CRASH_SEED={seed}");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path());
+    let config = write_config(dir.path(), &stores(dir.path()));
     let log = dir.path().join("cloakd.log");
 
     let mut published: BTreeMap<String, Transaction> = BTreeMap::new();

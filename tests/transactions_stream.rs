@@ -8,7 +8,7 @@ mod transactions_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use cloakd::config::{Config, RhoMode, StreamSettings};
+use cloakd::config::{Config, Mode, StreamSettings};
 use cloakd::proto::{ReleasedWindow, Transaction};
 use common::TestDaemon;
 use tonic::Code;
@@ -20,7 +20,7 @@ fn settings(window_records: usize, window: Duration) -> StreamSettings {
     StreamSettings {
         rho: 0.5,
         m: 2,
-        mode: RhoMode::Exact,
+        mode: Mode::Exact,
         window_records,
         window,
     }

@@ -1,6 +1,6 @@
 //! gRPC adapter of the transaction path: `TransactionIngest.Publish` and `ReleaseFeed.Subscribe`
 //! (contract in `proto/cloakd/v1/transactions.proto`, DESIGN.md §3). Validation and status codes live
-//! here; durability and windows in [`windows`] (over [`crate::store`]); anonymization of a closed
+//! here; durability and windows in [`windows`] (over the store traits of [`crate::store`]); anonymization of a closed
 //! window in [`release`] (over [`crate::transactions::anonymize`], personalized rho-uncertainty of
 //! Nakagawa, Arai & Nakagawa 2018).
 //!
@@ -16,8 +16,8 @@
 //! failed record was not acknowledged.
 //!
 //! # Subscribe
-//! Released windows are read from disk in id order from `from_window`, then each new one as its
-//! stream's releaser announces it. The disk is the buffer: a slow subscriber only delays its own
+//! Released windows are read from the release store in id order from `from_window`, then each new
+//! one as its stream's releaser announces it. The store is the buffer: a slow subscriber only delays its own
 //! reads (at most `subscriber_queue` windows are in memory for it). A window that could not be
 //! anonymized ends the subscription with INTERNAL naming the window; the consumer may resume after it.
 //!
@@ -29,6 +29,7 @@ pub mod release;
 pub mod windows;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -40,7 +41,7 @@ use crate::proto::release_feed_server::{ReleaseFeed, ReleaseFeedServer};
 use crate::proto::transaction_ingest_server::{TransactionIngest, TransactionIngestServer};
 use crate::proto::{PublishAck, ReleaseSubscription, ReleasedWindow, Transaction};
 use crate::service::{InboundError, drain};
-use crate::store::{DataDirLock, StoreError, WindowOutcome};
+use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
 use crate::text::quote;
 use windows::{Append, AppendError, Appended, WindowManager};
 
@@ -132,16 +133,17 @@ pub struct TransactionServices {
     manager: WindowManager,
     /// Largest request message (`server.max_message_bytes`).
     max_message_bytes: usize,
-    /// This daemon's hold on `data_dir`, released when the services are dropped.
-    _lock: std::sync::Arc<DataDirLock>,
+    /// This daemon's hold on `data_dir` (file stores), released when the services are dropped.
+    _lock: Option<std::sync::Arc<DataDirLock>>,
     /// Becomes true when the daemon shuts down: Publish stops reading, Subscribe ends.
     shutdown: watch::Receiver<bool>,
 }
 
 impl TransactionServices {
-    /// Opens and recovers the store under `config.data_dir` and starts the window manager.
-    /// When `shutdown` becomes true, Publish streams stop reading (records already read are still
-    /// acknowledged once durable) and end with UNAVAILABLE, and subscriptions end with UNAVAILABLE.
+    /// Locks `config.data_dir`, opens and recovers the file stores there and starts the window
+    /// manager. When `shutdown` becomes true, Publish streams stop reading (records already read are
+    /// still acknowledged once durable) and end with UNAVAILABLE, and subscriptions end with
+    /// UNAVAILABLE.
     pub async fn start(
         config: TransactionsConfig,
         shutdown: watch::Receiver<bool>,
@@ -155,13 +157,39 @@ impl TransactionServices {
                 source: std::io::Error::other(e),
             })??;
         let manager = WindowManager::start(config.clone()).await?;
-        Ok(TransactionServices {
+        Ok(TransactionServices::over(
+            config,
+            manager,
+            Some(lock),
+            shutdown,
+        ))
+    }
+
+    /// As [`Self::start`], over the given record log and release store instead of the files of
+    /// `config.data_dir` (which is then neither locked nor used).
+    pub async fn start_with(
+        config: TransactionsConfig,
+        log: Arc<dyn RecordLog>,
+        releases: Arc<dyn ReleaseStore>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<TransactionServices, StoreError> {
+        let manager = WindowManager::start_with(config.clone(), log, releases).await?;
+        Ok(TransactionServices::over(config, manager, None, shutdown))
+    }
+
+    fn over(
+        config: TransactionsConfig,
+        manager: WindowManager,
+        lock: Option<DataDirLock>,
+        shutdown: watch::Receiver<bool>,
+    ) -> TransactionServices {
+        TransactionServices {
             config,
             manager,
             max_message_bytes: crate::service::DEFAULT_MAX_MESSAGE_BYTES,
-            _lock: std::sync::Arc::new(lock),
+            _lock: lock.map(Arc::new),
             shutdown,
-        })
+        }
     }
 
     /// Sets the largest request message accepted (`server.max_message_bytes`).
@@ -439,7 +467,7 @@ impl ReleaseFeed for TransactionServices {
             .stream(&stream)
             .ok_or_else(|| TransactionsError::UnknownStream(stream.clone()))?;
         let mut released = handle.released_upto.subscribe();
-        let windows = self.manager.windows.clone();
+        let releases = self.manager.releases.clone();
         let (tx, rx) = mpsc::channel(self.config.subscriber_queue);
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
@@ -447,10 +475,8 @@ impl ReleaseFeed for TransactionServices {
             loop {
                 let upto = *released.borrow_and_update();
                 while next < upto {
-                    let (store, name) = (windows.clone(), stream.clone());
-                    let read = tokio::task::spawn_blocking(move || store.read(&name, next)).await;
-                    let item = match read {
-                        Ok(Ok(Some(WindowOutcome::Released(bytes)))) => {
+                    let item = match releases.read(&stream, next).await {
+                        Ok(Some(WindowOutcome::Released(bytes))) => {
                             <ReleasedWindow as prost::Message>::decode(bytes.as_slice()).map_err(
                                 |e| TransactionsError::WindowUnreadable {
                                     stream: stream.clone(),
@@ -459,15 +485,14 @@ impl ReleaseFeed for TransactionServices {
                                 },
                             )
                         }
-                        Ok(Ok(Some(WindowOutcome::Failed(reason)))) => {
+                        Ok(Some(WindowOutcome::Failed(reason))) => {
                             Err(TransactionsError::WindowFailed(reason))
                         }
-                        Ok(Ok(None)) => Err(TransactionsError::Internal(format!(
+                        Ok(None) => Err(TransactionsError::Internal(format!(
                             "window {next} of stream {} is announced but missing",
                             quote(&stream)
                         ))),
-                        Ok(Err(e)) => Err(TransactionsError::Store(e)),
-                        Err(e) => Err(TransactionsError::Internal(e.to_string())),
+                        Err(e) => Err(TransactionsError::Store(e)),
                     };
                     let item = item.map_err(Status::from);
                     let failed = item.is_err();

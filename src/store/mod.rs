@@ -1,17 +1,27 @@
 //! Durable state of the daemon: the transaction record log and the released windows.
 //!
-//! [`transaction_log`] is the append-only, checksummed, group-committed log of accepted transaction
-//! records and window close markers; [`released_windows`] holds each released (anonymized) window as
-//! one atomically written file. Their joint invariants, which give exactly-once release across
-//! crashes, are written at the top of [`transaction_log`]. [`lock`] keeps a second daemon off the
-//! same data directory.
+//! Two traits are the seam between the window manager and any store: [`RecordLog`], the durable,
+//! id-idempotent log of accepted records and window close markers ([`record_log`], with its
+//! contract), and [`ReleaseStore`], each closed window's outcome stored once ([`release_store`]).
+//! The embedded implementations keep everything in the data directory: [`transaction_log`] is the
+//! append-only, checksummed, group-committed log file ([`FileRecordLog`]); [`released_windows`]
+//! holds each window's outcome as one atomically written file ([`ReleasedWindows`]); [`lock`] keeps
+//! a second daemon off the same directory. [`faults`] wraps any implementation to fail or tear its
+//! writes on command, for tests of everything above the seam.
+pub mod faults;
 pub mod lock;
+pub mod record_log;
+pub mod release_store;
 pub mod released_windows;
 pub mod transaction_log;
 
 pub use lock::DataDirLock;
-pub use released_windows::{ReleasedWindows, WindowOutcome};
-pub use transaction_log::{LogEntry, StoredParams, StoredRecord, TransactionLog, WindowClose};
+pub use record_log::{
+    EntryOutcome, LogEntry, LogPosition, RecordLog, Replayed, StoredRecord, WindowClose,
+};
+pub use release_store::{ReleaseStore, Stored, WindowOutcome};
+pub use released_windows::ReleasedWindows;
+pub use transaction_log::{FileRecordLog, TransactionLog};
 
 /// A store failure, naming the file and what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +40,12 @@ pub enum StoreError {
     Locked {
         dir: std::path::PathBuf,
         holder: Option<u32>,
+    },
+    /// A store that is not a local file (a replicated log, a fault injected in tests) failed.
+    #[error("store unavailable while {action}: {detail}")]
+    Unavailable {
+        action: &'static str,
+        detail: String,
     },
     #[error("store file {path} is corrupt at byte {offset}: {rule}")]
     Corrupt {
@@ -51,6 +67,22 @@ impl StoreError {
             source,
         }
     }
+}
+
+/// Runs blocking file work on tokio's blocking pool; a panic in it becomes an I/O error on `path`
+/// while `action`.
+pub(crate) async fn blocking<T: Send + 'static>(
+    path: &std::path::Path,
+    action: &'static str,
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::Io {
+            path: path.to_path_buf(),
+            action,
+            source: std::io::Error::other(e),
+        })?
 }
 
 /// Fsyncs a directory so that a rename or file creation inside it is durable.

@@ -8,13 +8,20 @@
 //! 1. **Atomic.** A window file is written to `<name>.tmp`, fsync'd, renamed into place and the
 //!    directory fsync'd. A reader sees either no file or the complete file; leftovers `*.tmp` of a
 //!    crash are deleted by [`ReleasedWindows::open`].
-//! 2. **Once.** A window that has a file is never written again ([`ReleasedWindows::write`] refuses),
-//!    so every subscriber, before and after any restart, receives the same bytes.
+//! 2. **Once.** A window that has a file is never written again ([`ReleasedWindows::write_blocking`]
+//!    stores nothing and says so), so every subscriber, before and after any restart, receives the
+//!    same bytes. One daemon per data directory ([`super::DataDirLock`]) makes check-then-write safe.
 //! 3. **In order.** Windows of a stream are written in increasing id with no gaps, so the next window
-//!    to release is one past the highest file present ([`ReleasedWindows::next_unreleased`]).
+//!    to release is one past the highest file present.
+//!
+//! These are the [`ReleaseStore`] contract; the trait methods run the blocking file work on tokio's
+//! blocking pool.
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use async_trait::async_trait;
+
+use super::release_store::{ReleaseStore, Stored, WindowOutcome};
 use super::{StoreError, stream_dir_name, sync_dir};
 
 /// Directory of released windows inside the data directory.
@@ -22,15 +29,6 @@ pub const WINDOWS_DIR: &str = "windows";
 const RELEASED_EXT: &str = "released";
 const FAILED_EXT: &str = "failed";
 const TMP_EXT: &str = "tmp";
-
-/// What became of a closed window.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WindowOutcome {
-    /// The encoded released window, exactly as sent to subscribers.
-    Released(Vec<u8>),
-    /// The window could not be anonymized; the reason. Its records are never released.
-    Failed(String),
-}
 
 /// The released windows of every stream.
 #[derive(Debug, Clone)]
@@ -78,14 +76,17 @@ impl ReleasedWindows {
             .with_extension(ext)
     }
 
-    /// Writes the outcome of window `window_id` of `stream` atomically (invariant 1). Fails if the
-    /// window already has an outcome (invariant 2).
-    pub fn write(
+    /// Writes the outcome of window `window_id` of `stream` atomically (invariant 1), unless the
+    /// window already has one (invariant 2).
+    pub fn write_blocking(
         &self,
         stream: &str,
         window_id: u64,
         outcome: &WindowOutcome,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Stored, StoreError> {
+        if self.read_blocking(stream, window_id)?.is_some() {
+            return Ok(Stored::Already);
+        }
         let dir = self.stream_dir(stream);
         if !dir.exists() {
             std::fs::create_dir_all(&dir)
@@ -96,13 +97,6 @@ impl ReleasedWindows {
             WindowOutcome::Released(bytes) => (RELEASED_EXT, bytes),
             WindowOutcome::Failed(reason) => (FAILED_EXT, reason.as_bytes()),
         };
-        if self.read(stream, window_id)?.is_some() {
-            return Err(StoreError::Corrupt {
-                path: self.file(stream, window_id, ext),
-                offset: 0,
-                rule: format!("window {window_id} already has an outcome; it is never rewritten"),
-            });
-        }
         let target = self.file(stream, window_id, ext);
         let tmp = self.file(stream, window_id, TMP_EXT);
         let mut file =
@@ -113,11 +107,16 @@ impl ReleasedWindows {
         drop(file);
         std::fs::rename(&tmp, &target)
             .map_err(StoreError::io(&target, "renaming a window file"))?;
-        sync_dir(&dir)
+        sync_dir(&dir)?;
+        Ok(Stored::Written)
     }
 
     /// The outcome of window `window_id` of `stream`, if it has one.
-    pub fn read(&self, stream: &str, window_id: u64) -> Result<Option<WindowOutcome>, StoreError> {
+    pub fn read_blocking(
+        &self,
+        stream: &str,
+        window_id: u64,
+    ) -> Result<Option<WindowOutcome>, StoreError> {
         let released = self.file(stream, window_id, RELEASED_EXT);
         match std::fs::read(&released) {
             Ok(bytes) => return Ok(Some(WindowOutcome::Released(bytes))),
@@ -135,7 +134,7 @@ impl ReleasedWindows {
     }
 
     /// One past the highest window of `stream` with an outcome; 0 if none (invariant 3).
-    pub fn next_unreleased(&self, stream: &str) -> Result<u64, StoreError> {
+    pub fn next_unreleased_blocking(&self, stream: &str) -> Result<u64, StoreError> {
         let dir = self.stream_dir(stream);
         let files = match std::fs::read_dir(&dir) {
             Ok(files) => files,
@@ -162,61 +161,59 @@ impl ReleasedWindows {
     }
 }
 
+#[async_trait]
+impl ReleaseStore for ReleasedWindows {
+    async fn write_once(
+        &self,
+        stream: &str,
+        window_id: u64,
+        outcome: &WindowOutcome,
+    ) -> Result<Stored, StoreError> {
+        let (store, stream, outcome) = (self.clone(), stream.to_string(), outcome.clone());
+        super::blocking(&self.root, "running a window store task", move || {
+            store.write_blocking(&stream, window_id, &outcome)
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        stream: &str,
+        window_id: u64,
+    ) -> Result<Option<WindowOutcome>, StoreError> {
+        let (store, stream) = (self.clone(), stream.to_string());
+        super::blocking(&self.root, "running a window store task", move || {
+            store.read_blocking(&stream, window_id)
+        })
+        .await
+    }
+
+    async fn next_unreleased(&self, stream: &str) -> Result<u64, StoreError> {
+        let (store, stream) = (self.clone(), stream.to_string());
+        super::blocking(&self.root, "running a window store task", move || {
+            store.next_unreleased_blocking(&stream)
+        })
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn write_read_and_never_rewrite() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ReleasedWindows::open(dir.path()).unwrap();
-        assert_eq!(store.next_unreleased("s/1").unwrap(), 0);
-        assert_eq!(store.read("s/1", 0).unwrap(), None);
-        store
-            .write("s/1", 0, &WindowOutcome::Released(vec![1, 2, 3]))
-            .unwrap();
-        store
-            .write("s/1", 1, &WindowOutcome::Failed("engine said no".into()))
-            .unwrap();
-        assert_eq!(
-            store.read("s/1", 0).unwrap(),
-            Some(WindowOutcome::Released(vec![1, 2, 3]))
-        );
-        assert_eq!(
-            store.read("s/1", 1).unwrap(),
-            Some(WindowOutcome::Failed("engine said no".into()))
-        );
-        assert_eq!(store.next_unreleased("s/1").unwrap(), 2);
-        assert_eq!(store.next_unreleased("other").unwrap(), 0);
-        assert!(
-            store
-                .write("s/1", 0, &WindowOutcome::Released(vec![9]))
-                .is_err()
-        );
-        assert!(
-            store
-                .write("s/1", 1, &WindowOutcome::Released(vec![9]))
-                .is_err()
-        );
-        assert_eq!(
-            store.read("s/1", 0).unwrap(),
-            Some(WindowOutcome::Released(vec![1, 2, 3]))
-        );
-    }
 
     #[test]
     fn open_removes_temporary_files() {
         let dir = tempfile::tempdir().unwrap();
         let store = ReleasedWindows::open(dir.path()).unwrap();
         store
-            .write("a", 0, &WindowOutcome::Released(vec![1]))
+            .write_blocking("a", 0, &WindowOutcome::Released(vec![1]))
             .unwrap();
         let stream_dir = dir.path().join(WINDOWS_DIR).join(stream_dir_name("a"));
         let tmp = stream_dir.join(format!("{:020}.{TMP_EXT}", 1));
         std::fs::write(&tmp, b"half").unwrap();
         let store = ReleasedWindows::open(dir.path()).unwrap();
         assert!(!tmp.exists());
-        assert_eq!(store.next_unreleased("a").unwrap(), 1);
-        assert_eq!(store.read("a", 1).unwrap(), None);
+        assert_eq!(store.next_unreleased_blocking("a").unwrap(), 1);
+        assert_eq!(store.read_blocking("a", 1).unwrap(), None);
     }
 }

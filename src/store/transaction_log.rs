@@ -1,14 +1,13 @@
-//! The transaction log: an append-only file of accepted records and window close markers, the
-//! durable source of truth of every transaction stream.
+//! The embedded record log: one append-only file of accepted records and window close markers, the
+//! durable source of truth of every transaction stream when no cluster is configured.
+//! [`FileRecordLog`] implements [`RecordLog`] over it.
 //!
 //! # Format
 //! One file, `transactions.log`, a sequence of frames `[len: u32 LE][crc32: u32 LE][payload]`, where
-//! the payload (at most [`MAX_ENTRY_BYTES`]) is one protobuf-encoded [`LogEntry`]. Two kinds of entry:
-//! * `Record`: a record of stream s accepted into window w of s (record id, items, sensitive items);
-//! * `Close`: window w of stream s is closed with exactly n records and will be anonymized with the
-//!   stored parameters (rho, m, mode), whatever the configuration says later.
+//! the payload (at most [`MAX_ENTRY_BYTES`]) is one [`LogEntry`] in its storage encoding
+//! ([`LogEntry::encode`]). A [`LogPosition`] is the byte offset of a frame.
 //!
-//! # Invariants
+//! # Invariants (how the file gives the [`RecordLog`] contract)
 //! 1. **Durable prefix.** [`TransactionLog::append`] writes a whole batch with one `write` and then
 //!    `fdatasync`s (group commit); only after it returns `Ok` may any entry of the batch be
 //!    acknowledged or acted upon. So the acknowledged state is always a prefix of the file.
@@ -18,15 +17,12 @@
 //!    acknowledged entry is lost. (A corrupt frame in the middle of the file, which fsync'd appends
 //!    cannot produce, would also be cut there; the number of bytes dropped is reported.)
 //! 3. **Failed append.** When a write or fsync fails, the file is truncated back to its last durable
-//!    length and the error is returned; the caller must then rebuild its in-memory state from
-//!    [`TransactionLog::open`] (the same path as a restart) before appending again.
-//! 4. **Windows are fixed by their close marker.** The writer assigns each record of stream s to the
-//!    currently open window of s and writes the `Close` entry of window w after every record of w and
-//!    before any record of w+1. So the record set and order of window w are the `Record` entries of
-//!    (s, w) preceding its `Close` entry: fixed once the marker is durable, the same on every replay.
-//! 5. **Record ids are unique per stream.** The writer checks a record id against every earlier entry
-//!    (rebuilt by replaying the log) before appending it; a re-published id is answered from the
-//!    index, never appended twice.
+//!    length and the error is returned; [`FileRecordLog`] then reopens the file (the same path as a
+//!    restart, cutting whatever the truncation could not) before the next append or replay.
+//! 4. **Ids.** [`FileRecordLog`] keeps every stream's record ids (with their windows) and its next
+//!    window to close, rebuilt from the file at open; a batch's entries already present (or repeated
+//!    inside the batch) are reported duplicate and not written. One daemon per data directory
+//!    ([`super::DataDirLock`]) makes this index the only writer's.
 //!
 //! Together with [`super::released_windows`] (a window's release is one atomic file), a window closed
 //! in the log but without a release file is re-anonymized after a restart from the same records, the
@@ -36,7 +32,13 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
 use super::StoreError;
+use super::record_log::{EntryOutcome, LogEntry, LogPosition, RecordLog, Replayed};
 use crate::telemetry::catalog;
 
 /// File name of the log inside the data directory.
@@ -45,127 +47,10 @@ pub const LOG_FILE: &str = "transactions.log";
 pub const MAX_ENTRY_BYTES: usize = 64 << 20;
 const FRAME_HEADER: usize = 8;
 
-/// An accepted record of window `window_id` of `stream`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredRecord {
-    pub stream: String,
-    pub window_id: u64,
-    pub record_id: String,
-    pub items: Vec<String>,
-    pub sensitive_items: Vec<String>,
-}
-
-/// Anonymization parameters fixed when a window closes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StoredParams {
-    pub rho: f64,
-    pub m: u32,
-    /// `None`: exact mode; `Some((epsilon, delta))`: sampled mode.
-    pub sampled: Option<(f64, f64)>,
-}
-
-/// The close marker of window `window_id` of `stream`, holding exactly `records` records.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WindowClose {
-    pub stream: String,
-    pub window_id: u64,
-    pub records: u64,
-    pub params: StoredParams,
-}
-
-/// One entry of the log.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LogEntry {
-    Record(StoredRecord),
-    Close(WindowClose),
-}
-
-/// On-disk encoding of a [`LogEntry`] (protobuf, so fields can be added compatibly).
-#[derive(Clone, PartialEq, prost::Message)]
-struct WireEntry {
-    /// 1 = record, 2 = close.
-    #[prost(uint32, tag = "1")]
-    kind: u32,
-    #[prost(string, tag = "2")]
-    stream: String,
-    #[prost(uint64, tag = "3")]
-    window_id: u64,
-    #[prost(string, tag = "4")]
-    record_id: String,
-    #[prost(string, repeated, tag = "5")]
-    items: Vec<String>,
-    #[prost(string, repeated, tag = "6")]
-    sensitive_items: Vec<String>,
-    #[prost(uint64, tag = "7")]
-    records: u64,
-    #[prost(double, tag = "8")]
-    rho: f64,
-    #[prost(uint32, tag = "9")]
-    m: u32,
-    #[prost(bool, tag = "10")]
-    sampled: bool,
-    #[prost(double, tag = "11")]
-    epsilon: f64,
-    #[prost(double, tag = "12")]
-    delta: f64,
-}
-
-const KIND_RECORD: u32 = 1;
-const KIND_CLOSE: u32 = 2;
-
 impl LogEntry {
-    fn to_wire(&self) -> WireEntry {
-        match self {
-            LogEntry::Record(r) => WireEntry {
-                kind: KIND_RECORD,
-                stream: r.stream.clone(),
-                window_id: r.window_id,
-                record_id: r.record_id.clone(),
-                items: r.items.clone(),
-                sensitive_items: r.sensitive_items.clone(),
-                ..WireEntry::default()
-            },
-            LogEntry::Close(c) => WireEntry {
-                kind: KIND_CLOSE,
-                stream: c.stream.clone(),
-                window_id: c.window_id,
-                records: c.records,
-                rho: c.params.rho,
-                m: c.params.m,
-                sampled: c.params.sampled.is_some(),
-                epsilon: c.params.sampled.map_or(0.0, |s| s.0),
-                delta: c.params.sampled.map_or(0.0, |s| s.1),
-                ..WireEntry::default()
-            },
-        }
-    }
-
-    fn from_wire(w: WireEntry) -> Result<LogEntry, String> {
-        match w.kind {
-            KIND_RECORD => Ok(LogEntry::Record(StoredRecord {
-                stream: w.stream,
-                window_id: w.window_id,
-                record_id: w.record_id,
-                items: w.items,
-                sensitive_items: w.sensitive_items,
-            })),
-            KIND_CLOSE => Ok(LogEntry::Close(WindowClose {
-                stream: w.stream,
-                window_id: w.window_id,
-                records: w.records,
-                params: StoredParams {
-                    rho: w.rho,
-                    m: w.m,
-                    sampled: w.sampled.then_some((w.epsilon, w.delta)),
-                },
-            })),
-            other => Err(format!("unknown entry kind {other}")),
-        }
-    }
-
     /// Appends the frame of this entry to `out`.
     pub fn encode_frame(&self, out: &mut Vec<u8>) {
-        let payload = prost::Message::encode_to_vec(&self.to_wire());
+        let payload = self.encode();
         let mut crc = flate2::Crc::new();
         crc.update(&payload);
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -249,21 +134,6 @@ impl TransactionLog {
         for entry in entries {
             entry.encode_frame(&mut buf);
         }
-        #[cfg(test)]
-        if fault_injection::should_fail(&self.path) {
-            // As a full disk would: half the batch reaches the file, then the write fails.
-            let _ = self.file.write_all(&buf[..buf.len() / 2]);
-            let _ = self.file.set_len(self.durable_len).and_then(|()| {
-                self.file
-                    .seek(SeekFrom::Start(self.durable_len))
-                    .map(|_| ())
-            });
-            return Err(StoreError::Io {
-                path: self.path.clone(),
-                action: "appending to the log",
-                source: std::io::Error::new(std::io::ErrorKind::StorageFull, "injected: disk full"),
-            });
-        }
         let started = std::time::Instant::now();
         let result = self
             .file
@@ -309,33 +179,242 @@ impl TransactionLog {
     }
 }
 
-/// Test-only: makes appends to chosen log files fail, as on a full disk.
-#[cfg(test)]
-pub(crate) mod fault_injection {
-    use std::collections::HashSet;
-    use std::path::{Path, PathBuf};
-    use std::sync::Mutex;
+/// Record ids and close progress of one stream (invariant 4).
+#[derive(Debug, Default)]
+struct StreamIndex {
+    /// Record id -> window, for every record in the file.
+    records: HashMap<String, u64>,
+    /// One past the highest window closed in the file.
+    next_to_close: u64,
+}
 
-    static FAILING: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
-
-    /// Appends to the log in `dir` fail while `failing` is true.
-    pub(crate) fn set_failing(dir: &Path, failing: bool) {
-        let mut set = FAILING.lock().unwrap();
-        let set = set.get_or_insert_with(HashSet::new);
-        let path = dir.join(super::LOG_FILE);
-        if failing {
-            set.insert(path);
-        } else {
-            set.remove(&path);
+impl StreamIndex {
+    /// The outcome `entry` would have, given the index and what the batch stages before it.
+    fn duplicate_of(&self, entry: &LogEntry) -> Option<u64> {
+        match entry {
+            LogEntry::Record(r) => self.records.get(&r.record_id).copied(),
+            LogEntry::Close(c) => (c.window_id < self.next_to_close).then_some(c.window_id),
         }
     }
 
-    pub(crate) fn should_fail(path: &Path) -> bool {
-        FAILING
+    fn add(&mut self, entry: &LogEntry) {
+        match entry {
+            LogEntry::Record(r) => {
+                self.records.insert(r.record_id.clone(), r.window_id);
+            }
+            LogEntry::Close(c) => self.next_to_close = self.next_to_close.max(c.window_id + 1),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FileState {
+    /// `None` after a failed append: reopened before the next use (invariant 3).
+    log: Option<TransactionLog>,
+    index: HashMap<String, StreamIndex>,
+    /// The entries read when the file was (re)opened, handed to the first replay from the start
+    /// so that a restart reads the file once.
+    opened_entries: Option<Vec<LogEntry>>,
+}
+
+/// The file record log of a data directory, a [`RecordLog`] (see the module doc).
+#[derive(Debug, Clone)]
+pub struct FileRecordLog {
+    dir: PathBuf,
+    state: Arc<Mutex<FileState>>,
+}
+
+impl FileRecordLog {
+    /// Opens (creating) the log in `dir`, cutting a torn tail (logged as a warning) and indexing it.
+    /// Blocking.
+    pub fn open(dir: &Path) -> Result<(FileRecordLog, Recovery), StoreError> {
+        let mut state = FileState {
+            log: None,
+            index: HashMap::new(),
+            opened_entries: None,
+        };
+        let recovery = reopen(dir, &mut state)?;
+        Ok((
+            FileRecordLog {
+                dir: dir.to_path_buf(),
+                state: Arc::new(Mutex::new(state)),
+            },
+            recovery,
+        ))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FileState> {
+        self.state
             .lock()
-            .unwrap()
-            .as_ref()
-            .is_some_and(|set| set.contains(path))
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn append_blocking(&self, batch: &[LogEntry]) -> Result<Vec<EntryOutcome>, StoreError> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        if state.log.is_none() {
+            reopen(&self.dir, state)?;
+        }
+        // Stage the batch against the index: duplicates of the file or of the batch itself.
+        let mut staged: HashMap<&str, StreamIndex> = HashMap::new();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut fresh = Vec::with_capacity(batch.len());
+        for entry in batch {
+            let stream = entry.stream();
+            let duplicate = staged
+                .get(stream)
+                .and_then(|s| s.duplicate_of(entry))
+                .or_else(|| state.index.get(stream).and_then(|s| s.duplicate_of(entry)));
+            match duplicate {
+                Some(window_id) => outcomes.push(EntryOutcome::Duplicate { window_id }),
+                None => {
+                    staged.entry(stream).or_default().add(entry);
+                    outcomes.push(EntryOutcome::Appended);
+                    fresh.push(entry.clone());
+                }
+            }
+        }
+        let Some(log) = state.log.as_mut() else {
+            return Err(StoreError::Corrupt {
+                path: self.dir.join(LOG_FILE),
+                offset: 0,
+                rule: "the log could not be reopened".into(),
+            });
+        };
+        // Entries kept from the open would now miss this batch.
+        state.opened_entries = None;
+        if let Err(e) = log.append(&fresh) {
+            state.log = None;
+            return Err(e);
+        }
+        for entry in &fresh {
+            state
+                .index
+                .entry(entry.stream().to_string())
+                .or_default()
+                .add(entry);
+        }
+        Ok(outcomes)
+    }
+
+    fn replay_blocking(&self, from: LogPosition) -> Result<Replayed, StoreError> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        if state.log.is_none() {
+            reopen(&self.dir, state)?;
+        }
+        let (path, end) = match state.log.as_ref() {
+            Some(log) => (log.path().to_path_buf(), log.durable_len()),
+            None => (self.dir.join(LOG_FILE), 0),
+        };
+        if from == LogPosition::START
+            && let Some(entries) = state.opened_entries.take()
+        {
+            return Ok(Replayed {
+                entries,
+                next: LogPosition(end),
+            });
+        }
+        state.opened_entries = None;
+        if from.0 > end {
+            return Err(StoreError::Corrupt {
+                path,
+                offset: from.0,
+                rule: format!(
+                    "replay position {} is past the end of the log ({end})",
+                    from.0
+                ),
+            });
+        }
+        let mut file = File::open(&path).map_err(StoreError::io(&path, "opening the log"))?;
+        file.seek(SeekFrom::Start(from.0))
+            .map_err(StoreError::io(&path, "seeking in the log"))?;
+        let mut bytes = Vec::new();
+        file.take(end - from.0)
+            .read_to_end(&mut bytes)
+            .map_err(StoreError::io(&path, "reading the log"))?;
+        let (entries, valid, reason) = decode_frames(&bytes);
+        if let Some(rule) = reason {
+            return Err(StoreError::Corrupt {
+                path,
+                offset: from.0 + valid,
+                rule,
+            });
+        }
+        Ok(Replayed {
+            entries,
+            next: LogPosition(end),
+        })
+    }
+}
+
+/// (Re)opens the log file of `dir` into `state`: cuts a torn tail and rebuilds the index.
+fn reopen(dir: &Path, state: &mut FileState) -> Result<Recovery, StoreError> {
+    state.log = None;
+    let (log, entries, recovery) = TransactionLog::open(dir)?;
+    if recovery.truncated_bytes > 0 {
+        tracing::warn!(
+            log = %log.path().display(),
+            truncated_bytes = recovery.truncated_bytes,
+            reason = recovery.truncation_reason.as_deref().unwrap_or(""),
+            "cut the unacknowledged torn tail of the transaction log"
+        );
+    }
+    state.index.clear();
+    for entry in &entries {
+        state
+            .index
+            .entry(entry.stream().to_string())
+            .or_default()
+            .add(entry);
+    }
+    state.opened_entries = Some(entries);
+    state.log = Some(log);
+    Ok(recovery)
+}
+
+#[async_trait]
+impl RecordLog for FileRecordLog {
+    async fn append(&self, batch: Vec<LogEntry>) -> Result<Vec<EntryOutcome>, StoreError> {
+        let log = self.clone();
+        super::blocking(&self.dir, "running a log task", move || {
+            log.append_blocking(&batch)
+        })
+        .await
+    }
+
+    async fn windows_of(&self, records: &[(&str, &str)]) -> Result<Vec<Option<u64>>, StoreError> {
+        if self.lock().log.is_none() {
+            // After a failed append the index is rebuilt from the file first (invariant 3).
+            let log = self.clone();
+            super::blocking(&self.dir, "running a log task", move || {
+                let mut state = log.lock();
+                if state.log.is_none() {
+                    reopen(&log.dir, &mut state)?;
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        let state = self.lock();
+        Ok(records
+            .iter()
+            .map(|(stream, id)| {
+                state
+                    .index
+                    .get(*stream)
+                    .and_then(|s| s.records.get(*id))
+                    .copied()
+            })
+            .collect())
+    }
+
+    async fn replay(&self, from: LogPosition) -> Result<Replayed, StoreError> {
+        let log = self.clone();
+        super::blocking(&self.dir, "running a log task", move || {
+            log.replay_blocking(from)
+        })
+        .await
     }
 }
 
@@ -366,10 +445,7 @@ fn decode_frames(bytes: &[u8]) -> (Vec<LogEntry>, u64, Option<String>) {
         if actual.sum() != crc {
             break Some(format!("checksum mismatch at byte {pos}"));
         }
-        let entry = <WireEntry as prost::Message>::decode(payload)
-            .map_err(|e| e.to_string())
-            .and_then(LogEntry::from_wire);
-        match entry {
+        match LogEntry::decode(payload) {
             Ok(entry) => entries.push(entry),
             Err(e) => break Some(format!("undecodable frame at byte {pos}: {e}")),
         }
@@ -381,6 +457,8 @@ fn decode_frames(bytes: &[u8]) -> (Vec<LogEntry>, u64, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{StoredRecord, WindowClose};
+    use crate::transactions::{Mode, Params};
     use proptest::prelude::*;
 
     fn record(stream: &str, window_id: u64, id: &str, items: &[&str]) -> LogEntry {
@@ -398,10 +476,13 @@ mod tests {
             stream: stream.into(),
             window_id,
             records,
-            params: StoredParams {
+            params: Params {
                 rho: 0.5,
                 m: 3,
-                sampled: Some((0.05, 0.1)),
+                mode: Mode::Sampled {
+                    epsilon: 0.05,
+                    delta: 0.1,
+                },
             },
         })
     }
@@ -520,10 +601,17 @@ mod tests {
                         stream,
                         window_id,
                         records,
-                        params: StoredParams {
+                        params: Params {
                             rho,
                             m,
-                            sampled: sampled.then_some((0.05, 0.05)),
+                            mode: if sampled {
+                                Mode::Sampled {
+                                    epsilon: 0.05,
+                                    delta: 0.05,
+                                }
+                            } else {
+                                Mode::Exact
+                            },
                         },
                     })
                 }),

@@ -29,6 +29,7 @@ mod sampler;
 pub(crate) mod support;
 mod suppressor;
 mod utility;
+pub mod windowing;
 
 pub use constraints::PersonalizedPlus;
 pub use restore::MAX_RESTORE_ANTECEDENTS;

@@ -93,19 +93,30 @@ pub(crate) fn intersect_into(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
         }
         return;
     }
-    let (mut i, mut j) = (0, 0);
+    // Branch-free merge: every step writes its candidate and advances the output only on a match
+    // (the outcome of each comparison is unpredictable, so branches would mispredict half the time).
+    out.resize(small.len(), 0);
+    let (mut i, mut j, mut k) = (0, 0, 0);
     while i < small.len() && j < big.len() {
         let (x, y) = (small[i], big[j]);
-        if x < y {
-            i += 1;
-        } else if y < x {
-            j += 1;
-        } else {
-            out.push(x);
-            i += 1;
-            j += 1;
-        }
+        out[k] = x;
+        k += usize::from(x == y);
+        i += usize::from(x <= y);
+        j += usize::from(y <= x);
     }
+    out.truncate(k);
+}
+
+/// Keeps the tids of `tids` that are in `bits`, without a branch per tid.
+#[inline]
+fn retain_in(tids: &mut Vec<u32>, bits: &[u64]) {
+    let mut kept = 0;
+    for at in 0..tids.len() {
+        let tid = tids[at];
+        tids[kept] = tid;
+        kept += usize::from(has(bits, tid));
+    }
+    tids.truncate(kept);
 }
 
 /// |a ∩ b| (both sorted), galloping through the longer list.
@@ -239,7 +250,7 @@ fn tidset_of(
             return;
         }
         match popular.and_then(|p| p.get(item)) {
-            Some(bits) => out.retain(|&tid| has(bits, tid)),
+            Some(bits) => retain_in(out, bits),
             None => {
                 intersect_into(out, &lists[item as usize], scratch);
                 std::mem::swap(out, scratch);

@@ -14,9 +14,9 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
 use crate::proto;
-use crate::store::{StoredParams, StoredRecord, WindowClose, WindowOutcome};
+use crate::store::{StoredRecord, WindowClose, WindowOutcome};
 use crate::telemetry::catalog;
-use crate::transactions::{ItemId, Mode, Params, Record};
+use crate::transactions::{ItemId, Mode, Record};
 
 /// Seed of window `window_id` of `stream`: FNV-1a over the name, mixed with the id by SplitMix64.
 /// Stable across runs, platforms and Rust versions (unlike `std`'s hashers).
@@ -38,18 +38,6 @@ fn splitmix64(x: u64) -> u64 {
 
 /// Salt separating the shuffle's random stream from the engine's.
 const SHUFFLE_SALT: u64 = 0x5348_5546_464c_4531;
-
-/// Engine parameters of a stored close marker.
-pub fn engine_params(p: &StoredParams) -> Params {
-    Params {
-        rho: p.rho,
-        m: p.m,
-        mode: match p.sampled {
-            None => Mode::Exact,
-            Some((epsilon, delta)) => Mode::Sampled { epsilon, delta },
-        },
-    }
-}
 
 /// Item names of one window interned as dense ids, in order of first appearance in the log.
 #[derive(Debug, Default)]
@@ -101,7 +89,7 @@ pub fn release_window(close: &WindowClose, records: &[StoredRecord]) -> WindowOu
             sensitive: names.interned_set(&r.sensitive_items),
         })
         .collect();
-    let params = engine_params(&close.params);
+    let params = close.params;
     let seed = window_seed(stream, window_id);
     let started = Instant::now();
     let anonymized = match crate::transactions::anonymize(&engine_records, &params, seed) {
@@ -147,13 +135,18 @@ pub fn release_window(close: &WindowClose, records: &[StoredRecord]) -> WindowOu
             records: records.len() as u64,
             rho: close.params.rho,
             m: close.params.m,
-            mode: if close.params.sampled.is_some() {
-                "sampled".into()
-            } else {
-                "exact".into()
+            mode: match params.mode {
+                Mode::Exact => "exact".into(),
+                Mode::Sampled { .. } => "sampled".into(),
             },
-            epsilon: close.params.sampled.map_or(0.0, |s| s.0),
-            delta: close.params.sampled.map_or(0.0, |s| s.1),
+            epsilon: match params.mode {
+                Mode::Exact => 0.0,
+                Mode::Sampled { epsilon, .. } => epsilon,
+            },
+            delta: match params.mode {
+                Mode::Exact => 0.0,
+                Mode::Sampled { delta, .. } => delta,
+            },
             util_info: r.util_info,
             util_dist: r.util_dist,
             util_mining: r.util_mining,

@@ -1,0 +1,490 @@
+//! The writer: one task owning every stream's open window, applying the windowing rules
+//! ([`crate::transactions::windowing`]) to batches of appends and making each batch durable in the
+//! [`RecordLog`] with one append (group commit) before acknowledging anything of it.
+//!
+//! Per batch: re-published ids are answered with their stored window ([`RecordLog::windows_of`],
+//! and ids repeated inside the batch); windows due by time close first; each new record is admitted
+//! by the rules (budget close before it, count close after it); the records and close markers are
+//! appended; only then are the records acknowledged and the closed windows handed to their
+//! releasers. If the append fails, every command of the batch is answered UNAVAILABLE and the state
+//! is rebuilt by replaying the log, exactly as at a restart, so the writer never acts on anything
+//! that is not durable. If the log reports as duplicate a record the writer took for new (its state
+//! was not the log's), that record is answered with its stored window and the state is rebuilt too.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::metrics::{StreamMetrics, count_refused};
+use super::releaser::{ClosedWindow, run_releaser};
+use super::{Append, AppendError, Appended, MAX_BATCH, StreamHandle};
+use crate::config::{StreamSettings, TransactionsConfig};
+use crate::store::{
+    EntryOutcome, LogEntry, LogPosition, RecordLog, ReleaseStore, StoreError, StoredRecord,
+    WindowClose,
+};
+use crate::transactions::Params;
+use crate::transactions::windowing::{OpenWindow, OverBudget, WindowRules};
+
+/// In-memory state of one stream, owned by the writer.
+#[derive(Debug)]
+struct StreamState {
+    settings: StreamSettings,
+    rules: WindowRules,
+    open: OpenWindow<Instant>,
+    /// The open window's records, in log order.
+    open_records: Vec<StoredRecord>,
+    /// Closed windows possibly not yet released: id -> number of records.
+    closed_pending: BTreeMap<u64, usize>,
+    /// Windows below this were released before the last (re)start: their records are not kept.
+    released_at_open: u64,
+    handle: Arc<StreamHandle>,
+    metrics: StreamMetrics,
+}
+
+impl StreamState {
+    /// Records accepted and not yet released.
+    fn waiting(&mut self) -> usize {
+        let released = *self.handle.released_upto.borrow();
+        self.closed_pending = self.closed_pending.split_off(&released);
+        self.open_records.len() + self.closed_pending.values().sum::<usize>()
+    }
+
+    fn params(&self) -> Params {
+        Params {
+            rho: self.settings.rho,
+            m: self.settings.m,
+            mode: self.settings.mode,
+        }
+    }
+
+    /// The window `window_id` the rules just closed: its marker and records.
+    fn closed(&mut self, stream: &str, window_id: u64) -> ClosedWindow {
+        let records = std::mem::take(&mut self.open_records);
+        self.closed_pending.insert(window_id, records.len());
+        ClosedWindow {
+            close: WindowClose {
+                stream: stream.to_string(),
+                window_id,
+                records: records.len() as u64,
+                params: self.params(),
+            },
+            records,
+            closed_at: std::time::Instant::now(),
+        }
+    }
+}
+
+/// A command answered once the batch is durable: its entry's index in the batch (`None`: nothing
+/// appended for it, a duplicate), and the answer planned.
+struct Planned {
+    reply: tokio::sync::oneshot::Sender<Result<Appended, AppendError>>,
+    entry: Option<usize>,
+    appended: Appended,
+    metrics: StreamMetrics,
+}
+
+pub(super) struct Writer {
+    config: TransactionsConfig,
+    log: Arc<dyn RecordLog>,
+    releases: Arc<dyn ReleaseStore>,
+    state: HashMap<String, StreamState>,
+    handles: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
+    /// The state may not be the log's (a failed append or lookup): rebuilt before the next batch.
+    stale: bool,
+}
+
+impl Writer {
+    pub fn new(
+        config: TransactionsConfig,
+        log: Arc<dyn RecordLog>,
+        releases: Arc<dyn ReleaseStore>,
+        handles: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
+    ) -> Writer {
+        Writer {
+            config,
+            log,
+            releases,
+            state: HashMap::new(),
+            handles,
+            stale: true,
+        }
+    }
+
+    /// Replays the log and creates every configured stream: the state at a (re)start.
+    pub async fn recover(&mut self) -> Result<(), StoreError> {
+        self.replay().await?;
+        let configured: Vec<String> = self.config.streams.keys().cloned().collect();
+        for name in configured {
+            self.stream_state(&name).await?;
+        }
+        Ok(())
+    }
+
+    /// The state of `name`, creating the stream (handle, releaser) on first use.
+    async fn stream_state(&mut self, name: &str) -> Result<&mut StreamState, StoreError> {
+        if !self.state.contains_key(name) {
+            let released = self.releases.next_unreleased(name).await?;
+            let metrics = StreamMetrics::new(name);
+            let handle = {
+                let mut handles = self
+                    .handles
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                handles
+                    .entry(name.to_string())
+                    .or_insert_with(|| {
+                        let (releaser, closed) = mpsc::unbounded_channel();
+                        let (released_upto, _) = watch::channel(released);
+                        let handle = Arc::new(StreamHandle {
+                            released_upto,
+                            releaser,
+                        });
+                        tokio::spawn(run_releaser(
+                            name.to_string(),
+                            self.releases.clone(),
+                            handle.released_upto.clone(),
+                            closed,
+                            metrics.clone(),
+                        ));
+                        handle
+                    })
+                    .clone()
+            };
+            let settings = self.config.settings_for(name).clone();
+            let rules = WindowRules {
+                window_records: settings.window_records,
+                window: settings.window,
+                m: settings.m,
+                mode: settings.mode,
+                max_antecedents: self.config.max_window_antecedents,
+            };
+            self.state.insert(
+                name.to_string(),
+                StreamState {
+                    settings,
+                    rules,
+                    open: OpenWindow::new(0),
+                    open_records: Vec::new(),
+                    closed_pending: BTreeMap::new(),
+                    released_at_open: released,
+                    handle,
+                    metrics,
+                },
+            );
+        }
+        self.state
+            .get_mut(name)
+            .ok_or_else(|| StoreError::Unavailable {
+                action: "creating a stream",
+                detail: format!("stream {name:?} vanished"),
+            })
+    }
+
+    /// Rebuilds every stream's state from the log and queues closed, unreleased windows.
+    async fn replay(&mut self) -> Result<(), StoreError> {
+        self.stale = true;
+        self.state.clear();
+        let replayed = self.log.replay(LogPosition::START).await?;
+        let now = Instant::now();
+        for entry in replayed.entries {
+            match entry {
+                LogEntry::Record(record) => {
+                    let st = self.stream_state(&record.stream).await?;
+                    if record.window_id != st.open.id {
+                        tracing::error!(
+                            stream = %record.stream,
+                            record_window = record.window_id,
+                            open_window = st.open.id,
+                            "log record outside its stream's open window; kept in the open window"
+                        );
+                    }
+                    st.open.replay_record(&st.rules, record.items.len(), now);
+                    st.open_records.push(record);
+                }
+                LogEntry::Close(close) => {
+                    let st = self.stream_state(&close.stream).await?;
+                    let records = std::mem::take(&mut st.open_records);
+                    st.open = OpenWindow::new(close.window_id + 1);
+                    if close.window_id >= st.released_at_open {
+                        st.closed_pending.insert(close.window_id, records.len());
+                        let _ = st.handle.releaser.send(ClosedWindow {
+                            close,
+                            records,
+                            closed_at: std::time::Instant::now(),
+                        });
+                    }
+                }
+            }
+        }
+        for (name, st) in &self.state {
+            st.metrics
+                .windows_unreleased
+                .set(st.closed_pending.len() as f64);
+            st.metrics
+                .open_records
+                .set((st.open_records.len() + st.closed_pending.values().sum::<usize>()) as f64);
+            if !st.closed_pending.is_empty() || !st.open_records.is_empty() {
+                tracing::info!(
+                    stream = %name,
+                    windows_to_release = st.closed_pending.len(),
+                    open_records = st.open_records.len(),
+                    "recovered transaction stream"
+                );
+            }
+        }
+        self.stale = false;
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.state
+            .values()
+            .filter_map(|st| st.open.deadline(&st.rules))
+            .min()
+    }
+
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Append>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        loop {
+            let deadline = self.next_deadline();
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(c) => batch.push(c),
+                    None => break,
+                },
+                () = sleep_until_opt(deadline) => {}
+            }
+            while batch.len() < MAX_BATCH {
+                match commands.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            self.process(std::mem::take(&mut batch)).await;
+        }
+    }
+
+    async fn process(&mut self, batch: Vec<Append>) {
+        if self.stale
+            && let Err(e) = self.replay().await
+        {
+            tracing::error!(error = %e, "transaction store still unavailable");
+            refuse_all(batch, &e);
+            return;
+        }
+        let keys: Vec<(&str, &str)> = batch
+            .iter()
+            .map(|c| (c.stream.as_str(), c.record_id.as_str()))
+            .collect();
+        let stored = match self.log.windows_of(&keys).await {
+            Ok(stored) if stored.len() == batch.len() => stored,
+            Ok(_) => {
+                let e = StoreError::Unavailable {
+                    action: "looking up record ids",
+                    detail: "the log answered for a different number of records".into(),
+                };
+                refuse_all(batch, &e);
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot look up record ids");
+                self.stale = true;
+                refuse_all(batch, &e);
+                return;
+            }
+        };
+        let now = Instant::now();
+        let mut entries = Vec::new();
+        let mut planned = Vec::new();
+        let mut closed = Vec::new();
+        // Windows due by time close before this batch's records arrive.
+        for (name, st) in self.state.iter_mut() {
+            if let Some(window_id) = st.open.close_if_due(&st.rules, now) {
+                let window = st.closed(name, window_id);
+                entries.push(LogEntry::Close(window.close.clone()));
+                closed.push(window);
+            }
+        }
+        let limit = self.config.max_open_records;
+        // Ids placed by this batch: (stream, record id) -> window.
+        let mut placed: HashMap<(String, String), u64> = HashMap::new();
+        for (command, stored) in batch.into_iter().zip(stored) {
+            if !self.state.contains_key(&command.stream)
+                && self.state.len() >= self.config.max_streams
+            {
+                let _ = command.reply.send(Err(AppendError::TooManyStreams {
+                    streams: self.state.len(),
+                }));
+                continue;
+            }
+            let st = match self.stream_state(&command.stream).await {
+                Ok(st) => st,
+                Err(e) => {
+                    let _ = command
+                        .reply
+                        .send(Err(AppendError::Unavailable(e.to_string())));
+                    continue;
+                }
+            };
+            let key = (command.stream, command.record_id);
+            if let Some(window_id) = stored.or_else(|| placed.get(&key).copied()) {
+                planned.push(Planned {
+                    reply: command.reply,
+                    entry: None,
+                    appended: Appended {
+                        window_id,
+                        duplicate: true,
+                    },
+                    metrics: st.metrics.clone(),
+                });
+                continue;
+            }
+            let (stream, record_id) = key;
+            let waiting = st.waiting();
+            if waiting >= limit {
+                count_refused("too_many_open");
+                let _ = command.reply.send(Err(AppendError::TooManyOpenRecords {
+                    stream,
+                    waiting,
+                    limit,
+                }));
+                continue;
+            }
+            let placement = match st.open.admit(&st.rules, command.items.len(), now) {
+                Ok(placement) => placement,
+                Err(OverBudget { antecedents, limit }) => {
+                    let _ = command.reply.send(Err(AppendError::TooManyAntecedents {
+                        items: command.items.len(),
+                        m: st.settings.m,
+                        antecedents,
+                        limit,
+                    }));
+                    continue;
+                }
+            };
+            if let Some(window_id) = placement.closed_before {
+                let window = st.closed(&stream, window_id);
+                entries.push(LogEntry::Close(window.close.clone()));
+                closed.push(window);
+            }
+            let record = StoredRecord {
+                stream,
+                window_id: placement.window_id,
+                record_id,
+                items: command.items,
+                sensitive_items: command.sensitive_items,
+            };
+            placed.insert(
+                (record.stream.clone(), record.record_id.clone()),
+                record.window_id,
+            );
+            planned.push(Planned {
+                reply: command.reply,
+                entry: Some(entries.len()),
+                appended: Appended {
+                    window_id: record.window_id,
+                    duplicate: false,
+                },
+                metrics: st.metrics.clone(),
+            });
+            entries.push(LogEntry::Record(record.clone()));
+            let stream = record.stream.clone();
+            st.open_records.push(record);
+            if let Some(window_id) = placement.closed_after {
+                let window = st.closed(&stream, window_id);
+                entries.push(LogEntry::Close(window.close.clone()));
+                closed.push(window);
+            }
+        }
+        if entries.is_empty() {
+            for p in planned {
+                acknowledge(p.reply, p.appended, &p.metrics);
+            }
+            return;
+        }
+        let appended = entries.len();
+        let outcomes = match self.log.append(entries).await {
+            Ok(outcomes) if outcomes.len() == appended => outcomes,
+            result => {
+                let e = match result {
+                    Err(e) => e,
+                    Ok(_) => StoreError::Unavailable {
+                        action: "appending to the record log",
+                        detail: "the log answered for a different number of entries".into(),
+                    },
+                };
+                tracing::error!(error = %e, "transaction log append failed; nothing of the batch is acknowledged");
+                for p in planned {
+                    count_refused("unavailable");
+                    let _ = p.reply.send(Err(AppendError::Unavailable(e.to_string())));
+                }
+                if let Err(e) = self.replay().await {
+                    tracing::error!(error = %e, "cannot reload the transaction log");
+                }
+                return;
+            }
+        };
+        let mut foreign = 0usize;
+        for mut p in planned {
+            if let Some(EntryOutcome::Duplicate { window_id }) = p.entry.map(|i| outcomes[i]) {
+                foreign += 1;
+                p.appended = Appended {
+                    window_id,
+                    duplicate: true,
+                };
+            }
+            acknowledge(p.reply, p.appended, &p.metrics);
+        }
+        for mut window in closed {
+            if let Some(st) = self.state.get(&window.close.stream) {
+                st.metrics.windows_closed.increment(1);
+                st.metrics.windows_unreleased.increment(1.0);
+                window.closed_at = std::time::Instant::now();
+                let _ = st.handle.releaser.send(window);
+            }
+        }
+        if foreign > 0 || outcomes.iter().any(|o| *o != EntryOutcome::Appended) {
+            tracing::error!(
+                duplicates = foreign,
+                "the record log already held entries this writer took for new; rebuilding the state from the log"
+            );
+            if let Err(e) = self.replay().await {
+                tracing::error!(error = %e, "cannot reload the transaction log");
+            }
+        }
+    }
+}
+
+/// Answers every command of `batch` UNAVAILABLE.
+fn refuse_all(batch: Vec<Append>, error: &StoreError) {
+    for command in batch {
+        count_refused("unavailable");
+        let _ = command
+            .reply
+            .send(Err(AppendError::Unavailable(error.to_string())));
+    }
+}
+
+/// Acknowledges a durable (or duplicate) record and counts it.
+fn acknowledge(
+    reply: tokio::sync::oneshot::Sender<Result<Appended, AppendError>>,
+    appended: Appended,
+    metrics: &StreamMetrics,
+) {
+    if appended.duplicate {
+        metrics.duplicate.increment(1);
+    } else {
+        metrics.stored.increment(1);
+        metrics.open_records.increment(1.0);
+    }
+    let _ = reply.send(Ok(appended));
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,38 @@
+//! The store suite ([`store_support`]) against the embedded file stores: a fresh data directory per
+//! check; opening the same directory again is a restart.
+mod store_support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cloakd::store::{FileRecordLog, ReleasedWindows};
+use store_support::{Opened, Stores};
+
+/// File stores in a temporary data directory, removed when dropped.
+struct FileStores {
+    dir: tempfile::TempDir,
+}
+
+impl FileStores {
+    fn fresh() -> FileStores {
+        FileStores {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
+impl Stores for FileStores {
+    fn open(&self) -> Pin<Box<dyn Future<Output = Opened> + Send + '_>> {
+        Box::pin(async move {
+            let (log, _recovery) = FileRecordLog::open(self.dir.path()).unwrap();
+            let releases = ReleasedWindows::open(self.dir.path()).unwrap();
+            Opened {
+                log: Arc::new(log),
+                releases: Arc::new(releases),
+            }
+        })
+    }
+}
+
+store_suite!(FileStores::fresh());
