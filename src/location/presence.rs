@@ -30,6 +30,9 @@
 //!   of users without a gap wider than twice the round's target) whose content did not change, so its
 //!   dynamic programme runs only over the segments that did (the result is the same function of the
 //!   snapshot either way);
+//! - a request is cloaked only if the constraint boxes of at least k members of its anonymity set, at
+//!   the requester's tolerance, hold the region (so that assuming everyone asks with that tolerance
+//!   does not narrow the set below k);
 //! - the padded region contains the MBR and lies inside every member's padding box; a request whose
 //!   tolerance is a step of the padding ladder (`target_side_m * 2^j`) and whose constraint box holds
 //!   the MBR also holds the padded region;
@@ -101,6 +104,10 @@ pub enum ExpiryReason {
     /// The partition for this k leaves the requester out of every anonymity set (its position is too
     /// far from the others along the Hilbert order to share a small region with k - 1 of them).
     Isolated,
+    /// The region fits the requester's constraint box, but the same tolerance around fewer than k
+    /// members of its anonymity set holds it: an attacker who assumes every user asks with this
+    /// tolerance could narrow the set below k.
+    FewFitTolerance,
 }
 
 /// What became of a presence request.
@@ -385,6 +392,16 @@ impl PresenceEngine {
         );
         if !req.constraint_box().contains_box(&cloaking_box) {
             return Ok(PresenceOutcome::Expired(ExpiryReason::OutsideTolerance));
+        }
+        let fitting = members
+            .iter()
+            .filter(|&&i| {
+                let u = &self.ordered.users[i as usize];
+                geo::constraint_box(u.lat, u.lon, req.dx_m, req.dy_m).contains_box(&cloaking_box)
+            })
+            .count();
+        if fitting < k as usize {
+            return Ok(PresenceOutcome::Expired(ExpiryReason::FewFitTolerance));
         }
         let anonymity_set = members
             .iter()
@@ -882,6 +899,20 @@ mod tests {
                 {
                     return Err(format!("anonymity set {:?} is wrong", region.anonymity_set));
                 }
+                let fitting = region
+                    .anonymity_set
+                    .iter()
+                    .filter_map(|u| checker.position(u, now_ms))
+                    .filter(|&(lat, lon)| {
+                        geo::constraint_box(lat, lon, req.dx_m, req.dy_m)
+                            .contains_box(&region.cloaking_box)
+                    })
+                    .count();
+                if fitting < req.k as usize {
+                    return Err(format!(
+                        "only {fitting} members hold the region in tolerance"
+                    ));
+                }
                 let mut copy = engine.clone();
                 PresenceChecker::check_reciprocity(
                     &req.user,
@@ -907,6 +938,30 @@ mod tests {
                     None => Ok(false),
                     Some(region) => Err(format!("Isolated but re-cloaking gives {region:?}")),
                 }
+            }
+            PresenceOutcome::Expired(ExpiryReason::FewFitTolerance) => {
+                // The region fits the requester, but fewer than k of the users who get it again hold
+                // it within the same tolerance.
+                let mut copy = engine.clone();
+                let region = recloak(&mut copy, req.user, req.k, now_ms)
+                    .ok_or("FewFitTolerance but no region at any tolerance")?;
+                if !req.constraint_box().contains_box(&region) {
+                    return Err(format!("FewFitTolerance but {region:?} does not fit"));
+                }
+                let fitting = checker
+                    .present(now_ms)
+                    .into_iter()
+                    .filter(|(u, lat, lon)| {
+                        region.contains_point(*lat, *lon)
+                            && geo::constraint_box(*lat, *lon, req.dx_m, req.dy_m)
+                                .contains_box(&region)
+                            && recloak(&mut copy, *u, req.k, now_ms) == Some(region)
+                    })
+                    .count();
+                if fitting >= req.k as usize {
+                    return Err(format!("FewFitTolerance but {fitting} members fit"));
+                }
+                Ok(false)
             }
             PresenceOutcome::Expired(ExpiryReason::OutsideTolerance) => {
                 let mut copy = engine.clone();
@@ -1204,9 +1259,10 @@ mod tests {
         );
         assert!(requests > 1000);
         if sparse {
-            // Measured 0.738 with padded regions (the target of 0.75 is not reached yet); guards
-            // against regressions.
-            assert!(success >= 0.72, "success {success}");
+            // Measured 0.667 with padded regions and at least k members holding the region in the same
+            // tolerance (0.738 without that rule; the target of 0.75 is not reached yet);
+            // guards against regressions.
+            assert!(success >= 0.65, "success {success}");
         }
     }
 }
