@@ -4,11 +4,14 @@
 //!
 //! [`serve`] is a library function (tests call it on `127.0.0.1:0`); [`run`] adds the listener and
 //! SIGINT/SIGTERM handling for `cloakd serve`. Every service sits behind the one [`AuthLayer`]
-//! (health excepted), and with `[server.tls]` behind TLS, whose certificates SIGHUP reloads.
+//! (health excepted), and with `[server.tls]` behind TLS. One SIGHUP handler reloads the
+//! configuration the daemon was started with ([`crate::reload`]; [`serve_reloadable`]) and then the
+//! TLS certificates.
 //! On a non-loopback address the daemon refuses to start without TLS and `auth.required = true`
 //! unless `server.allow_insecure = true`.
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -22,6 +25,7 @@ use crate::proto::location_broker_server::LocationBrokerServer;
 use crate::proto::release_feed_server::ReleaseFeedServer;
 use crate::proto::table_anonymizer_server::TableAnonymizerServer;
 use crate::proto::transaction_ingest_server::TransactionIngestServer;
+use crate::reload::{ConfigSource, Reloader};
 use crate::service::location::LocationServices;
 use crate::service::table::TableService;
 use crate::service::transactions::TransactionServices;
@@ -34,6 +38,26 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_inner(config, None, listener, shutdown).await
+}
+
+/// [`serve`], and SIGHUP reloads the configuration from `reload.source` (see [`crate::reload`]):
+/// what `cloakd serve` runs. `config` is what `reload.running` validates to.
+pub async fn serve_reloadable(
+    config: Config,
+    reload: Reloadable,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_inner(config, Some(reload), listener, shutdown).await
+}
+
+async fn serve_inner(
+    config: Config,
+    reload: Option<Reloadable>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
@@ -42,9 +66,6 @@ pub async fn serve(
         Some(files) => Some(crate::tls::TlsReloader::new(files.clone())?),
         None => None,
     };
-    if let Some(tls) = &tls {
-        tokio::spawn(reload_on_hangup(tls.clone()));
-    }
     let auth = AuthLayer::new(std::sync::Arc::new(Authenticator::new(&config.auth)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics = match config.telemetry.metrics_listen {
@@ -88,6 +109,13 @@ pub async fn serve(
         max_message_bytes,
     );
     let evaluator = crate::service::evaluation::table_evaluator(&config.tables, table_jobs);
+    // Registered before the daemon says it listens, so a SIGHUP from then on never kills it.
+    let reloader = reload.map(|reload| {
+        Reloader::new(reload.source, reload.running)
+            .with_target(Arc::new(location.reload_target()))
+            .with_target(Arc::new(transactions.reload_target()))
+    });
+    let hangups = tokio::spawn(on_hangup(reloader, tls.clone(), stop_rx.clone())?);
     // Health names every service ("" is the daemon as a whole).
     let served: Vec<&'static str> = vec![
         "",
@@ -187,6 +215,7 @@ pub async fn serve(
         _ = stopping.wait_for(|stop| *stop) => {}
     }
     let served = tokio::time::timeout(grace, &mut server).await;
+    hangups.abort();
     if let Some(metrics) = metrics {
         match tokio::time::timeout(grace, metrics).await {
             Ok(Ok(Err(err))) => tracing::warn!(error = %err, "metrics listener failed"),
@@ -236,25 +265,44 @@ pub fn check_exposure(config: &Config, addr: SocketAddr) -> anyhow::Result<()> {
     )
 }
 
-/// Reloads the TLS certificates on every SIGHUP, keeping the listener (and the old certificates if
-/// the new files cannot be used).
-pub async fn reload_on_hangup(tls: crate::tls::TlsReloader) {
+/// Where the running configuration came from and what it was, so SIGHUP can reload it.
+#[derive(Debug, Clone)]
+pub struct Reloadable {
+    pub source: ConfigSource,
+    /// The merged document the daemon runs on.
+    pub running: toml::Table,
+}
+
+/// The SIGHUP handler: on every SIGHUP, reloads the configuration (if the daemon has a
+/// [`Reloader`]) and then the TLS certificates (if configured), until shutdown. The signal is
+/// registered before this returns.
+fn on_hangup(
+    mut reloader: Option<Reloader>,
+    tls: Option<crate::tls::TlsReloader>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(hangups) => hangups,
-            Err(err) => {
-                tracing::error!(%err, "cannot listen for SIGHUP; certificates will not be reloaded");
-                return;
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP (configuration and certificate reload)")?;
+    Ok(async move {
+        loop {
+            #[cfg(unix)]
+            let hangup = hangups.recv();
+            #[cfg(not(unix))]
+            let hangup = std::future::pending::<Option<()>>();
+            tokio::select! {
+                received = hangup => if received.is_none() { return },
+                _ = stop.wait_for(|stop| *stop) => return,
             }
-        };
-        while hangups.recv().await.is_some() {
-            reload_certificates(&tls);
+            tracing::info!("SIGHUP: reloading");
+            if let Some(reloader) = reloader.as_mut() {
+                reloader.reload();
+            }
+            if let Some(tls) = &tls {
+                reload_certificates(tls);
+            }
         }
-    }
-    #[cfg(not(unix))]
-    let _ = tls;
+    })
 }
 
 /// Re-reads `[server.tls]`; what SIGHUP does. A failure is logged and the old certificates stay.
@@ -267,13 +315,13 @@ pub fn reload_certificates(tls: &crate::tls::TlsReloader) {
     }
 }
 
-/// Binds `listen` (or the configured address) and serves until SIGINT or SIGTERM.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+/// Binds `server.listen` and serves until SIGINT or SIGTERM; SIGHUP reloads `reload`'s source.
+pub async fn run(config: Config, reload: Reloadable) -> anyhow::Result<()> {
     let listen: SocketAddr = config.server.listen;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen} (server.listen)"))?;
-    serve(config, listener, shutdown_signal()).await
+    serve_reloadable(config, reload, listener, shutdown_signal()).await
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

@@ -5,7 +5,7 @@
 //! (personalized rho-uncertainty by suppression) and [`relational`] (Mondrian with k-anonymity,
 //! l-diversity, t-closeness, delta-disclosure) with the privacy/utility [`measures`]. Around them, thin adapters: [`service`]
 //! (gRPC), [`store`] (durable state), [`telemetry`] (Prometheus metrics), [`daemon`] (wiring,
-//! shutdown) and [`cli`] (batch commands).
+//! shutdown), [`reload`] (SIGHUP configuration reload) and [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod location;
 pub mod measures;
 pub mod relational;
+pub mod reload;
 pub mod service;
 pub mod store;
 pub mod telemetry;

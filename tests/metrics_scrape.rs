@@ -118,11 +118,19 @@ async fn counters_follow_a_location_and_transaction_workload() {
     );
     assert_eq!(m.sum("cloakd_location_pending_requests", &[]), 0.0);
     // Six groups of two; relative anonymity 1 each.
-    assert_eq!(m.sum("cloakd_location_group_size_count", &[]), 6.0);
-    assert_eq!(m.sum("cloakd_location_group_size_sum", &[]), 12.0);
+    let requests = [("model", "requests")];
+    assert_eq!(m.sum("cloakd_location_group_size_count", &requests), 6.0);
+    assert_eq!(m.sum("cloakd_location_group_size_sum", &requests), 12.0);
     assert_eq!(
-        m.sum("cloakd_location_relative_anonymity_bucket", &[("le", "1")]),
+        m.sum(
+            "cloakd_location_relative_anonymity_bucket",
+            &[("model", "requests"), ("le", "1")]
+        ),
         12.0
+    );
+    assert_eq!(
+        m.sum("cloakd_location_group_size_count", &[("model", "presence")]),
+        0.0
     );
     // Every request that reached the broker was timed.
     assert_eq!(
@@ -308,5 +316,85 @@ async fn counters_follow_a_location_and_transaction_workload() {
         assert!(!m.text.contains(secret), "{secret} leaked into /metrics");
     }
     assert!(!m.text.contains("quantile="), "histograms, not summaries");
+    daemon.stop();
+}
+
+/// PRESENCE requests are observed like CliqueCloak groups, under `model="presence"`: one group size
+/// (the anonymity set the client was told) and one relative anonymity (set size / k) per cloaked
+/// request; an expired one is not observed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_requests_observe_group_size_and_relative_anonymity() {
+    let daemon = DaemonProcess::start(
+        r#"
+[location]
+services = ["poi"]
+presence_max_age_ms = 600000
+"#,
+    );
+    let users: Vec<String> = (0..6).map(|i| format!("p{i}")).collect();
+    let mut broker =
+        cloakd::proto::location_broker_client::LocationBrokerClient::new(daemon.channel().await);
+    let updates: Vec<cloakd::proto::PositionUpdate> = users
+        .iter()
+        .enumerate()
+        .map(|(i, user)| {
+            let at = request_at(user, 0, 30.0 * i as f64, 2);
+            cloakd::proto::PositionUpdate {
+                user_id: user.clone(),
+                lat: at.lat,
+                lon: at.lon,
+            }
+        })
+        .collect();
+    let accepted = broker
+        .report(tokio_stream::iter(updates))
+        .await
+        .unwrap()
+        .into_inner()
+        .accepted;
+    assert_eq!(accepted, 6);
+
+    let mut client = MobileClient::connect(daemon.channel().await).await;
+    let asks: [(usize, u32); 4] = [(0, 2), (3, 3), (5, 2), (1, 50)];
+    for (n, &(user, k)) in asks.iter().enumerate() {
+        let mut request = request_at(&users[user], n as u64, 30.0 * user as f64, k);
+        request.model = Some(cloakd::proto::CloakModel::Presence as i32);
+        client.send(request).await;
+    }
+    let (mut cloaked, mut sizes, mut relative) = (0u64, 0.0, 0.0);
+    for _ in 0..asks.len() {
+        let event = client.next_event(30).await;
+        let k = asks[event.request_no as usize].1;
+        match event.outcome {
+            Some(location_event::Outcome::Cloaked(c)) => {
+                assert!(c.group_size >= k, "{c:?}");
+                cloaked += 1;
+                sizes += f64::from(c.group_size);
+                relative += f64::from(c.group_size) / f64::from(k);
+            }
+            Some(location_event::Outcome::Expired(_)) => assert_eq!(k, 50),
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert_eq!(cloaked, 3, "six users present: k = 50 cannot be met");
+    let presence = [("model", "presence")];
+    let m = eventually(&daemon, |m| {
+        m.sum("cloakd_location_group_size_count", &presence) == 3.0
+    });
+    assert_eq!(m.sum("cloakd_location_group_size_sum", &presence), sizes);
+    assert_eq!(
+        m.sum("cloakd_location_relative_anonymity_count", &presence),
+        3.0
+    );
+    let observed = m.sum("cloakd_location_relative_anonymity_sum", &presence);
+    assert!(
+        (observed - relative).abs() < 1e-9,
+        "{observed} vs {relative}"
+    );
+    assert_eq!(
+        m.sum("cloakd_location_group_size_count", &[("model", "requests")]),
+        0.0
+    );
+    drop(client);
     daemon.stop();
 }

@@ -149,16 +149,16 @@ fn hash_token(
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut config = crate::config::Config::load(args.config.as_deref())?;
-    if let Some(listen) = args.listen {
-        config.server.listen = listen;
-    }
+    // The same sources, read the same way, again on every SIGHUP.
+    let source = crate::reload::ConfigSource::of_process(args.config, args.listen);
+    let (running, config) = source.load()?;
+    let reload = crate::daemon::Reloadable { source, running };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("cloakd")
         .build()?;
     let grace = config.server.shutdown_grace;
-    let result = runtime.block_on(crate::daemon::run(config));
+    let result = runtime.block_on(crate::daemon::run(config, reload));
     // A window still being anonymized on a blocking thread is not waited for longer than the grace
     // period: it was not released, so it is redone after the restart (same seed, same release).
     runtime.shutdown_timeout(grace);

@@ -25,6 +25,11 @@
 //! When the daemon stops, Publish streams stop reading (every record already read is still
 //! acknowledged once durable) and end with UNAVAILABLE; subscriptions end with UNAVAILABLE naming the
 //! window to resume from. Windows already closed are still released by their releasers.
+//!
+//! # Reload
+//! The `[transactions]` section is a `watch` value a SIGHUP reload replaces
+//! ([`TransactionsReload`]): record limits apply from the next record, `max_unacked_per_publish`
+//! and `subscriber_queue` from the next stream, stream settings as [`windows`] describes.
 pub mod release;
 pub mod windows;
 
@@ -129,7 +134,8 @@ impl From<TransactionsError> for Status {
 /// Both transaction services over one [`WindowManager`].
 #[derive(Debug, Clone)]
 pub struct TransactionServices {
-    config: TransactionsConfig,
+    /// The `[transactions]` section in force (the window manager's; replaced by a reload).
+    config: watch::Receiver<Arc<TransactionsConfig>>,
     manager: WindowManager,
     /// Largest request message (`server.max_message_bytes`).
     max_message_bytes: usize,
@@ -157,12 +163,7 @@ impl TransactionServices {
                 source: std::io::Error::other(e),
             })??;
         let manager = WindowManager::start(config.clone()).await?;
-        Ok(TransactionServices::over(
-            config,
-            manager,
-            Some(lock),
-            shutdown,
-        ))
+        Ok(TransactionServices::over(manager, Some(lock), shutdown))
     }
 
     /// As [`Self::start`], over the given record log and release store instead of the files of
@@ -174,22 +175,33 @@ impl TransactionServices {
         shutdown: watch::Receiver<bool>,
     ) -> Result<TransactionServices, StoreError> {
         let manager = WindowManager::start_with(config.clone(), log, releases).await?;
-        Ok(TransactionServices::over(config, manager, None, shutdown))
+        Ok(TransactionServices::over(manager, None, shutdown))
     }
 
     fn over(
-        config: TransactionsConfig,
         manager: WindowManager,
         lock: Option<DataDirLock>,
         shutdown: watch::Receiver<bool>,
     ) -> TransactionServices {
         TransactionServices {
-            config,
+            config: manager.config(),
             manager,
             max_message_bytes: crate::service::DEFAULT_MAX_MESSAGE_BYTES,
             _lock: lock.map(Arc::new),
             shutdown,
         }
+    }
+
+    /// What a reload hands the new configuration to (it holds neither the store nor its lock).
+    pub fn reload_target(&self) -> TransactionsReload {
+        TransactionsReload {
+            reconfigure: self.manager.reconfigure_handle(),
+        }
+    }
+
+    /// The `[transactions]` section in force.
+    pub fn config(&self) -> Arc<TransactionsConfig> {
+        self.config.borrow().clone()
     }
 
     /// Sets the largest request message accepted (`server.max_message_bytes`).
@@ -204,6 +216,25 @@ impl TransactionServices {
 
     pub fn feed_server(&self) -> ReleaseFeedServer<TransactionServices> {
         ReleaseFeedServer::new(self.clone()).max_decoding_message_size(self.max_message_bytes)
+    }
+}
+
+/// Puts a reloaded `[transactions]` section in force. The caller checked that only reloadable keys
+/// changed (`data_dir` is restart-only).
+#[derive(Debug, Clone)]
+pub struct TransactionsReload {
+    reconfigure: Arc<watch::Sender<Arc<TransactionsConfig>>>,
+}
+
+impl TransactionsReload {
+    pub fn reconfigure(&self, config: TransactionsConfig) {
+        self.reconfigure.send_replace(Arc::new(config));
+    }
+}
+
+impl crate::reload::ReloadTarget for TransactionsReload {
+    fn apply(&self, config: &crate::config::Config) {
+        self.reconfigure(config.transactions.clone());
     }
 }
 
@@ -336,7 +367,7 @@ impl TransactionIngest for TransactionServices {
     ) -> Result<Response<AckStream>, Status> {
         let principal = crate::auth::Caller::of(&request)?;
         let mut inbound = request.into_inner();
-        let limit = self.config.max_unacked_per_publish;
+        let limit = self.config.borrow().max_unacked_per_publish;
         let (ack_tx, ack_rx) = mpsc::channel::<Result<PublishAck, Status>>(256);
         // One place beyond the limit is kept for the status that ends the stream.
         let (pending_tx, mut pending_rx) = mpsc::channel::<PendingAck>(limit.saturating_add(1));
@@ -371,7 +402,8 @@ impl TransactionIngest for TransactionServices {
                         return;
                     }
                 };
-                let checked = validate(&t, &config)
+                // The limits in force now (a reload applies from the next record).
+                let checked = validate(&t, &config.borrow())
                     .and_then(|()| principal.check_stream(&t.stream).map_err(Into::into));
                 if let Err(e) = checked {
                     windows::count_refused("invalid");
@@ -468,7 +500,8 @@ impl ReleaseFeed for TransactionServices {
             .ok_or_else(|| TransactionsError::UnknownStream(stream.clone()))?;
         let mut released = handle.released_upto.subscribe();
         let releases = self.manager.releases.clone();
-        let (tx, rx) = mpsc::channel(self.config.subscriber_queue);
+        let subscriber_queue = self.config.borrow().subscriber_queue;
+        let (tx, rx) = mpsc::channel(subscriber_queue);
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             let mut next = from_window;

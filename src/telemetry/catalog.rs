@@ -130,6 +130,9 @@ pub const AUTH_FAILURES: &str = "cloakd_auth_failures_total";
 pub const PERMISSION_DENIALS: &str = "cloakd_permission_denials_total";
 pub const RATE_LIMITED: &str = "cloakd_rate_limited_total";
 
+pub const CONFIG_RELOADS: &str = "cloakd_config_reloads_total";
+pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "cloakd_config_last_reload_successful";
+
 pub const BUILD_INFO: &str = "cloakd_build_info";
 pub const START_TIME_SECONDS: &str = "cloakd_start_time_seconds";
 
@@ -168,14 +171,14 @@ pub const METRICS: &[MetricDef] = &[
     ),
     histogram(
         LOCATION_GROUP_SIZE,
-        &[],
-        "Members of each cloaked group.",
+        &["model"],
+        "Members of each cloaked group, by model: requests (a CliqueCloak group, once per group) or presence (the anonymity set of each cloaked PRESENCE request).",
         GROUP_SIZES,
     ),
     histogram(
         LOCATION_RELATIVE_ANONYMITY,
-        &[],
-        "Relative anonymity (group size / requested k) of each cloaked request.",
+        &["model"],
+        "Relative anonymity (group size / requested k) of each cloaked request, by model (requests or presence).",
         RELATIVE_ANONYMITY,
     ),
     histogram(
@@ -287,6 +290,16 @@ pub const METRICS: &[MetricDef] = &[
         RATE_LIMITED,
         &["principal"],
         "Calls refused because the principal exceeded its rate limit.",
+    ),
+    counter(
+        CONFIG_RELOADS,
+        &["outcome"],
+        "Configuration reloads (SIGHUP) by outcome: applied, unchanged, refused (a restart-only key changed; nothing applied) or invalid (nothing applied).",
+    ),
+    gauge(
+        CONFIG_LAST_RELOAD_SUCCESSFUL,
+        &[],
+        "1 if the last configuration reload was applied (or changed nothing), 0 if it was refused or invalid; absent before the first reload.",
     ),
     gauge(
         BUILD_INFO,

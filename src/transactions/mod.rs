@@ -312,7 +312,7 @@ pub fn anonymize_with_adversaries(
         None => window.suppress_exact(m),
         Some(samples) => window.suppress_sampled(m, samples, engine_threads()),
     };
-    let restored = window.restore(m);
+    let restored = window.restore(m, engine_threads());
     // The two minings are independent reads of the window: one on a second thread when allowed.
     let (rules_before, rules_after) = if engine_threads() > 1 {
         std::thread::scope(|scope| {

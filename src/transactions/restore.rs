@@ -17,6 +17,11 @@
 //! every H_l can only fall while the final round's adversaries stay safe: Theorem 7's conclusion for
 //! the window the final sample was drawn from carries over to the restored window.
 //!
+//! Candidates are judged in batches on several threads against the window as it stands; the
+//! verdicts are taken in order up to the first occurrence put back, and the rest of the batch is
+//! judged again on the changed window, so the pass puts back exactly what the one-at-a-time pass
+//! would, whatever the thread count.
+//!
 //! Cost: a candidate enumerates sum_{k<m} C(|D'_r|, k) antecedents of kind (a) and
 //! sum_{1<=k<=m} C(|D'_r|, k) of kind (b); candidates above [`MAX_RESTORE_ANTECEDENTS`] stay
 //! suppressed (long records in sampled mode).
@@ -31,6 +36,10 @@ use super::suppressor::Window;
 /// Most antecedents one restore candidate may check.
 pub const MAX_RESTORE_ANTECEDENTS: u64 = 1024;
 
+/// Candidates judged per thread between two looks at the verdicts. Few candidates are put back
+/// (about 1 in 500 on the public data sets), so a batch is rarely cut short.
+const RESTORE_BATCH: usize = 64;
+
 /// Scratch buffers of one candidate's checks.
 #[derive(Default)]
 struct Buffers {
@@ -41,8 +50,9 @@ struct Buffers {
 }
 
 impl Window {
-    /// Tries every suppressed occurrence once; returns how many were put back.
-    pub(crate) fn restore(&mut self, m: usize) -> u64 {
+    /// Tries every suppressed occurrence once, judging candidates on up to `threads` threads (the
+    /// result does not depend on it); returns how many were put back.
+    pub(crate) fn restore(&mut self, m: usize, threads: usize) -> u64 {
         let sensitive_holders = self.sensitive_holders();
         let mut candidates: Vec<(u32, u32)> = Vec::new();
         for (tid, (original, released)) in self.original.iter().zip(&self.released).enumerate() {
@@ -56,26 +66,78 @@ impl Window {
             }
         }
         candidates.shuffle(&mut self.rng);
-        let mut buffers = Buffers::default();
+        let threads = threads.max(1);
+        let mut buffers: Vec<Buffers> = (0..threads).map(|_| Buffers::default()).collect();
         let mut restored = 0;
-        for (tid, d) in candidates {
-            let length = self.released[tid as usize].len();
-            let cost = subset_count(length, m.saturating_sub(1)) + 1 + subset_count(length, m);
-            if cost > MAX_RESTORE_ANTECEDENTS {
+        let mut next = 0;
+        while next < candidates.len() {
+            // Speculation: judge a batch against the window as it is; up to and including the first
+            // candidate put back, that is the window the one-at-a-time pass would see. Later
+            // verdicts are dropped and judged again, so the result is the sequential one.
+            let batch = &candidates[next..(next + RESTORE_BATCH * threads).min(candidates.len())];
+            let verdicts = self.judge_batch(batch, m, &sensitive_holders, &mut buffers);
+            let Some(first) = verdicts.iter().position(|&v| v) else {
+                next += batch.len();
                 continue;
-            }
-            if self.restorable(tid, d, m, &sensitive_holders, &mut buffers) {
-                let record = &mut self.released[tid as usize];
-                let at = record.partition_point(|&i| i < d);
-                record.insert(at, d);
-                insert_tid(&mut self.released_tids[d as usize], tid);
-                self.released_popular.insert(d, tid);
-                self.released_total += 1;
-                self.suppressed -= 1;
-                restored += 1;
-            }
+            };
+            let (tid, d) = batch[first];
+            let record = &mut self.released[tid as usize];
+            let at = record.partition_point(|&i| i < d);
+            record.insert(at, d);
+            insert_tid(&mut self.released_tids[d as usize], tid);
+            self.released_popular.insert(d, tid);
+            self.released_total += 1;
+            self.suppressed -= 1;
+            restored += 1;
+            next += first + 1;
         }
         restored
+    }
+
+    /// Whether each candidate of `batch` could be put back into the window as it is now, judged on
+    /// up to `buffers.len()` threads (interleaved; the verdicts come back in batch order).
+    fn judge_batch(
+        &self,
+        batch: &[(u32, u32)],
+        m: usize,
+        sensitive_holders: &[Vec<u32>],
+        buffers: &mut [Buffers],
+    ) -> Vec<bool> {
+        let threads = buffers
+            .len()
+            .min(batch.len().div_ceil(RESTORE_BATCH))
+            .max(1);
+        let judge = |worker: usize, buffers: &mut Buffers| -> Vec<bool> {
+            batch
+                .iter()
+                .skip(worker)
+                .step_by(threads)
+                .map(|&(tid, d)| {
+                    let length = self.released[tid as usize].len();
+                    let cost =
+                        subset_count(length, m.saturating_sub(1)) + 1 + subset_count(length, m);
+                    cost <= MAX_RESTORE_ANTECEDENTS
+                        && self.restorable(tid, d, m, sensitive_holders, buffers)
+                })
+                .collect()
+        };
+        if threads == 1 {
+            return judge(0, &mut buffers[0]);
+        }
+        let per_worker: Vec<Vec<bool>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = buffers[..threads]
+                .iter_mut()
+                .enumerate()
+                .map(|(worker, buffers)| scope.spawn(move || judge(worker, buffers)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a restore thread panicked"))
+                .collect()
+        });
+        (0..batch.len())
+            .map(|at| per_worker[at % threads][at / threads])
+            .collect()
     }
 
     /// Whether putting `d` back into record `tid` leaves every rule of kinds (a) and (b) safe.

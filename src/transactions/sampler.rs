@@ -356,4 +356,30 @@ mod tests {
         assert_eq!(run(2), one);
         assert_eq!(run(3), one);
     }
+
+    /// The restore pass judges candidates on several threads speculatively; what it puts back must
+    /// be what the one-at-a-time pass puts back.
+    #[test]
+    fn restore_does_not_depend_on_the_thread_count() {
+        let (original, sensitive) = window(1000, 12);
+        for sampled in [false, true] {
+            let run = |threads: usize| {
+                let mut w = Window::new(original.clone(), sensitive.clone(), 40, 0.3, 7);
+                if sampled {
+                    w.suppress_sampled(2, 200, 1);
+                } else {
+                    w.suppress_exact(2);
+                }
+                let restored = w.restore(2, threads);
+                (w.released, restored)
+            };
+            let one = run(1);
+            assert!(
+                one.1 > 0,
+                "the pass puts something back (sampled: {sampled})"
+            );
+            assert_eq!(run(2), one);
+            assert_eq!(run(3), one);
+        }
+    }
 }

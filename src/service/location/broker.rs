@@ -35,6 +35,7 @@ use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_ev
 use crate::telemetry::catalog;
 
 use super::error::LocationError;
+use super::providers::{ProviderQueue, ProviderQueues};
 use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
@@ -222,7 +223,9 @@ struct Route {
 
 /// The actor that owns the engine and every routing table.
 pub(super) struct Broker {
+    /// The `[location]` section in force, refreshed from `live` before each batch of commands.
     cfg: Arc<LocationConfig>,
+    live: watch::Receiver<Arc<LocationConfig>>,
     clock: BrokerClock,
     engine: Engine,
     /// Latest positions and reciprocal anonymity sets of the PRESENCE model.
@@ -236,7 +239,9 @@ pub(super) struct Broker {
     pending: HashMap<RequestId, PendingEntry>,
     pending_keys: HashSet<(UserKey, u64)>,
     clients: HashMap<ClientId, ClientState>,
-    provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
+    /// The broker's copy of the provider queues (by service index; grows on reload).
+    provider_queues: Vec<ProviderQueue>,
+    all_provider_queues: Arc<ProviderQueues>,
     routes: HashMap<Pseudonym, Route>,
     route_expiry: VecDeque<(i64, Pseudonym)>,
     outcomes: Vec<Outcome>,
@@ -256,16 +261,35 @@ struct BrokerMetrics {
     rejected: metrics::Counter,
     withdrawn: metrics::Counter,
     pending: metrics::Gauge,
-    group_size: metrics::Histogram,
-    relative_anonymity: metrics::Histogram,
+    /// Group size and relative anonymity by model: CliqueCloak groups ...
+    requests: ModelMetrics,
+    /// ... and PRESENCE anonymity sets.
+    presence: ModelMetrics,
     overhead: metrics::Histogram,
-    provider_queue_depth: Vec<metrics::Gauge>,
     answers_delivered: metrics::Counter,
     answers_undeliverable: metrics::Counter,
 }
 
+/// `cloakd_location_group_size` and `cloakd_location_relative_anonymity` of one cloaking model.
+struct ModelMetrics {
+    group_size: metrics::Histogram,
+    relative_anonymity: metrics::Histogram,
+}
+
+impl ModelMetrics {
+    fn new(model: &'static str) -> ModelMetrics {
+        ModelMetrics {
+            group_size: metrics::histogram!(catalog::LOCATION_GROUP_SIZE, "model" => model),
+            relative_anonymity: metrics::histogram!(
+                catalog::LOCATION_RELATIVE_ANONYMITY,
+                "model" => model
+            ),
+        }
+    }
+}
+
 impl BrokerMetrics {
-    fn new(services: &[String]) -> BrokerMetrics {
+    fn new() -> BrokerMetrics {
         let requests = |outcome: &'static str| metrics::counter!(catalog::LOCATION_REQUESTS, "outcome" => outcome);
         let answers =
             |result: &'static str| metrics::counter!(catalog::LBS_ANSWERS, "result" => result);
@@ -275,15 +299,9 @@ impl BrokerMetrics {
             rejected: requests("rejected"),
             withdrawn: requests("withdrawn"),
             pending: metrics::gauge!(catalog::LOCATION_PENDING),
-            group_size: metrics::histogram!(catalog::LOCATION_GROUP_SIZE),
-            relative_anonymity: metrics::histogram!(catalog::LOCATION_RELATIVE_ANONYMITY),
+            requests: ModelMetrics::new("requests"),
+            presence: ModelMetrics::new("presence"),
             overhead: metrics::histogram!(catalog::LOCATION_BROKER_OVERHEAD),
-            provider_queue_depth: services
-                .iter()
-                .map(|service| {
-                    metrics::gauge!(catalog::LOCATION_PROVIDER_QUEUE_DEPTH, "service" => service.clone())
-                })
-                .collect(),
             answers_delivered: answers("delivered"),
             answers_undeliverable: answers("undeliverable"),
         }
@@ -292,10 +310,13 @@ impl BrokerMetrics {
 
 impl Broker {
     pub(super) fn new(
-        cfg: Arc<LocationConfig>,
+        live: watch::Receiver<Arc<LocationConfig>>,
         seed: u64,
-        provider_queues: Vec<async_channel::Sender<CloakedRequest>>,
+        all_provider_queues: Arc<ProviderQueues>,
     ) -> Broker {
+        let cfg = live.borrow().clone();
+        let mut provider_queues = Vec::new();
+        all_provider_queues.extend(&mut provider_queues);
         Broker {
             engine: Engine::new(cfg.search, seed).with_sessions(cfg.sessions),
             presence: PresenceEngine::new(
@@ -310,6 +331,7 @@ impl Broker {
             pending_keys: HashSet::new(),
             clients: HashMap::new(),
             provider_queues,
+            all_provider_queues,
             routes: HashMap::new(),
             route_expiry: VecDeque::new(),
             outcomes: Vec::new(),
@@ -319,8 +341,9 @@ impl Broker {
             next_delayed: 0,
             // Its own stream from the broker's seed, so jitter does not shift the engine's draws.
             jitter_rng: ChaCha20Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908),
-            metrics: BrokerMetrics::new(&cfg.services),
+            metrics: BrokerMetrics::new(),
             cfg,
+            live,
         }
     }
 
@@ -613,12 +636,16 @@ impl Broker {
     fn forward(&mut self, group: CloakedGroup) {
         let cloaking_box = to_proto_box(&group.cloaking_box);
         let group_size = u32::try_from(group.members.len()).unwrap_or(u32::MAX);
-        self.metrics.group_size.record(f64::from(group_size));
+        self.metrics
+            .requests
+            .group_size
+            .record(f64::from(group_size));
         for (id, pseudonym) in group.members {
             let Some(entry) = self.take_pending(id) else {
                 continue;
             };
             self.metrics
+                .requests
                 .relative_anonymity
                 .record(f64::from(group_size) / f64::from(entry.k.max(1)));
             self.deliver(
@@ -657,7 +684,7 @@ impl Broker {
             t_start_ms: cloaked.t_start_ms,
             t_end_ms: cloaked.t_end_ms,
             payload,
-            service: self.cfg.services[service].clone(),
+            service: self.provider_queues[service].service.clone(),
         };
         self.send(
             client,
@@ -666,7 +693,7 @@ impl Broker {
                 outcome: Some(location_event::Outcome::Cloaked(cloaked)),
             },
         );
-        match self.provider_queues[service].try_send(forwarded) {
+        match self.provider_queues[service].sender.try_send(forwarded) {
             Ok(()) => {
                 self.routes.insert(
                     pseudonym,
@@ -688,14 +715,14 @@ impl Broker {
             Err(err) => {
                 metrics::counter!(
                     catalog::LOCATION_UNDELIVERED,
-                    "service" => self.cfg.services[service].clone(),
+                    "service" => self.provider_queues[service].service.clone(),
                     "reason" => if err.is_full() { "queue_full" } else { "shutting_down" },
                 )
                 .increment(1);
                 let reason = if err.is_full() {
                     format!(
                         "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
-                        self.cfg.services[service], self.cfg.provider_queue
+                        self.provider_queues[service].service, self.cfg.provider_queue
                     )
                 } else {
                     "the broker is shutting down".to_string()
@@ -729,6 +756,12 @@ impl Broker {
         match self.presence.cloak(&req, now) {
             Ok(PresenceOutcome::Cloaked(region)) => {
                 let group_size = u32::try_from(region.anonymity_set.len()).unwrap_or(u32::MAX);
+                // The anonymity set is the presence model's group.
+                let presence = &self.metrics.presence;
+                presence.group_size.record(f64::from(group_size));
+                presence
+                    .relative_anonymity
+                    .record(f64::from(group_size) / f64::from(request.k.max(1)));
                 self.deliver(
                     Delivery {
                         client,
@@ -923,19 +956,24 @@ impl Broker {
             }
         }
         self.clients.clear();
-        self.provider_queues.clear();
+        self.all_provider_queues.close();
         self.record_gauges();
+    }
+
+    /// Takes a reloaded configuration, and the queues of services it added, before the commands
+    /// that may use them.
+    fn refresh_config(&mut self) {
+        if self.live.has_changed().unwrap_or(false) {
+            self.cfg = self.live.borrow_and_update().clone();
+        }
+        self.all_provider_queues.extend(&mut self.provider_queues);
     }
 
     /// Updates the pending and provider-queue gauges.
     fn record_gauges(&self) {
         self.metrics.pending.set(self.pending.len() as f64);
-        for (queue, gauge) in self
-            .provider_queues
-            .iter()
-            .zip(&self.metrics.provider_queue_depth)
-        {
-            gauge.set(queue.len() as f64);
+        for queue in &self.provider_queues {
+            queue.depth.set(queue.sender.len() as f64);
         }
     }
 
@@ -968,6 +1006,7 @@ impl Broker {
                     if received == 0 {
                         break;
                     }
+                    self.refresh_config();
                     // Expire first so a request never joins a group after its deadline.
                     self.expire();
                     for command in batch.drain(..) {

@@ -63,7 +63,7 @@ impl LocationBroker for LocationServices {
         let principal = Caller::of(&request)?;
         let slot = self.client_streams.acquire().map_err(LocationError::from)?;
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
-        let (events, event_rx) = EventQueue::channel(self.cfg.client_queue);
+        let (events, event_rx) = EventQueue::channel(self.cfg.borrow().client_queue);
         self.commands
             .send(Command::Open {
                 client,
@@ -75,7 +75,8 @@ impl LocationBroker for LocationServices {
             .map_err(|_| LocationError::ShuttingDown)?;
         let mut inbound = request.into_inner();
         let commands = self.commands.clone();
-        let cfg = Arc::clone(&self.cfg);
+        let cfg = self.cfg.clone();
+        let provider_queues = Arc::clone(&self.provider_queues);
         let max_message_bytes = self.max_message_bytes;
         let mut stop = self.stop.clone();
         tokio::spawn(async move {
@@ -93,22 +94,24 @@ impl LocationBroker for LocationServices {
                         }
                         let received = std::time::Instant::now();
                         let request_no = req.request_no;
-                        let admitted = validate(req, &cfg).and_then(|request| {
-                            principal
-                                .check_user_id(&request.user_id)
-                                .map(|()| request)
-                                .map_err(|denial| {
-                                    denial.record();
-                                    Rejection {
-                                        field: denial.field,
-                                        reason: format!(
-                                            "principal {:?} may not {} ({})",
-                                            denial.principal, denial.action, denial.rule
-                                        ),
-                                        code: tonic::Code::PermissionDenied,
-                                    }
-                                })
-                        });
+                        // The configuration in force now (a reload applies from the next request).
+                        let admitted =
+                            validate(req, &cfg.borrow(), &provider_queues).and_then(|request| {
+                                principal
+                                    .check_user_id(&request.user_id)
+                                    .map(|()| request)
+                                    .map_err(|denial| {
+                                        denial.record();
+                                        Rejection {
+                                            field: denial.field,
+                                            reason: format!(
+                                                "principal {:?} may not {} ({})",
+                                                denial.principal, denial.action, denial.rule
+                                            ),
+                                            code: tonic::Code::PermissionDenied,
+                                        }
+                                    })
+                            });
                         match admitted {
                             Ok(request) => Command::Submit {
                                 client,
@@ -253,12 +256,13 @@ impl LbsGateway for LocationServices {
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let principal = Caller::of(&request)?;
         let service = request.into_inner().service;
-        let Some(index) = self.cfg.services.iter().position(|s| *s == service) else {
-            return Err(LocationError::UnknownService {
-                service,
-                services: self.cfg.services.clone(),
-            }
-            .into());
+        let services = self.cfg.borrow().services.clone();
+        let queue = services
+            .contains(&service)
+            .then(|| self.provider_queues.get(&service))
+            .flatten();
+        let Some(queue) = queue else {
+            return Err(LocationError::UnknownService { service, services }.into());
         };
         principal
             .check_service(&service)
@@ -271,7 +275,7 @@ impl LbsGateway for LocationServices {
             .provider_streams
             .acquire()
             .map_err(LocationError::from)?;
-        let queue = self.provider_receivers[index].clone();
+        let queue = queue.receiver;
         let commands = self.commands.clone();
         let name: Arc<str> = Arc::from(principal.name.as_str());
         // Each request is bound to this principal before it leaves the broker, so only this
@@ -320,9 +324,10 @@ impl LbsGateway for LocationServices {
                             break;
                         }
                     };
-                    if answer.payload.len() > self.cfg.max_payload_bytes {
+                    let max_payload_bytes = self.cfg.borrow().max_payload_bytes;
+                    if answer.payload.len() > max_payload_bytes {
                         failure = Some(LocationError::PayloadTooLarge {
-                            limit: self.cfg.max_payload_bytes,
+                            limit: max_payload_bytes,
                             got: answer.payload.len(),
                         });
                         break;

@@ -11,9 +11,16 @@
 //! Invariants: every accepted request gets exactly one of Cloaked, Expired or Rejected (at shutdown the
 //! still-pending ones get Rejected with UNAVAILABLE); providers never see a user id, k or exact point;
 //! every queue and table is bounded by a configured limit.
+//!
+//! Live configuration: the `[location]` section is a `watch` value that a SIGHUP reload replaces
+//! ([`LocationServices::reconfigure`]). Client streams read it per request (k bounds and default,
+//! tolerances, services, model, payload size), the broker actor per batch of commands (pending
+//! limits, answer TTL, rate limit, jitter); a request keeps what it was admitted with. The engines'
+//! construction parameters, stream limits and queue sizes are restart-only (see [`crate::reload`]).
 mod broker;
 mod error;
 mod grpc;
+mod providers;
 mod rate;
 mod validate;
 
@@ -23,7 +30,6 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::LocationConfig;
-use crate::proto::CloakedRequest;
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
 use crate::service::{DEFAULT_MAX_MESSAGE_BYTES, PrincipalStreamLimit, StreamLimit};
@@ -31,6 +37,7 @@ use crate::service::{DEFAULT_MAX_MESSAGE_BYTES, PrincipalStreamLimit, StreamLimi
 pub use broker::BrokerClock;
 use broker::{Broker, Command};
 pub use error::LocationError;
+pub use providers::{ProviderQueue, ProviderQueues};
 pub use validate::{AdmittedRequest, MAX_USER_ID_BYTES, Rejection, validate};
 
 /// Commands buffered between the client streams and the broker actor.
@@ -39,9 +46,11 @@ const COMMAND_QUEUE: usize = 65_536;
 /// The location services sharing one broker actor.
 #[derive(Clone)]
 pub struct LocationServices {
-    cfg: Arc<LocationConfig>,
+    /// The `[location]` section in force (replaced by a reload).
+    cfg: watch::Receiver<Arc<LocationConfig>>,
+    reconfigure: Arc<watch::Sender<Arc<LocationConfig>>>,
     commands: mpsc::Sender<Command>,
-    provider_receivers: Arc<Vec<async_channel::Receiver<CloakedRequest>>>,
+    provider_queues: Arc<ProviderQueues>,
     client_streams: StreamLimit,
     provider_streams: StreamLimit,
     provider_streams_per_principal: PrincipalStreamLimit,
@@ -54,15 +63,12 @@ pub struct LocationServices {
 impl LocationServices {
     /// Starts the broker actor; it stops when `shutdown` turns true (or every handle is dropped).
     pub fn start(cfg: LocationConfig, shutdown: watch::Receiver<bool>) -> LocationServices {
-        let cfg = Arc::new(cfg);
         let seed = cfg.seed.unwrap_or_else(rand::random::<u64>);
-        let (senders, receivers): (Vec<_>, Vec<_>) = cfg
-            .services
-            .iter()
-            .map(|_| async_channel::bounded(cfg.provider_queue))
-            .unzip();
+        let provider_queues = Arc::new(ProviderQueues::new(&cfg.services, cfg.provider_queue));
+        let (reconfigure, live) = watch::channel(Arc::new(cfg));
+        let cfg = live.borrow().clone();
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
-        let broker = Broker::new(Arc::clone(&cfg), seed, senders);
+        let broker = Broker::new(live.clone(), seed, Arc::clone(&provider_queues));
         tokio::spawn(broker.run(command_rx, shutdown.clone()));
         LocationServices {
             client_streams: StreamLimit::new("location.max_client_streams", cfg.max_client_streams),
@@ -74,13 +80,33 @@ impl LocationServices {
                 "location.max_provider_streams_per_principal",
                 cfg.max_provider_streams_per_principal,
             ),
-            cfg,
+            cfg: live,
+            reconfigure: Arc::new(reconfigure),
             commands,
-            provider_receivers: Arc::new(receivers),
+            provider_queues,
             next_client: Arc::new(AtomicU64::new(0)),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             stop: shutdown,
         }
+    }
+
+    /// Puts a new `[location]` section in force (a reload). The caller checked that only
+    /// reloadable keys changed.
+    pub fn reconfigure(&self, cfg: LocationConfig) {
+        self.reload_target().reconfigure(cfg);
+    }
+
+    /// What a reload hands the new configuration to (it holds no stream or actor alive).
+    pub fn reload_target(&self) -> LocationReload {
+        LocationReload {
+            provider_queues: Arc::clone(&self.provider_queues),
+            reconfigure: Arc::clone(&self.reconfigure),
+        }
+    }
+
+    /// The `[location]` section in force.
+    pub fn config(&self) -> Arc<LocationConfig> {
+        self.cfg.borrow().clone()
     }
 
     /// Sets the largest request message accepted (`server.max_message_bytes`).
@@ -95,5 +121,26 @@ impl LocationServices {
 
     pub fn gateway_server(&self) -> LbsGatewayServer<LocationServices> {
         LbsGatewayServer::new(self.clone()).max_decoding_message_size(self.max_message_bytes)
+    }
+}
+
+/// Puts a reloaded `[location]` section in force.
+#[derive(Clone)]
+pub struct LocationReload {
+    provider_queues: Arc<ProviderQueues>,
+    reconfigure: Arc<watch::Sender<Arc<LocationConfig>>>,
+}
+
+impl LocationReload {
+    /// Queues for added services first, so a request naming one always finds its queue.
+    pub fn reconfigure(&self, cfg: LocationConfig) {
+        self.provider_queues.ensure(&cfg.services);
+        self.reconfigure.send_replace(Arc::new(cfg));
+    }
+}
+
+impl crate::reload::ReloadTarget for LocationReload {
+    fn apply(&self, config: &crate::config::Config) {
+        self.reconfigure(config.location.clone());
     }
 }

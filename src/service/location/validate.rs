@@ -2,6 +2,7 @@
 //! its defaults filled in, or rejected naming the field, the rule and the gRPC code.
 use tonic::Code;
 
+use super::providers::ProviderQueues;
 use crate::config::{CloakModel, LocationConfig};
 use crate::proto::{self, LocationEvent, LocationRequest, PositionUpdate, location_event};
 
@@ -20,6 +21,7 @@ pub struct AdmittedRequest {
     pub dy_m: f64,
     pub dt_ms: u64,
     pub payload: Vec<u8>,
+    /// Index of the service's queue ([`ProviderQueues`]).
     pub service: usize,
     pub model: CloakModel,
 }
@@ -70,8 +72,13 @@ impl Rejection {
     }
 }
 
-/// Checks one request against the configured rules and fills in defaults.
-pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRequest, Rejection> {
+/// Checks one request against the configured rules and fills in defaults; its service becomes the
+/// index of the service's queue in `queues`.
+pub fn validate(
+    req: LocationRequest,
+    cfg: &LocationConfig,
+    queues: &ProviderQueues,
+) -> Result<AdmittedRequest, Rejection> {
     check_user_and_position(&req.user_id, req.lat, req.lon)?;
     let k = req.k.unwrap_or(cfg.default_k);
     if k < cfg.min_k || k > cfg.max_k {
@@ -113,7 +120,12 @@ pub fn validate(req: LocationRequest, cfg: &LocationConfig) -> Result<AdmittedRe
             ),
         ));
     }
-    let Some(service) = cfg.services.iter().position(|s| *s == req.service) else {
+    let queue = cfg
+        .services
+        .contains(&req.service)
+        .then(|| queues.index_of(&req.service))
+        .flatten();
+    let Some(service) = queue else {
         return Err(Rejection::invalid(
             "service",
             format!(

@@ -3,6 +3,15 @@
 //! close markers durable with one append (group commit), and one releaser task per stream
 //! ([`releaser`]) that anonymizes closed windows in order and stores each outcome once.
 //!
+//! # Reload
+//! The writer follows the live `[transactions]` section ([`WindowManager::reconfigure_handle`]).
+//! Limits apply from the next batch. A stream's settings (rho, m, mode, window sizes) apply to its
+//! open window at once, and the window is closed at once if it is already past its new size or age;
+//! in exact mode, if the open window's records would exceed `max_window_antecedents` under the new
+//! rules, that window keeps its settings until it closes (logged) and the next one takes the new
+//! ones. A window already closed keeps the parameters it was closed with (they are in its close
+//! marker). A stream section added by a reload creates its stream.
+//!
 //! # Recovery
 //! [`WindowManager::start_with`] replays the log: rebuilds the open windows (their timers restart)
 //! and queues every window closed in the log without a stored outcome. The same replay rebuilds the
@@ -86,6 +95,8 @@ pub struct StreamHandle {
 #[derive(Debug, Clone)]
 pub struct WindowManager {
     pub appends: mpsc::Sender<Append>,
+    /// The `[transactions]` section in force; the writer follows it.
+    config: Arc<watch::Sender<Arc<TransactionsConfig>>>,
     pub streams: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
     pub releases: Arc<dyn ReleaseStore>,
 }
@@ -113,14 +124,27 @@ impl WindowManager {
     ) -> Result<WindowManager, StoreError> {
         let streams = Arc::new(Mutex::new(HashMap::new()));
         let (appends, commands) = mpsc::channel(WRITER_QUEUE);
-        let mut writer = writer::Writer::new(config, log, releases.clone(), streams.clone());
+        let (reconfigure, live) = watch::channel(Arc::new(config));
+        let mut writer = writer::Writer::new(live, log, releases.clone(), streams.clone());
         writer.recover().await?;
         tokio::spawn(writer.run(commands));
         Ok(WindowManager {
             appends,
+            config: Arc::new(reconfigure),
             streams,
             releases,
         })
+    }
+
+    /// The `[transactions]` section in force, followed as it changes.
+    pub fn config(&self) -> watch::Receiver<Arc<TransactionsConfig>> {
+        self.config.subscribe()
+    }
+
+    /// Where a reload puts a new `[transactions]` section (the caller checked that only reloadable
+    /// keys changed). Holds neither the writer nor the stores alive.
+    pub fn reconfigure_handle(&self) -> Arc<watch::Sender<Arc<TransactionsConfig>>> {
+        Arc::clone(&self.config)
     }
 
     /// The stream's shared handle, if the stream is configured or has ever been published to.

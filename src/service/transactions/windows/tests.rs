@@ -173,3 +173,117 @@ async fn a_restart_requeues_closed_windows_without_an_outcome() {
     assert!(manager.releases.read("s", 0).await.unwrap().is_some());
     assert!(append(&manager, "a").await.unwrap().duplicate);
 }
+
+async fn append_items(
+    manager: &WindowManager,
+    stream: &str,
+    id: &str,
+    items: &[&str],
+) -> Result<Appended, AppendError> {
+    let (reply, receive) = oneshot::channel();
+    let command = Append {
+        stream: stream.into(),
+        record_id: id.into(),
+        items: items.iter().map(|i| i.to_string()).collect(),
+        sensitive_items: vec![],
+        reply,
+    };
+    manager.appends.send(command).await.unwrap();
+    receive.await.unwrap()
+}
+
+/// The log's close markers: (window, records, rho, m).
+async fn closes(log: &Arc<dyn RecordLog>) -> Vec<(u64, u64, f64, u32)> {
+    log.replay(LogPosition::START)
+        .await
+        .unwrap()
+        .entries
+        .into_iter()
+        .filter_map(|e| match e {
+            LogEntry::Close(c) => Some((c.window_id, c.records, c.params.rho, c.params.m)),
+            LogEntry::Record(_) => None,
+        })
+        .collect()
+}
+
+/// A reload applies to the open window (closing it at once when it is past its new size) and to
+/// later ones; a window closed before keeps the parameters it was closed with; a stream section
+/// added by a reload creates its stream.
+#[tokio::test]
+async fn a_reload_applies_to_the_open_window_and_later_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.defaults.window_records = 3;
+    let (manager, _faults, log) = start(cfg.clone()).await;
+    for id in ["a", "b", "c", "d", "e"] {
+        append(&manager, id).await.unwrap();
+    }
+    let mut released = manager.stream("s").unwrap().released_upto.subscribe();
+    released.wait_for(|&upto| upto >= 1).await.unwrap();
+    // Window 1 holds d and e; at most 2 records from now on, and rho 0.3.
+    cfg.defaults.window_records = 2;
+    cfg.defaults.rho = 0.3;
+    manager
+        .reconfigure_handle()
+        .send_replace(Arc::new(cfg.clone()));
+    released.wait_for(|&upto| upto >= 2).await.unwrap();
+    for id in ["f", "g"] {
+        assert_eq!(append(&manager, id).await.unwrap().window_id, 2);
+    }
+    released.wait_for(|&upto| upto >= 3).await.unwrap();
+    assert_eq!(
+        closes(&log).await,
+        [(0, 3, 0.5, 3), (1, 2, 0.3, 3), (2, 2, 0.3, 3)]
+    );
+    assert_eq!(manager.config().borrow().defaults.rho, 0.3);
+
+    assert!(manager.stream("clicks").is_none());
+    let mut clicks = cfg.defaults.clone();
+    clicks.rho = 0.2;
+    cfg.streams.insert("clicks".into(), clicks);
+    manager.reconfigure_handle().send_replace(Arc::new(cfg));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while manager.stream("clicks").is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "stream not created");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An open window whose records would exceed the budget under a reloaded m is closed with the m it
+/// had; the next window is counted and closed under the new m.
+#[tokio::test]
+async fn a_reload_past_the_budget_closes_the_open_window_with_its_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.defaults.m = 1;
+    cfg.max_window_antecedents = 20;
+    let (manager, _faults, log) = start(cfg.clone()).await;
+    let items = ["a", "b", "c", "d"];
+    // m = 1: 4 antecedents a record, 12 in the window.
+    for id in ["r1", "r2", "r3"] {
+        let appended = append_items(&manager, "s", id, &items).await.unwrap();
+        assert_eq!(appended.window_id, 0);
+    }
+    // m = 3: 14 a record; the open window would hold 42 > 20.
+    cfg.defaults.m = 3;
+    manager.reconfigure_handle().send_replace(Arc::new(cfg));
+    let mut released = manager.stream("s").unwrap().released_upto.subscribe();
+    released.wait_for(|&upto| upto >= 1).await.unwrap();
+    assert_eq!(closes(&log).await, [(0, 3, 0.5, 1)]);
+    assert_eq!(
+        append_items(&manager, "s", "r4", &items)
+            .await
+            .unwrap()
+            .window_id,
+        1
+    );
+    // 14 + 14 > 20: window 1 closes before r5, under m = 3.
+    assert_eq!(
+        append_items(&manager, "s", "r5", &items)
+            .await
+            .unwrap()
+            .window_id,
+        2
+    );
+    assert_eq!(closes(&log).await, [(0, 3, 0.5, 1), (1, 1, 0.5, 3)]);
+}

@@ -10,6 +10,12 @@
 //! is rebuilt by replaying the log, exactly as at a restart, so the writer never acts on anything
 //! that is not durable. If the log reports as duplicate a record the writer took for new (its state
 //! was not the log's), that record is answered with its stored window and the state is rebuilt too.
+//!
+//! A reload ([`Writer::reconfigure`]) gives each stream its new settings and rules at once, counting
+//! the open window's antecedents anew; the next batch closes an open window already past its new
+//! size. If the open window's records would exceed the budget under the new rules, it is closed
+//! instead by the next batch with the parameters it had, and the new ones apply from the next
+//! window.
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -41,6 +47,8 @@ struct StreamState {
     released_at_open: u64,
     handle: Arc<StreamHandle>,
     metrics: StreamMetrics,
+    /// Reloaded settings and rules waiting for the open window to close (it would not fit them).
+    pending: Option<(StreamSettings, WindowRules)>,
 }
 
 impl StreamState {
@@ -56,6 +64,51 @@ impl StreamState {
             rho: self.settings.rho,
             m: self.settings.m,
             mode: self.settings.mode,
+        }
+    }
+
+    /// Takes reloaded settings and rules: at once, or (when the open window's records exceed the
+    /// new budget) once the open window is closed.
+    fn reconfigure(&mut self, stream: &str, settings: StreamSettings, rules: WindowRules) {
+        if settings == self.settings && rules == self.rules {
+            self.pending = None;
+            return;
+        }
+        let antecedents = self.open_records.iter().fold(0u64, |sum, record| {
+            sum.saturating_add(rules.antecedents(record.items.len()))
+        });
+        if self.open.records > 0 && antecedents > rules.max_antecedents {
+            tracing::warn!(
+                %stream,
+                window_id = self.open.id,
+                antecedents,
+                "the open window is closed with the parameters it had: its records exceed transactions.max_window_antecedents under the reloaded settings"
+            );
+            self.pending = Some((settings, rules));
+            return;
+        }
+        self.settings = settings;
+        self.rules = rules;
+        self.open.antecedents = antecedents;
+        self.pending = None;
+    }
+
+    /// After a reload: closes the open window if it is past its new size, or if it must close
+    /// before pending settings apply. The closed id.
+    fn close_after_reload(&mut self) -> Option<u64> {
+        (self.open.records > 0
+            && (self.pending.is_some() || self.open.records >= self.rules.window_records))
+            .then(|| self.open.close())
+    }
+
+    /// Takes pending settings once the open window is empty (its predecessor was closed, with the
+    /// parameters it had).
+    fn apply_pending(&mut self) {
+        if self.open.records == 0
+            && let Some((settings, rules)) = self.pending.take()
+        {
+            self.settings = settings;
+            self.rules = rules;
         }
     }
 
@@ -87,6 +140,8 @@ struct Planned {
 
 pub(super) struct Writer {
     config: TransactionsConfig,
+    /// The live section; a change is taken by [`Writer::reconfigure`].
+    live: watch::Receiver<Arc<TransactionsConfig>>,
     log: Arc<dyn RecordLog>,
     releases: Arc<dyn ReleaseStore>,
     state: HashMap<String, StreamState>,
@@ -97,13 +152,15 @@ pub(super) struct Writer {
 
 impl Writer {
     pub fn new(
-        config: TransactionsConfig,
+        live: watch::Receiver<Arc<TransactionsConfig>>,
         log: Arc<dyn RecordLog>,
         releases: Arc<dyn ReleaseStore>,
         handles: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
     ) -> Writer {
+        let config = TransactionsConfig::clone(&live.borrow());
         Writer {
             config,
+            live,
             log,
             releases,
             state: HashMap::new(),
@@ -153,13 +210,7 @@ impl Writer {
                     .clone()
             };
             let settings = self.config.settings_for(name).clone();
-            let rules = WindowRules {
-                window_records: settings.window_records,
-                window: settings.window,
-                m: settings.m,
-                mode: settings.mode,
-                max_antecedents: self.config.max_window_antecedents,
-            };
+            let rules = rules_for(&settings, &self.config);
             self.state.insert(
                 name.to_string(),
                 StreamState {
@@ -171,6 +222,7 @@ impl Writer {
                     released_at_open: released,
                     handle,
                     metrics,
+                    pending: None,
                 },
             );
         }
@@ -238,6 +290,29 @@ impl Writer {
         Ok(())
     }
 
+    /// Takes the reloaded section: new settings and rules for every stream, and the streams of
+    /// sections it added. The `process` that follows closes what is due under them.
+    async fn reconfigure(&mut self) {
+        self.config = TransactionsConfig::clone(&self.live.borrow_and_update());
+        for (name, st) in self.state.iter_mut() {
+            let settings = self.config.settings_for(name).clone();
+            let rules = rules_for(&settings, &self.config);
+            st.reconfigure(name, settings, rules);
+        }
+        let added: Vec<String> = self
+            .config
+            .streams
+            .keys()
+            .filter(|name| !self.state.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in added {
+            if let Err(e) = self.stream_state(&name).await {
+                tracing::error!(stream = %name, error = %e, "cannot create the reloaded stream");
+            }
+        }
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         self.state
             .values()
@@ -255,6 +330,7 @@ impl Writer {
                     None => break,
                 },
                 () = sleep_until_opt(deadline) => {}
+                Ok(()) = self.live.changed() => self.reconfigure().await,
             }
             while batch.len() < MAX_BATCH {
                 match commands.try_recv() {
@@ -301,11 +377,16 @@ impl Writer {
         let mut closed = Vec::new();
         // Windows due by time close before this batch's records arrive.
         for (name, st) in self.state.iter_mut() {
-            if let Some(window_id) = st.open.close_if_due(&st.rules, now) {
+            let due = st
+                .open
+                .close_if_due(&st.rules, now)
+                .or_else(|| st.close_after_reload());
+            if let Some(window_id) = due {
                 let window = st.closed(name, window_id);
                 entries.push(LogEntry::Close(window.close.clone()));
                 closed.push(window);
             }
+            st.apply_pending();
         }
         let limit = self.config.max_open_records;
         // Ids placed by this batch: (stream, record id) -> window.
@@ -454,6 +535,17 @@ impl Writer {
                 tracing::error!(error = %e, "cannot reload the transaction log");
             }
         }
+    }
+}
+
+/// The windowing rules of a stream with `settings` under `config`'s budget.
+fn rules_for(settings: &StreamSettings, config: &TransactionsConfig) -> WindowRules {
+    WindowRules {
+        window_records: settings.window_records,
+        window: settings.window,
+        m: settings.m,
+        mode: settings.mode,
+        max_antecedents: config.max_window_antecedents,
     }
 }
 
