@@ -31,7 +31,7 @@ pub enum ConfigError {
     Invalid { key: String, rule: String },
 }
 
-fn invalid(key: &str, rule: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(key: &str, rule: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_string(),
         rule: rule.into(),
@@ -51,6 +51,7 @@ pub struct RawConfig {
     pub tables: RawTables,
     pub telemetry: RawTelemetry,
     pub auth: RawAuth,
+    pub cluster: crate::cluster::config::RawCluster,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -204,6 +205,8 @@ pub struct Config {
     pub tables: TablesConfig,
     pub telemetry: TelemetryConfig,
     pub auth: AuthConfig,
+    /// `[cluster]`: replicas sharing NATS JetStream, or standalone.
+    pub cluster: crate::cluster::ClusterConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -507,6 +510,7 @@ impl RawConfig {
             transactions: self.transactions.validate()?,
             tables: self.tables.validate()?,
             telemetry: self.telemetry.validate()?,
+            cluster: self.cluster.validate()?,
         })
     }
 }

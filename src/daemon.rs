@@ -95,6 +95,11 @@ async fn serve_inner(
         .build_v1alpha()
         .context("building the reflection service (v1alpha)")?;
 
+    // With [cluster] nats_url set, connect before serving anything: a replica that cannot reach
+    // NATS refuses to start instead of serving alone.
+    let cluster = crate::cluster::connect(&config.cluster)
+        .await
+        .context("connecting to the NATS cluster ([cluster])")?;
     let max_message_bytes = config.server.max_message_bytes;
     let location = LocationServices::start(config.location.clone(), stop_rx.clone())
         .with_max_message_bytes(max_message_bytes);
@@ -155,6 +160,7 @@ async fn serve_inner(
     tracing::info!(
         %addr,
         tls = tls.is_some(),
+        cluster = cluster.as_ref().map(|c| c.node_id.as_str()),
         auth_required = config.auth.required,
         "cloakd listening"
     );

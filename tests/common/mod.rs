@@ -1,5 +1,6 @@
 //! Shared by the integration tests: start the real daemon on 127.0.0.1:0 and connect real clients.
 #![allow(dead_code)]
+pub mod nats;
 pub mod process;
 use std::net::SocketAddr;
 use std::time::Duration;
