@@ -15,7 +15,7 @@ struct FileStores {
 }
 
 impl FileStores {
-    fn fresh() -> FileStores {
+    async fn fresh() -> FileStores {
         FileStores {
             dir: tempfile::tempdir().unwrap(),
         }
@@ -32,6 +32,12 @@ impl Stores for FileStores {
                 releases: Arc::new(releases),
             }
         })
+    }
+
+    fn another(&self) -> FileStores {
+        FileStores {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! a second daemon off the same directory. [`faults`] wraps any implementation to fail or tear its
 //! writes on command, for tests of everything above the seam.
 pub mod faults;
+pub mod jetstream;
 pub mod lock;
 pub mod record_log;
 pub mod release_store;

@@ -11,12 +11,13 @@
 //! 1. **Durable before acknowledged.** [`RecordLog::append`] returns `Ok` only once every entry of
 //!    the batch is durable (survives a crash of this process, and for a replicated log the loss of
 //!    a minority of its nodes). Only then may any of it be acknowledged or acted upon.
-//! 2. **Failed append.** On `Err`, a prefix of the batch (possibly empty, possibly all of it) may be
-//!    durable; nothing of it may be acknowledged, and the caller rebuilds its state by
-//!    [`RecordLog::replay`] before appending again.
+//! 2. **Failed append.** On `Err`, part of the batch (possibly none, possibly all of it) may be
+//!    durable, but a `Close` only together with every entry before it in the batch; nothing of it
+//!    may be acknowledged, and the caller rebuilds its state by [`RecordLog::replay`] before
+//!    appending again.
 //! 3. **Idempotent by id.** A `Record` whose (stream, record id) is already in the log is not
 //!    appended again: its outcome is [`EntryOutcome::Duplicate`] with the window it was stored in.
-//!    Likewise a `Close` of a window already closed. This holds for every earlier entry, however
+//!    Likewise a `Close` of a window whose close is in the log. This holds for every earlier entry, however
 //!    long ago it was appended; [`RecordLog::windows_of`] answers the same question without
 //!    appending.
 //! 4. **Replay in order.** [`RecordLog::replay`] returns the durable entries in append order, from a

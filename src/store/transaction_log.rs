@@ -19,8 +19,8 @@
 //! 3. **Failed append.** When a write or fsync fails, the file is truncated back to its last durable
 //!    length and the error is returned; [`FileRecordLog`] then reopens the file (the same path as a
 //!    restart, cutting whatever the truncation could not) before the next append or replay.
-//! 4. **Ids.** [`FileRecordLog`] keeps every stream's record ids (with their windows) and its next
-//!    window to close, rebuilt from the file at open; a batch's entries already present (or repeated
+//! 4. **Ids.** [`FileRecordLog`] keeps every stream's record ids (with their windows) and its closed
+//!    windows, rebuilt from the file at open; a batch's entries already present (or repeated
 //!    inside the batch) are reported duplicate and not written. One daemon per data directory
 //!    ([`super::DataDirLock`]) makes this index the only writer's.
 //!
@@ -179,13 +179,13 @@ impl TransactionLog {
     }
 }
 
-/// Record ids and close progress of one stream (invariant 4).
+/// Record ids and closed windows of one stream (invariant 4).
 #[derive(Debug, Default)]
 struct StreamIndex {
     /// Record id -> window, for every record in the file.
     records: HashMap<String, u64>,
-    /// One past the highest window closed in the file.
-    next_to_close: u64,
+    /// Every window closed in the file.
+    closed: std::collections::HashSet<u64>,
 }
 
 impl StreamIndex {
@@ -193,7 +193,7 @@ impl StreamIndex {
     fn duplicate_of(&self, entry: &LogEntry) -> Option<u64> {
         match entry {
             LogEntry::Record(r) => self.records.get(&r.record_id).copied(),
-            LogEntry::Close(c) => (c.window_id < self.next_to_close).then_some(c.window_id),
+            LogEntry::Close(c) => self.closed.contains(&c.window_id).then_some(c.window_id),
         }
     }
 
@@ -202,7 +202,9 @@ impl StreamIndex {
             LogEntry::Record(r) => {
                 self.records.insert(r.record_id.clone(), r.window_id);
             }
-            LogEntry::Close(c) => self.next_to_close = self.next_to_close.max(c.window_id + 1),
+            LogEntry::Close(c) => {
+                self.closed.insert(c.window_id);
+            }
         }
     }
 }
