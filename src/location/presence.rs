@@ -9,8 +9,13 @@
 //! their cloaking region. Plain Hilbert Cloak cuts fixed buckets of k from the start of the order; here
 //! the cut points are chosen by dynamic programming over the order so that the sum over users of their
 //! bucket's larger side (metres) is smallest, which places boundaries in the gaps between clusters and
-//! keeps regions small. A request is `Cloaked` with its bucket's region when that region lies inside its
-//! constraint box, and `Expired` at once otherwise (or when fewer than k users are present).
+//! keeps regions small. Users that fit no small bucket are tried again along Hilbert curves on shifted
+//! grids, then at twice and four times the target side, and a last round places the rest. The region
+//! is the bucket's MBR padded at random inside its members' padding boxes, with a seed derived from the
+//! anonymity set and its positions under a secret key ([`padded_region`]), so it leaks no member's
+//! coordinate on its edges and is still the same for every member. A request is `Cloaked` with its
+//! bucket's region when that region lies inside its constraint box, and `Expired` at once otherwise (or
+//! when fewer than k users are present).
 //!
 //! Invariants (checked by the independent checker in [`super::presence_checker`]):
 //! - a region is the MBR of the latest positions of its anonymity set: at least k distinct present users,
@@ -21,7 +26,16 @@
 //!   same snapshot gets the same region;
 //! - the partition for k is cached and recomputed lazily, when a request with that k finds the snapshot
 //!   changed (a user added, moved or forgotten) since it was computed; updates that change nothing
-//!   (same position) leave it valid;
+//!   (same position) leave it valid. A recomputation reuses the cut of every segment of the order (runs
+//!   of users without a gap wider than twice the round's target) whose content did not change, so its
+//!   dynamic programme runs only over the segments that did (the result is the same function of the
+//!   snapshot either way);
+//! - a request is cloaked only if the constraint boxes of at least k members of its anonymity set, at
+//!   the requester's tolerance, hold the region (so that assuming everyone asks with that tolerance
+//!   does not narrow the set below k);
+//! - the padded region contains the MBR and lies inside every member's padding box; a request whose
+//!   tolerance is a step of the padding ladder (`target_side_m * 2^j`) and whose constraint box holds
+//!   the MBR also holds the padded region;
 //! - at most `max_tracked_users` users are tracked; a new user beyond that is refused, never an older
 //!   one evicted; a user silent for longer than `max_age_ms` is forgotten.
 //!
@@ -34,7 +48,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::geo::{self, GeoBox, METRES_PER_DEGREE_LAT};
-use super::hilbert::{ORDER, grid_cell, hilbert_value, xy_to_d};
+use super::hilbert::{ORDER, grid_cell, xy_to_d};
+use super::padding;
 use super::{Pseudonym, UserKey};
 
 /// Limits of the presence engine.
@@ -89,6 +104,10 @@ pub enum ExpiryReason {
     /// The partition for this k leaves the requester out of every anonymity set (its position is too
     /// far from the others along the Hilbert order to share a small region with k - 1 of them).
     Isolated,
+    /// The region fits the requester's constraint box, but the same tolerance around fewer than k
+    /// members of its anonymity set holds it: an attacker who assumes every user asks with this
+    /// tolerance could narrow the set below k.
+    FewFitTolerance,
 }
 
 /// What became of a presence request.
@@ -107,6 +126,28 @@ pub enum PresenceError {
     TooManyUsers { max: usize },
 }
 
+/// A position with what the partition needs of it, computed once per update.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    lat: f64,
+    lon: f64,
+    cell: (u32, u32),
+    cos_lat: f64,
+}
+
+impl Placed {
+    fn new(lat: f64, lon: f64) -> (u64, Placed) {
+        let cell = grid_cell(lat, lon);
+        let placed = Placed {
+            lat,
+            lon,
+            cell,
+            cos_lat: lat.to_radians().cos().max(0.0),
+        };
+        (xy_to_d(ORDER, cell.0, cell.1), placed)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
     lat: f64,
@@ -122,6 +163,10 @@ struct OrderedUser {
     user: UserKey,
     lat: f64,
     lon: f64,
+    /// The Web Mercator grid cell of the position (shifted for the later rounds' curves).
+    cell: (u32, u32),
+    /// Cosine of the latitude: metres east per degree of longitude over metres per degree of latitude.
+    cos_lat: f64,
 }
 
 /// The snapshot in Hilbert order, shared by the partitions of every k.
@@ -154,6 +199,8 @@ struct Partition {
     members: Vec<u32>,
     /// Each bucket's range in `members` and its MBR.
     buckets: Vec<(usize, usize, GeoBox)>,
+    /// Per round, the cuts of the segments of the latest computation.
+    caches: Vec<SegmentCache>,
 }
 
 /// The presence engine: latest positions with age-out, and the reciprocal partitions per k.
@@ -162,7 +209,7 @@ pub struct PresenceEngine {
     params: PresenceParams,
     users: HashMap<UserKey, Tracked>,
     /// The snapshot ordered by (Hilbert value, user key).
-    order: BTreeMap<(u64, UserKey), (f64, f64)>,
+    order: BTreeMap<(u64, UserKey), Placed>,
     /// Users by (time of latest position, user key), oldest first.
     by_age: BTreeSet<(i64, UserKey)>,
     now_ms: i64,
@@ -171,10 +218,14 @@ pub struct PresenceEngine {
     ordered: OrderedSnapshot,
     partitions: HashMap<u32, Partition>,
     rng: ChaCha8Rng,
+    /// Secret key of the padding seeds (drawn from the seeded RNG at construction).
+    pad_key: [u8; 32],
 }
 
 impl PresenceEngine {
     pub fn new(params: PresenceParams, seed: u64) -> PresenceEngine {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let pad_key = rng.random();
         PresenceEngine {
             params,
             users: HashMap::new(),
@@ -184,7 +235,8 @@ impl PresenceEngine {
             generation: 0,
             ordered: OrderedSnapshot::default(),
             partitions: HashMap::new(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            rng,
+            pad_key,
         }
     }
 
@@ -221,9 +273,9 @@ impl PresenceEngine {
                     tracked.last_ms = now_ms;
                 }
                 if tracked.lat != lat || tracked.lon != lon {
-                    let hilbert = hilbert_value(lat, lon);
+                    let (hilbert, placed) = Placed::new(lat, lon);
                     self.order.remove(&(tracked.hilbert, user));
-                    self.order.insert((hilbert, user), (lat, lon));
+                    self.order.insert((hilbert, user), placed);
                     *tracked = Tracked {
                         lat,
                         lon,
@@ -239,7 +291,7 @@ impl PresenceEngine {
                         max: self.params.max_tracked_users,
                     });
                 }
-                let hilbert = hilbert_value(lat, lon);
+                let (hilbert, placed) = Placed::new(lat, lon);
                 self.users.insert(
                     user,
                     Tracked {
@@ -249,7 +301,7 @@ impl PresenceEngine {
                         last_ms: now_ms,
                     },
                 );
-                self.order.insert((hilbert, user), (lat, lon));
+                self.order.insert((hilbert, user), placed);
                 self.by_age.insert((now_ms, user));
                 self.generation += 1;
             }
@@ -321,25 +373,40 @@ impl PresenceEngine {
             .ordered
             .index_of(hilbert, req.user)
             .and_then(|index| self.partitions.get(&k)?.bucket_of.get(index).copied());
-        let Some((start, end, cloaking_box)) = bucket.and_then(|b| {
+        let Some((start, end, mbr)) = bucket.and_then(|b| {
             let partition = self.partitions.get(&k)?;
             partition.buckets.get(b as usize).copied()
         }) else {
             return Ok(PresenceOutcome::Expired(ExpiryReason::Isolated));
         };
+        let Some(partition) = self.partitions.get(&k) else {
+            return Ok(PresenceOutcome::Expired(ExpiryReason::Isolated));
+        };
+        let members = &partition.members[start..end];
+        let cloaking_box = padded_region(
+            &self.ordered.users,
+            members,
+            &mbr,
+            self.params.target_side_m,
+            &self.pad_key,
+        );
         if !req.constraint_box().contains_box(&cloaking_box) {
             return Ok(PresenceOutcome::Expired(ExpiryReason::OutsideTolerance));
         }
-        let anonymity_set = self
-            .partitions
-            .get(&k)
-            .map(|p| {
-                p.members[start..end]
-                    .iter()
-                    .map(|&i| self.ordered.users[i as usize].user)
-                    .collect()
+        let fitting = members
+            .iter()
+            .filter(|&&i| {
+                let u = &self.ordered.users[i as usize];
+                geo::constraint_box(u.lat, u.lon, req.dx_m, req.dy_m).contains_box(&cloaking_box)
             })
-            .unwrap_or_default();
+            .count();
+        if fitting < k as usize {
+            return Ok(PresenceOutcome::Expired(ExpiryReason::FewFitTolerance));
+        }
+        let anonymity_set = members
+            .iter()
+            .map(|&i| self.ordered.users[i as usize].user)
+            .collect();
         Ok(PresenceOutcome::Cloaked(PresenceRegion {
             cloaking_box,
             anonymity_set,
@@ -355,16 +422,14 @@ impl PresenceEngine {
             self.ordered.users.clear();
             self.ordered
                 .users
-                .extend(
-                    self.order
-                        .iter()
-                        .map(|(&(hilbert, user), &(lat, lon))| OrderedUser {
-                            hilbert,
-                            user,
-                            lat,
-                            lon,
-                        }),
-                );
+                .extend(self.order.iter().map(|(&(hilbert, user), p)| OrderedUser {
+                    hilbert,
+                    user,
+                    lat: p.lat,
+                    lon: p.lon,
+                    cell: p.cell,
+                    cos_lat: p.cos_lat,
+                }));
         }
         let partition = self.partitions.entry(k).or_default();
         if partition.generation != generation
@@ -381,17 +446,36 @@ impl PresenceEngine {
     }
 }
 
-/// The rounds of the partition: the grid shift of the Hilbert curve (in cells of the 2^32 grid) and
-/// the target side (in multiples of `target_side_m`) of each round. Shifts of 1/3 and 2/3 of the map
-/// move the curve's quadrant boundaries at every level, so users cut apart by one curve meet on the next.
-const ROUNDS: [((u32, u32), f64); 7] = [
-    ((0, 0), 1.0),
-    ((0x5555_5555, 0x5555_5555), 1.0),
-    ((0xAAAA_AAAA, 0x2AAA_AAAA), 1.0),
-    ((0x3333_3333, 0x9999_9999), 1.0),
-    ((0xCCCC_CCCC, 0x6666_6666), 1.0),
-    ((0x1C71_C71C, 0xE38E_38E3), 1.0),
-    ((0, 0), 2.0),
+/// Grid shifts of the Hilbert curve (in cells of the 2^32 grid) tried in turn. Shifts of 1/3 and 2/3
+/// of the map (and others) move the curve's quadrant boundaries at every level, so users cut apart by
+/// one curve meet on the next.
+const SHIFTS: [(u32, u32); 6] = [
+    (0, 0),
+    (0x5555_5555, 0x5555_5555),
+    (0xAAAA_AAAA, 0x2AAA_AAAA),
+    (0x3333_3333, 0x9999_9999),
+    (0xCCCC_CCCC, 0x6666_6666),
+    (0x1C71_C71C, 0xE38E_38E3),
+];
+
+/// The rounds of the partition: the grid shift of the Hilbert curve and the target side (in multiples
+/// of `target_side_m`) of each round. Every shift at the target; users that fit no bucket there are
+/// tried at twice and four times the target (so a request with a larger tolerance still finds a
+/// small region), and the last round places whoever is left.
+const ROUNDS: [((u32, u32), f64); 13] = [
+    (SHIFTS[0], 1.0),
+    (SHIFTS[1], 1.0),
+    (SHIFTS[2], 1.0),
+    (SHIFTS[3], 1.0),
+    (SHIFTS[4], 1.0),
+    (SHIFTS[5], 1.0),
+    (SHIFTS[0], 2.0),
+    (SHIFTS[1], 2.0),
+    (SHIFTS[2], 2.0),
+    (SHIFTS[3], 2.0),
+    (SHIFTS[0], 4.0),
+    (SHIFTS[1], 4.0),
+    (SHIFTS[0], 2.0),
 ];
 
 /// Skip cost of leaving a user out of every bucket of a round (it is tried again in the next round).
@@ -402,13 +486,26 @@ const SKIP_COST: f64 = 0.9;
 /// consecutive users by dynamic programming, leaving out users whose every bucket would be too wide
 /// (they are tried in the next round); the last round leaves out nobody it can place. Deterministic:
 /// only the users, their positions and keys, k and the target side enter.
+///
+/// In every round but the last, the order is first split into *segments* wherever two consecutive
+/// users are more than twice the round's target apart (no bucket the round would keep spans such a
+/// gap), and each segment is cut on its own. A segment's cut depends on its content only (its users,
+/// their keys and positions, in order), so it is looked up in `cache` (the cuts of the previous
+/// computation for this k) and recomputed only when the segment is new: a position update costs the
+/// dynamic programme of the one or two segments it touches, not the whole snapshot's.
 fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: &mut Partition) {
     out.bucket_of.clear();
     out.members.clear();
     out.buckets.clear();
     let n = users.len();
     out.bucket_of.resize(n, UNASSIGNED);
+    if out.caches.len() != ROUNDS.len() {
+        out.caches = (0..ROUNDS.len()).map(|_| SegmentCache::default()).collect();
+    }
     if k == 0 || n < k {
+        for cache in &mut out.caches {
+            cache.finish_round();
+        }
         return;
     }
     let mut pending: Vec<u32> = (0..n as u32).collect();
@@ -416,13 +513,14 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
     let mut keyed: Vec<(u64, UserKey, u32)> = Vec::new();
     for (round, &((sx, sy), scale)) in ROUNDS.iter().enumerate() {
         if pending.len() < k {
-            break;
+            out.caches[round].finish_round();
+            continue;
         }
         if round > 0 {
             keyed.clear();
             keyed.extend(pending.iter().map(|&i| {
                 let u = &users[i as usize];
-                let (x, y) = grid_cell(u.lat, u.lon);
+                let (x, y) = u.cell;
                 (
                     xy_to_d(ORDER, x.wrapping_add(sx), y.wrapping_add(sy)),
                     u.user,
@@ -433,21 +531,41 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
             pending.clear();
             pending.extend(keyed.iter().map(|&(_, _, i)| i));
         }
-        let skip = if round + 1 == ROUNDS.len() {
-            f64::INFINITY
-        } else {
-            SKIP_COST
-        };
+        let target_m = target_side_m * scale;
+        let last_round = round + 1 == ROUNDS.len();
+        let skip = if last_round { f64::INFINITY } else { SKIP_COST };
         left.clear();
-        cut_sequence(
-            users,
-            &pending,
-            k,
-            target_side_m * scale,
-            skip,
-            out,
-            &mut left,
-        );
+        let mut start = 0;
+        while start < pending.len() {
+            let mut end = start + 1;
+            if !last_round {
+                while end < pending.len()
+                    && !too_far(users, pending[end - 1], pending[end], target_m)
+                {
+                    end += 1;
+                }
+            } else {
+                end = pending.len();
+            }
+            let segment = &pending[start..end];
+            let cut = out.caches[round].cut(users, segment, k, target_m, skip);
+            for &(from, to) in &cut.buckets {
+                let first = out.members.len();
+                let mut mbr = GeoBox::point(
+                    users[segment[from as usize] as usize].lat,
+                    users[segment[from as usize] as usize].lon,
+                );
+                for &i in &segment[from as usize..to as usize] {
+                    let u = &users[i as usize];
+                    mbr.extend(u.lat, u.lon);
+                    out.members.push(i);
+                }
+                out.buckets.push((first, out.members.len(), mbr));
+            }
+            left.extend(cut.left.iter().map(|&offset| segment[offset as usize]));
+            start = end;
+        }
+        out.caches[round].finish_round();
         std::mem::swap(&mut pending, &mut left);
     }
     for (index, &(start, end, _)) in out.buckets.iter().enumerate() {
@@ -457,15 +575,142 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
     }
 }
 
+/// Finest step of the padding ladder below the target side: `target / 2^PAD_LADDER_BELOW`.
+const PAD_LADDER_BELOW: i32 = 3;
+
+/// The cloaking region of a bucket: its MBR padded ([`padding::pad_seeded`]) inside the intersection
+/// of its members' *padding boxes*, with a seed that is a keyed hash of the members and their
+/// positions. Both depend on the anonymity set and the snapshot only (never on the requester), so every
+/// member gets the same region, and the key keeps the padding unpredictable to anyone outside the
+/// broker.
+///
+/// A member's padding box is its constraint box of half-width `L`, the least step of the ladder
+/// `target_side_m * 2^j` (j >= -[`PAD_LADDER_BELOW`]) whose box holds the MBR. A requester whose
+/// tolerance is itself a step of the ladder (the target, twice it, ...) and holds the MBR therefore
+/// holds the padded region too: padding never turns such a request away. Other tolerances can lose a
+/// request to padding (its padded region is then outside the constraint box, and it expires).
+fn padded_region(
+    users: &[OrderedUser],
+    members: &[u32],
+    mbr: &GeoBox,
+    target_side_m: f64,
+    key: &[u8; 32],
+) -> GeoBox {
+    use rand::RngCore;
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut limit: Option<GeoBox> = None;
+    for &i in members {
+        let u = &users[i as usize];
+        (u.user, u.lat.to_bits(), u.lon.to_bits()).hash(&mut hasher);
+        let mut half_width = target_side_m / f64::from(1u32 << PAD_LADDER_BELOW);
+        let mut own = geo::constraint_box(u.lat, u.lon, half_width, half_width);
+        // A member's need is at most half the globe: the ladder ends long before 64 steps.
+        for _ in 0..64 {
+            if own.contains_box(mbr) {
+                break;
+            }
+            half_width *= 2.0;
+            own = geo::constraint_box(u.lat, u.lon, half_width, half_width);
+        }
+        limit = padding::intersection([&limit.unwrap_or(own), &own]);
+    }
+    let Some(limit) = limit else {
+        return *mbr;
+    };
+    let mut seeds = rand_chacha::ChaCha20Rng::from_seed(*key);
+    seeds.set_stream(hasher.finish());
+    padding::pad_seeded(mbr, &limit, members.len(), seeds.next_u64())
+}
+
+/// Whether two users are too far apart for any bucket of a round with this target to hold both: the
+/// larger side of their bounding box exceeds twice the target (see the cut-off in [`cut_segment`]).
+fn too_far(users: &[OrderedUser], a: u32, b: u32, target_m: f64) -> bool {
+    let (a, b) = (&users[a as usize], &users[b as usize]);
+    let mut pair = GeoBox::point(a.lat, a.lon);
+    pair.extend(b.lat, b.lon);
+    larger_side_m(&pair, a.cos_lat) > 2.0 * target_m
+}
+
+/// How one segment is cut: buckets and users left out, as offsets into the segment.
+#[derive(Debug, Clone, Default)]
+struct SegmentCut {
+    /// The segment it was computed for: (user key, latitude bits, longitude bits) in order.
+    content: Vec<(UserKey, u64, u64)>,
+    /// Each bucket's offset range in the segment.
+    buckets: Vec<(u32, u32)>,
+    /// Offsets of the users left out, in order.
+    left: Vec<u32>,
+}
+
+/// The segment cuts of one round for one k: those used by the latest computation (`current`) and those
+/// of the one before (`previous`), keyed by a hash of the segment's content (compared in full on a hit).
+/// Cuts not used by a computation are dropped at its end, so the cache never holds more than the
+/// snapshot's users.
+#[derive(Debug, Clone, Default)]
+struct SegmentCache {
+    current: HashMap<u64, SegmentCut>,
+    previous: HashMap<u64, SegmentCut>,
+}
+
+impl SegmentCache {
+    /// The cut of `segment` (indices into `users`, in curve order), from the cache or computed.
+    fn cut(
+        &mut self,
+        users: &[OrderedUser],
+        segment: &[u32],
+        k: usize,
+        target_m: f64,
+        skip: f64,
+    ) -> &SegmentCut {
+        use std::hash::{Hash, Hasher};
+        let entry = |i: &u32| {
+            let u = &users[*i as usize];
+            (u.user, u.lat.to_bits(), u.lon.to_bits())
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        segment.len().hash(&mut hasher);
+        for i in segment {
+            entry(i).hash(&mut hasher);
+        }
+        let key = hasher.finish();
+        let same = |cut: &SegmentCut| {
+            cut.content.len() == segment.len()
+                && cut.content.iter().zip(segment).all(|(c, i)| *c == entry(i))
+        };
+        let cut = match self.previous.remove(&key) {
+            Some(cut) if same(&cut) => cut,
+            _ => {
+                let (buckets, left) = cut_segment(users, segment, k, target_m, skip);
+                SegmentCut {
+                    content: segment.iter().map(entry).collect(),
+                    buckets,
+                    left,
+                }
+            }
+        };
+        let slot = self.current.entry(key).insert_entry(cut);
+        slot.into_mut()
+    }
+
+    /// Ends a computation: the cuts it did not use are dropped.
+    fn finish_round(&mut self) {
+        self.previous.clear();
+        std::mem::swap(&mut self.previous, &mut self.current);
+    }
+}
+
 /// Cost of a bucket: for each member, one step for each of target, 2 × target and 4 × target that its
 /// need (the Chebyshev half-width in metres of the smallest constraint box centred on it that holds the
 /// bucket's MBR) exceeds, plus a small term in the MBR's larger side so smaller regions win ties.
-fn bucket_cost(users: &[OrderedUser], members: &[u32], mbr: &GeoBox, target_m: f64) -> f64 {
-    let cos = (0.5 * (mbr.min_lat + mbr.max_lat))
-        .to_radians()
-        .cos()
-        .max(0.0);
-    let side = larger_side_m(mbr);
+fn bucket_cost(
+    users: &[OrderedUser],
+    members: &[u32],
+    mbr: &GeoBox,
+    cos: f64,
+    target_m: f64,
+) -> f64 {
+    let side = larger_side_m(mbr, cos);
     let mut cost = members.len() as f64 * 1e-3 * side / target_m;
     if side <= target_m {
         return cost;
@@ -487,18 +732,16 @@ fn bucket_cost(users: &[OrderedUser], members: &[u32], mbr: &GeoBox, target_m: f
     cost
 }
 
-/// One round: cuts `seq` (indices into `users`, in curve order) into buckets of k..=2k-1 consecutive
-/// users, or leaves users out at `skip` each, minimizing the total cost; appends the buckets to `out`
-/// and the users left out to `left`.
-fn cut_sequence(
+/// Cuts `seq` (indices into `users`, in curve order) into buckets of k..=2k-1 consecutive users, or
+/// leaves users out at `skip` each, minimizing the total cost; returns the buckets' offset ranges and
+/// the offsets of the users left out, both in order.
+fn cut_segment(
     users: &[OrderedUser],
     seq: &[u32],
     k: usize,
     target_m: f64,
     skip: f64,
-    out: &mut Partition,
-    left: &mut Vec<u32>,
-) {
+) -> (Vec<(u32, u32)>, Vec<u32>) {
     let n = seq.len();
     let longest = 2 * k - 1;
     // best[i]: least cost of users seq[..i]; last[i]: size of the last bucket there (0: left out).
@@ -514,6 +757,7 @@ fn cut_sequence(
             continue;
         }
         let first = &users[seq[end - 1] as usize];
+        let cos = first.cos_lat;
         let mut mbr = GeoBox::point(first.lat, first.lon);
         for len in 1..=longest.min(end) {
             let start = end - len;
@@ -521,7 +765,7 @@ fn cut_sequence(
                 let u = &users[seq[start] as usize];
                 mbr.extend(u.lat, u.lon);
             }
-            if skip.is_finite() && larger_side_m(&mbr) > 2.0 * target_m {
+            if skip.is_finite() && larger_side_m(&mbr, cos) > 2.0 * target_m {
                 // Every member's need exceeds the target (need >= side / 2), so each costs at least
                 // 1 > `skip`: leaving them all out is cheaper, here and for every longer bucket.
                 break;
@@ -529,45 +773,36 @@ fn cut_sequence(
             if len < k || !best[start].is_finite() {
                 continue;
             }
-            let cost = best[start] + bucket_cost(users, &seq[start..end], &mbr, target_m);
+            let cost = best[start] + bucket_cost(users, &seq[start..end], &mbr, cos, target_m);
             if cost < best[end] {
                 best[end] = cost;
                 last[end] = len;
             }
         }
     }
-    let mut cuts = Vec::new();
+    let mut buckets = Vec::new();
+    let mut left = Vec::new();
     let mut end = n;
     while end > 0 {
         let len = last[end];
         if len == 0 || !best[end].is_finite() {
-            left.push(seq[end - 1]);
+            left.push((end - 1) as u32);
             end -= 1;
         } else {
-            cuts.push((end - len, end));
+            buckets.push(((end - len) as u32, end as u32));
             end -= len;
         }
     }
     left.reverse();
-    for &(start, end) in cuts.iter().rev() {
-        let first = out.members.len();
-        let mut mbr = GeoBox::point(
-            users[seq[start] as usize].lat,
-            users[seq[start] as usize].lon,
-        );
-        for &i in &seq[start..end] {
-            let u = &users[i as usize];
-            mbr.extend(u.lat, u.lon);
-            out.members.push(i);
-        }
-        out.buckets.push((first, out.members.len(), mbr));
-    }
+    buckets.reverse();
+    (buckets, left)
 }
 
-/// The larger side of a box in metres (longitude scaled at the box's centre latitude).
-fn larger_side_m(b: &GeoBox) -> f64 {
-    let centre_lat = 0.5 * (b.min_lat + b.max_lat);
-    let w = (b.max_lon - b.min_lon) * centre_lat.to_radians().cos().max(0.0);
+/// The larger side of a box in metres, longitude scaled by `cos` (the cosine of a latitude in the box:
+/// the buckets' boxes span a few kilometres at most where it matters, so the choice barely counts; the
+/// region's fit is tested exactly against the constraint box afterwards).
+fn larger_side_m(b: &GeoBox, cos: f64) -> f64 {
+    let w = (b.max_lon - b.min_lon) * cos;
     let h = b.max_lat - b.min_lat;
     w.max(h) * METRES_PER_DEGREE_LAT
 }
@@ -664,6 +899,20 @@ mod tests {
                 {
                     return Err(format!("anonymity set {:?} is wrong", region.anonymity_set));
                 }
+                let fitting = region
+                    .anonymity_set
+                    .iter()
+                    .filter_map(|u| checker.position(u, now_ms))
+                    .filter(|&(lat, lon)| {
+                        geo::constraint_box(lat, lon, req.dx_m, req.dy_m)
+                            .contains_box(&region.cloaking_box)
+                    })
+                    .count();
+                if fitting < req.k as usize {
+                    return Err(format!(
+                        "only {fitting} members hold the region in tolerance"
+                    ));
+                }
                 let mut copy = engine.clone();
                 PresenceChecker::check_reciprocity(
                     &req.user,
@@ -689,6 +938,30 @@ mod tests {
                     None => Ok(false),
                     Some(region) => Err(format!("Isolated but re-cloaking gives {region:?}")),
                 }
+            }
+            PresenceOutcome::Expired(ExpiryReason::FewFitTolerance) => {
+                // The region fits the requester, but fewer than k of the users who get it again hold
+                // it within the same tolerance.
+                let mut copy = engine.clone();
+                let region = recloak(&mut copy, req.user, req.k, now_ms)
+                    .ok_or("FewFitTolerance but no region at any tolerance")?;
+                if !req.constraint_box().contains_box(&region) {
+                    return Err(format!("FewFitTolerance but {region:?} does not fit"));
+                }
+                let fitting = checker
+                    .present(now_ms)
+                    .into_iter()
+                    .filter(|(u, lat, lon)| {
+                        region.contains_point(*lat, *lon)
+                            && geo::constraint_box(*lat, *lon, req.dx_m, req.dy_m)
+                                .contains_box(&region)
+                            && recloak(&mut copy, *u, req.k, now_ms) == Some(region)
+                    })
+                    .count();
+                if fitting >= req.k as usize {
+                    return Err(format!("FewFitTolerance but {fitting} members fit"));
+                }
+                Ok(false)
             }
             PresenceOutcome::Expired(ExpiryReason::OutsideTolerance) => {
                 let mut copy = engine.clone();
@@ -786,8 +1059,9 @@ mod tests {
             k in 1u32..8,
             seed in any::<u64>(),
         ) {
+            // The same seed, so the same padding key: the region depends on the broker's key too.
             let mut forward = PresenceEngine::new(params(60_000, 1000), 1);
-            let mut shuffled = PresenceEngine::new(params(60_000, 1000), 2);
+            let mut shuffled = PresenceEngine::new(params(60_000, 1000), 1);
             for (user, &(lat, lon)) in positions.iter().enumerate() {
                 forward.update(user as u64, lat, lon, 0).unwrap();
             }
@@ -985,8 +1259,10 @@ mod tests {
         );
         assert!(requests > 1000);
         if sparse {
-            // Measured 0.738 (the target of 0.75 is not reached yet); guards against regressions.
-            assert!(success >= 0.72, "success {success}");
+            // Measured 0.667 with padded regions and at least k members holding the region in the same
+            // tolerance (0.738 without that rule; the target of 0.75 is not reached yet);
+            // guards against regressions.
+            assert!(success >= 0.65, "success {success}");
         }
     }
 }
