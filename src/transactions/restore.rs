@@ -28,8 +28,8 @@
 use rand::seq::SliceRandom;
 
 use super::support::{
-    for_each_subset, insert_tid, intersection_len_with, intersects, subset_count, tidset_into,
-    tidset_with,
+    for_each_subset, insert_tid, intersection_len_with, intersects, map_interleaved, subset_count,
+    tidset_into, tidset_with,
 };
 use super::suppressor::Window;
 
@@ -103,41 +103,17 @@ impl Window {
         sensitive_holders: &[Vec<u32>],
         buffers: &mut [Buffers],
     ) -> Vec<bool> {
-        let threads = buffers
-            .len()
-            .min(batch.len().div_ceil(RESTORE_BATCH))
-            .max(1);
-        let judge = |worker: usize, buffers: &mut Buffers| -> Vec<bool> {
-            batch
-                .iter()
-                .skip(worker)
-                .step_by(threads)
-                .map(|&(tid, d)| {
-                    let length = self.released[tid as usize].len();
-                    let cost =
-                        subset_count(length, m.saturating_sub(1)) + 1 + subset_count(length, m);
-                    cost <= MAX_RESTORE_ANTECEDENTS
-                        && self.restorable(tid, d, m, sensitive_holders, buffers)
-                })
-                .collect()
-        };
-        if threads == 1 {
-            return judge(0, &mut buffers[0]);
-        }
-        let per_worker: Vec<Vec<bool>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = buffers[..threads]
-                .iter_mut()
-                .enumerate()
-                .map(|(worker, buffers)| scope.spawn(move || judge(worker, buffers)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a restore thread panicked"))
-                .collect()
-        });
-        (0..batch.len())
-            .map(|at| per_worker[at % threads][at / threads])
-            .collect()
+        map_interleaved(
+            batch,
+            buffers,
+            batch.len().div_ceil(RESTORE_BATCH),
+            |&(tid, d), buffers| {
+                let length = self.released[tid as usize].len();
+                let cost = subset_count(length, m.saturating_sub(1)) + 1 + subset_count(length, m);
+                cost <= MAX_RESTORE_ANTECEDENTS
+                    && self.restorable(tid, d, m, sensitive_holders, buffers)
+            },
+        )
     }
 
     /// Whether putting `d` back into record `tid` leaves every rule of kinds (a) and (b) safe.

@@ -23,7 +23,7 @@
 //! tid-list with those of its over items only. Otherwise Q gets a full check again.
 use rand::Rng;
 
-use super::support::{FxHashMap, intersection_len_with, tidset_with};
+use super::support::{FxHashMap, intersection_len_with, map_interleaved, tidset_with};
 use super::suppressor::{DenseAdversary, RunStats, Targets, Window};
 
 /// Knowledge sets with at least this support are cached after a full scan (below it, a scan costs
@@ -187,40 +187,12 @@ fn check_all(
     cache: &FxHashMap<Box<[u32]>, Checked>,
     scratches: &mut [Scratch],
 ) -> Vec<Verdict> {
-    let threads = scratches
-        .len()
-        .min(groups.len() / MIN_PARALLEL_CHECKS)
-        .max(1);
-    let run = |worker: usize, scratch: &mut Scratch| -> Vec<Verdict> {
-        groups
-            .iter()
-            .skip(worker)
-            .step_by(threads)
-            .map(|(q, users)| check(window, q, users, cache.get(&q[..]), scratch))
-            .collect()
-    };
-    if threads == 1 {
-        return run(0, &mut scratches[0]);
-    }
-    let per_worker: Vec<Vec<Verdict>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = scratches[..threads]
-            .iter_mut()
-            .enumerate()
-            .map(|(worker, scratch)| scope.spawn(move || run(worker, scratch)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a check thread panicked"))
-            .collect()
-    });
-    let mut iters: Vec<_> = per_worker.into_iter().map(Vec::into_iter).collect();
-    (0..groups.len())
-        .map(|at| {
-            iters[at % threads]
-                .next()
-                .expect("every worker returns its share")
-        })
-        .collect()
+    map_interleaved(
+        groups,
+        scratches,
+        groups.len() / MIN_PARALLEL_CHECKS,
+        |(q, users), scratch| check(window, q, users, cache.get(&q[..]), scratch),
+    )
 }
 
 impl Window {

@@ -70,6 +70,49 @@ pub(crate) type FxHashMap<K, V> = std::collections::HashMap<K, V, FxBuildHasher>
 /// Ratio of list lengths above which the shorter list is probed by binary search in the longer one.
 const GALLOP_RATIO: usize = 16;
 
+/// `f` applied to every item, on `workers` threads (at least 1, at most `scratches.len()`), item
+/// i on worker i mod `workers` with that worker's scratch; the results come back in item order, so
+/// they do not depend on the number of workers when `f` does not.
+pub(crate) fn map_interleaved<T: Sync, S: Send, R: Send>(
+    items: &[T],
+    scratches: &mut [S],
+    workers: usize,
+    f: impl Fn(&T, &mut S) -> R + Sync,
+) -> Vec<R> {
+    let workers = workers.clamp(1, scratches.len().max(1));
+    let run = |worker: usize, scratch: &mut S| -> Vec<R> {
+        items
+            .iter()
+            .skip(worker)
+            .step_by(workers)
+            .map(|item| f(item, scratch))
+            .collect()
+    };
+    if workers == 1 {
+        return run(0, &mut scratches[0]);
+    }
+    let per_worker: Vec<Vec<R>> = std::thread::scope(|scope| {
+        let run = &run;
+        let handles: Vec<_> = scratches[..workers]
+            .iter_mut()
+            .enumerate()
+            .map(|(worker, scratch)| scope.spawn(move || run(worker, scratch)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("an engine worker panicked"))
+            .collect()
+    });
+    let mut iters: Vec<_> = per_worker.into_iter().map(Vec::into_iter).collect();
+    (0..items.len())
+        .map(|at| {
+            iters[at % workers]
+                .next()
+                .expect("every worker returns its share")
+        })
+        .collect()
+}
+
 /// `out` = a ∩ b (both sorted).
 pub(crate) fn intersect_into(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
     out.clear();
