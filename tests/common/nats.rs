@@ -77,13 +77,43 @@ fn version_of(binary: &Path) -> Option<(u64, u64)> {
     Some((parts.next()??, parts.next()??))
 }
 
+/// A loopback port for a server to listen on. Ports come from below the kernel's ephemeral range
+/// (`ip_local_port_range`, 32768.. by default), so no outgoing connection of a concurrent test can
+/// take one between this probe and the server's bind, and each is handed out once per test
+/// process (the start differs per process). A port some other program holds is skipped. A bind
+/// can still lose a race with an unrelated program; [`NatsCluster::start`] then retries.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    let high = u32::from(ephemeral_low()).clamp(LOW + 1_000, 65_535);
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = high - LOW;
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id().wrapping_mul(7_919)) % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let offset = NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        let port = (LOW + offset) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
+
+/// First port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// How many times a cluster start (or a node restart) is tried when a server exits at once,
+/// e.g. because another program took its port.
+const START_ATTEMPTS: usize = 4;
 
 impl NatsCluster {
     /// One JetStream server.
@@ -97,6 +127,22 @@ impl NatsCluster {
     }
 
     async fn start(size: usize) -> NatsCluster {
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            match Self::try_start(size).await {
+                Ok(cluster) => return cluster,
+                Err(failure) => failures.push(failure),
+            }
+        }
+        panic!(
+            "nats-server cluster of {size} did not start in {START_ATTEMPTS} attempts:\n{}",
+            failures.join("\n---\n")
+        );
+    }
+
+    /// One attempt: fresh ports and store. An early exit of any server is an error (the caller
+    /// retries); a server that runs but never becomes ready fails the test.
+    async fn try_start(size: usize) -> Result<NatsCluster, String> {
         let binary = nats_server_binary();
         let dir = tempfile::tempdir().unwrap();
         let ports: Vec<(u16, u16, u16)> = (0..size)
@@ -137,11 +183,11 @@ impl NatsCluster {
             node.spawn(&binary);
             nodes.push(node);
         }
-        let cluster = NatsCluster { nodes, dir };
+        let mut cluster = NatsCluster { nodes, dir };
         for i in 0..size {
-            cluster.wait_ready(i).await;
+            cluster.ready(i).await?;
         }
-        cluster
+        Ok(cluster)
     }
 
     /// Every server's client URL, comma-separated (what `cluster.nats_url` takes).
@@ -190,38 +236,70 @@ impl NatsCluster {
         }
     }
 
-    /// Starts server `i` again on its ports and store, and waits until it is ready.
+    /// Starts server `i` again on its ports and store, and waits until it is ready. A server that
+    /// exits at once (its port briefly held elsewhere) is started again, up to [`START_ATTEMPTS`].
     pub async fn restart(&mut self, i: usize) {
-        self.kill(i);
         let binary = nats_server_binary();
-        self.nodes[i].spawn(&binary);
-        self.wait_ready(i).await;
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            self.kill(i);
+            self.nodes[i].spawn(&binary);
+            match self.ready(i).await {
+                Ok(()) => return,
+                Err(failure) => failures.push(failure),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!(
+            "nats-server {} did not restart in {START_ATTEMPTS} attempts:\n{}",
+            self.nodes[i].name,
+            failures.join("\n---\n")
+        );
     }
 
-    /// Waits until server `i` answers `/healthz` with OK.
-    pub async fn wait_ready(&self, i: usize) {
-        let node = &self.nodes[i];
+    /// Waits until server `i` answers `/healthz` with OK. Panics when it runs but is not ready
+    /// within [`READY_WITHIN`]; returns the log tail as an error when it has exited.
+    async fn ready(&mut self, i: usize) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + READY_WITHIN;
         let mut last = String::new();
         while tokio::time::Instant::now() < deadline {
+            let node = &mut self.nodes[i];
             match healthz(node.http_port).await {
-                Ok((200, _)) => return,
+                Ok((200, _)) => return Ok(()),
                 Ok((code, body)) => last = format!("HTTP {code}: {body}"),
                 Err(err) => last = err.to_string(),
             }
+            if let Some(status) = node
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                node.child = None;
+                return Err(format!(
+                    "nats-server {} exited ({status}); log tail:\n{}",
+                    node.name,
+                    node.log_tail()
+                ));
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let log = std::fs::read_to_string(&node.log_path).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let node = &self.nodes[i];
         panic!(
             "nats-server {} not ready within {READY_WITHIN:?} ({last}); log tail:\n{}",
             node.name,
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            node.log_tail()
         );
     }
 }
 
 impl NatsNode {
+    /// The last 30 lines of this server's log.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
     fn spawn(&mut self, binary: &Path) {
         let log = std::fs::OpenOptions::new()
             .create(true)
