@@ -3,11 +3,10 @@
 //! every closed window is released), and the gRPC layer counts calls by service, method and code.
 mod common;
 
-use std::time::{Duration, Instant};
 
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
 use cloakd::proto::{Transaction, location_event};
-use common::process::{DaemonProcess, Metrics};
+use common::process::DaemonProcess;
 use common::{MobileClient, released_windows, request_at};
 
 const CONFIG: &str = r#"
@@ -20,23 +19,6 @@ answer_ttl_ms = 300
 window_records = 5
 window_ms = 600000
 "#;
-
-/// Scrapes until `done` holds (the daemon updates some series just after the client saw the event).
-fn eventually(daemon: &DaemonProcess, done: impl Fn(&Metrics) -> bool) -> Metrics {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let metrics = daemon.scrape();
-        if done(&metrics) {
-            return metrics;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "metrics never reached the expected state:\n{}",
-            metrics.text
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_follow_a_location_and_transaction_workload() {
@@ -107,7 +89,7 @@ async fn counters_follow_a_location_and_transaction_workload() {
     }
     assert_eq!(undelivered, cloaked);
 
-    let m = eventually(&daemon, |m| {
+    let m = daemon.eventually(|m| {
         m.sum("cloakd_location_requests_total", &[]) == sent as f64
     });
     let outcome = |o: &str| m.sum("cloakd_location_requests_total", &[("outcome", o)]);
@@ -196,7 +178,7 @@ async fn counters_follow_a_location_and_transaction_workload() {
     }
 
     let stream = [("stream", "clicks")];
-    let m = eventually(&daemon, |m| {
+    let m = daemon.eventually(|m| {
         m.sum("cloakd_transaction_windows_released_total", &stream) == 2.0
     });
     let records = |result: &str| {
@@ -283,7 +265,7 @@ async fn counters_follow_a_location_and_transaction_workload() {
             .unwrap();
     }
     // The consumer hung up on its live subscription: Canceled, once the server noticed.
-    let m = eventually(&daemon, |m| {
+    let m = daemon.eventually(|m| {
         let handled = |labels: &[(&str, &str)]| m.sum("grpc_server_handled_total", labels);
         handled(&[
             ("grpc_service", "grpc.health.v1.Health"),
@@ -383,7 +365,7 @@ presence_max_age_ms = 600000
     }
     assert_eq!(cloaked, 3, "six users present: k = 50 cannot be met");
     let presence = [("model", "presence")];
-    let m = eventually(&daemon, |m| {
+    let m = daemon.eventually(|m| {
         m.sum("cloakd_location_group_size_count", &presence) == 3.0
     });
     assert_eq!(m.sum("cloakd_location_group_size_sum", &presence), sizes);
