@@ -3,7 +3,6 @@
 //! every closed window is released), and the gRPC layer counts calls by service, method and code.
 mod common;
 
-
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
 use cloakd::proto::{Transaction, location_event};
 use common::process::DaemonProcess;
@@ -89,9 +88,7 @@ async fn counters_follow_a_location_and_transaction_workload() {
     }
     assert_eq!(undelivered, cloaked);
 
-    let m = daemon.eventually(|m| {
-        m.sum("cloakd_location_requests_total", &[]) == sent as f64
-    });
+    let m = daemon.eventually(|m| m.sum("cloakd_location_requests_total", &[]) == sent as f64);
     let outcome = |o: &str| m.sum("cloakd_location_requests_total", &[("outcome", o)]);
     assert_eq!(outcome("cloaked"), cloaked as f64);
     assert_eq!(outcome("expired"), expired as f64);
@@ -178,9 +175,8 @@ async fn counters_follow_a_location_and_transaction_workload() {
     }
 
     let stream = [("stream", "clicks")];
-    let m = daemon.eventually(|m| {
-        m.sum("cloakd_transaction_windows_released_total", &stream) == 2.0
-    });
+    let m =
+        daemon.eventually(|m| m.sum("cloakd_transaction_windows_released_total", &stream) == 2.0);
     let records = |result: &str| {
         m.sum(
             "cloakd_transaction_records_total",
@@ -365,9 +361,7 @@ presence_max_age_ms = 600000
     }
     assert_eq!(cloaked, 3, "six users present: k = 50 cannot be met");
     let presence = [("model", "presence")];
-    let m = daemon.eventually(|m| {
-        m.sum("cloakd_location_group_size_count", &presence) == 3.0
-    });
+    let m = daemon.eventually(|m| m.sum("cloakd_location_group_size_count", &presence) == 3.0);
     assert_eq!(m.sum("cloakd_location_group_size_sum", &presence), sizes);
     assert_eq!(
         m.sum("cloakd_location_relative_anonymity_count", &presence),

@@ -135,15 +135,24 @@ async fn a_job_whose_caller_leaves_stops_and_frees_its_slot() {
     small_job_is_served(&channel).await;
 
     let m = daemon.scrape();
-    let outcome = |o| m.sum("cloakd_table_jobs_total", &[("kind", "anonymize"), ("outcome", o)]);
-    assert_eq!((outcome("cancelled"), outcome("ok")), (2.0, 2.0), "{}", m.text);
+    let outcome = |o| {
+        m.sum(
+            "cloakd_table_jobs_total",
+            &[("kind", "anonymize"), ("outcome", o)],
+        )
+    };
+    assert_eq!(
+        (outcome("cancelled"), outcome("ok")),
+        (2.0, 2.0),
+        "{}",
+        m.text
+    );
     daemon.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_past_the_servers_budget_stops_and_frees_its_slot() {
-    let daemon =
-        DaemonProcess::start("[tables]\nmax_concurrent_jobs = 1\nmax_job_ms = 1000\n");
+    let daemon = DaemonProcess::start("[tables]\nmax_concurrent_jobs = 1\nmax_job_ms = 1000\n");
     let channel = daemon.channel().await;
     // No client deadline: the server's budget alone stops the job. The budget starts once the
     // upload is complete, so this status proves the anonymization itself was running.

@@ -106,7 +106,8 @@ impl Baseline {
         cancelled: &AtomicBool,
     ) -> Result<Option<Baseline>, OptionsError> {
         options.validate()?;
-        let Some(populations) = LargePopulations::mine_unless(table, options.min_support, cancelled)
+        let Some(populations) =
+            LargePopulations::mine_unless(table, options.min_support, cancelled)
         else {
             return Ok(None);
         };
@@ -196,10 +197,7 @@ pub fn evaluate_unless(
     else {
         return Ok(None);
     };
-    let Some(uloss) = baseline
-        .populations
-        .uloss_unless(table, &view, cancelled)
-    else {
+    let Some(uloss) = baseline.populations.uloss_unless(table, &view, cancelled) else {
         return Ok(None);
     };
     Ok(Some(Evaluation {
