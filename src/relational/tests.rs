@@ -1033,3 +1033,46 @@ fn unsatisfiable_models_are_refused_with_the_reason() {
         .to_string();
     assert!(err.contains("5 distinct sensitive values < l=6"), "{err}");
 }
+
+/// A raised cancellation flag stops the work with a typed error and releases nothing, whatever the
+/// method; a flag nobody raises gives exactly the uncancellable release.
+#[test]
+fn a_cancelled_job_releases_nothing() {
+    use std::sync::atomic::AtomicBool;
+
+    use crate::relational::{AnonymizeError, anonymize_unless, mondrian};
+
+    let generated = generate(7);
+    let table = read_csv(generated.schema, generated.csv.as_bytes(), "g.csv", b',').unwrap();
+    let privacy = PrivacySpec {
+        k: Some(1),
+        ..Default::default()
+    };
+    let raised = AtomicBool::new(true);
+    for method in [
+        ReleaseMethod::Generalization,
+        ReleaseMethod::Bucketization,
+        ReleaseMethod::Trivial,
+    ] {
+        assert_eq!(
+            anonymize_unless(&table, &privacy, method, 1, &raised).unwrap_err(),
+            AnonymizeError::Cancelled,
+            "{method}"
+        );
+        let lowered = AtomicBool::new(false);
+        let (release, report) = anonymize_unless(&table, &privacy, method, 1, &lowered).unwrap();
+        let (expected, expected_report) = anonymize(&table, &privacy, method, 1).unwrap();
+        assert_eq!(report, expected_report);
+        let csv = |r: &Release| {
+            let (Release::Generalized(t) | Release::Bucketized { quasi_table: t, .. }) = r;
+            let mut out = Vec::new();
+            write_csv(t, &mut out).unwrap();
+            out
+        };
+        assert_eq!(csv(&release), csv(&expected));
+    }
+    assert_eq!(
+        mondrian::partition_unless(&table, &privacy.models(), &raised).unwrap_err(),
+        mondrian::PartitionError::Cancelled
+    );
+}
