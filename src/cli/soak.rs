@@ -128,6 +128,7 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
     let endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
         .context("--addr: not a URL")?
         .tcp_nodelay(true);
+    let before = args.pid.and_then(sample);
     let mut channels = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         channels.push(
@@ -138,7 +139,6 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
         );
     }
     let tally = Arc::new(Tally::default());
-    let before = args.pid.and_then(sample);
     let (stop_tx, stop) = watch::channel(false);
     let interval = Duration::from_millis(args.interval_ms.max(1));
     let mut tasks = tokio::task::JoinSet::new();
