@@ -236,7 +236,10 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
             "{} (MiB)",
             figure("RSS", before, &during, after, |s| s.rss_kib / 1024)
         );
-        println!("{}", figure("threads", before, &during, after, |s| s.threads));
+        println!(
+            "{}",
+            figure("threads", before, &during, after, |s| s.threads)
+        );
         println!("{}", figure("open fds", before, &during, after, |s| s.fds));
     }
     Ok(())
