@@ -189,7 +189,15 @@ pub fn evaluate_unless(
             table: table.rows() as u64,
         });
     }
-    let report = report::evaluate(release, "evaluated", &PrivacySpec::default().models())?;
+    let Some(report) = report::evaluate_unless(
+        release,
+        "evaluated",
+        &PrivacySpec::default().models(),
+        cancelled,
+    )?
+    else {
+        return Ok(None);
+    };
     let privacy = privacy_loss(&view.class_histograms, view.domain);
     let Some(query_error) = baseline
         .workload

@@ -9,7 +9,8 @@
 //! every class admissible, and the report, recomputed from the released rows, is checked again before
 //! the release is handed out. The engine reads no files and no clock; randomness (row order, group
 //! ids) comes only from the seed. Long work is cooperative: [`anonymize_unless`] looks at its
-//! cancellation flag before each Mondrian split and between the phases, and gives up with
+//! cancellation flag before each Mondrian split, between the phases and before each class of the
+//! report, and gives up with
 //! [`AnonymizeError::Cancelled`] (releasing nothing) soon after the flag turns true.
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -69,7 +70,8 @@ pub fn anonymize(
 }
 
 /// [`anonymize`], giving up with [`AnonymizeError::Cancelled`] soon after `cancelled` turns true (it
-/// is looked at before every Mondrian split and between partitioning, release and report): the
+/// is looked at before every Mondrian split, between partitioning, release and report, and before
+/// each class of the report): the
 /// daemon sets it when the caller goes away or its deadline passes.
 pub fn anonymize_unless(
     table: &Table,
@@ -97,8 +99,8 @@ pub fn anonymize_unless(
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let released = release::release(table, &partitioning, method, &mut rng);
     check()?;
-    let report = report::evaluate(&released, &method.to_string(), &models)?;
-    check()?;
+    let report = report::evaluate_unless(&released, &method.to_string(), &models, cancelled)?
+        .ok_or(AnonymizeError::Cancelled)?;
     if let Some(check) = report.models.iter().find(|m| m.violating_classes > 0) {
         return Err(AnonymizeError::ReleaseViolates {
             model: check.model.clone(),

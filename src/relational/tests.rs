@@ -488,6 +488,46 @@ fn generate(seed: u64) -> Generated {
     }
 }
 
+/// The release's classes as sensitive-value multisets, read from the released values alone: rows
+/// grouped by their released QI values, or bucketization's groups with their sensitive entries.
+fn released_classes(release: &Release) -> Vec<Multiset> {
+    let mut classes: BTreeMap<Vec<String>, Multiset> = BTreeMap::new();
+    match release {
+        Release::Generalized(t) => {
+            let sensitive = t
+                .columns
+                .iter()
+                .position(|c| matches!(c.role, ReleasedRole::Sensitive { .. }))
+                .unwrap();
+            for row in 0..t.rows {
+                let key = t
+                    .columns
+                    .iter()
+                    .filter(|c| c.role == ReleasedRole::Quasi)
+                    .map(|c| c.value(row).to_string())
+                    .collect();
+                *classes
+                    .entry(key)
+                    .or_default()
+                    .entry(t.columns[sensitive].value(row).to_string())
+                    .or_default() += 1;
+            }
+        }
+        Release::Bucketized {
+            sensitive_table, ..
+        } => {
+            for e in &sensitive_table.entries {
+                *classes
+                    .entry(vec![e.group.to_string()])
+                    .or_default()
+                    .entry(e.value.clone())
+                    .or_default() += e.count;
+            }
+        }
+    }
+    classes.into_values().collect()
+}
+
 fn random_privacy(rng: &mut ChaCha8Rng) -> PrivacySpec {
     loop {
         let mut p = PrivacySpec::default();
@@ -542,6 +582,19 @@ proptest! {
                 check_release(&generated.original, &privacy, &release);
                 prop_assert!(report.satisfied());
                 prop_assert_eq!(report.rows as usize, generated.original.rows.len());
+                // The report's class measures, recomputed from the released values.
+                let classes = released_classes(&release);
+                let size = |c: &Multiset| c.values().sum::<u64>();
+                prop_assert_eq!(report.classes, classes.len() as u64);
+                prop_assert_eq!(report.k, classes.iter().map(size).min().unwrap());
+                prop_assert_eq!(
+                    report.l_distinct,
+                    classes.iter().map(|c| c.len() as u64).min().unwrap()
+                );
+                prop_assert_eq!(
+                    report.discernibility,
+                    classes.iter().map(|c| (size(c) * size(c)) as f64).sum::<f64>()
+                );
                 if method == ReleaseMethod::Trivial {
                     prop_assert_eq!(report.classes, 1);
                 }
