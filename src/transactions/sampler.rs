@@ -231,6 +231,15 @@ impl Window {
                     .collect()
             })
             .collect();
+        // The original records in one flat buffer for the draws (a round reads thousands of random
+        // records; one offset and one slice read each instead of a vector header and its heap block).
+        let mut starts: Vec<u32> = Vec::with_capacity(self.original.len() + 1);
+        let mut flat: Vec<u32> = Vec::new();
+        for record in &self.original {
+            starts.push(flat.len() as u32);
+            flat.extend_from_slice(record);
+        }
+        starts.push(flat.len() as u32);
         let mut stats = RunStats {
             rounds: 0,
             violations: 0,
@@ -251,7 +260,8 @@ impl Window {
                 let first = sample.draws.len();
                 for _ in 0..samples_per_level {
                     let user = users[self.rng.random_range(0..users.len())];
-                    let record = &self.original[user as usize];
+                    let record =
+                        &flat[starts[user as usize] as usize..starts[user as usize + 1] as usize];
                     let picked = rand::seq::index::sample(&mut self.rng, record.len(), level);
                     let start = sample.items.len();
                     sample.items.extend(picked.iter().map(|at| record[at]));
