@@ -836,18 +836,32 @@ fn bucket_cost(
         // need >= side / 2 > 4 × target for every member.
         return cost + (COST_STEPS.len() * size) as f64;
     }
-    let mut within = [0usize; COST_STEPS.len()];
-    for &i in members {
-        let u = &users[i as usize];
-        let need_deg_lat = (u.lat - mbr.min_lat).max(mbr.max_lat - u.lat);
-        let need_deg_lon = (u.lon - mbr.min_lon).max(mbr.max_lon - u.lon);
-        let need = need_deg_lat.max(need_deg_lon * cos) * METRES_PER_DEGREE_LAT;
-        for (count, step) in within.iter_mut().zip(COST_STEPS) {
-            *count += usize::from(need <= step * target_m);
+    // Members a bucket may leave beyond a step while still serving the others at it.
+    let spare = size.saturating_sub(k);
+    for step in COST_STEPS {
+        let step_m = step * target_m;
+        if side <= step_m {
+            // Every member's need is within the step: nobody is lost at it, nor at a larger one.
+            break;
         }
-    }
-    for count in within {
-        cost += if count >= k { size - count } else { size } as f64;
+        if side > 2.0 * step_m {
+            // need >= side / 2 > step for every member.
+            cost += size as f64;
+            continue;
+        }
+        let mut beyond = 0usize;
+        for &i in members {
+            let u = &users[i as usize];
+            let need_deg_lat = (u.lat - mbr.min_lat).max(mbr.max_lat - u.lat);
+            let need_deg_lon = (u.lon - mbr.min_lon).max(mbr.max_lon - u.lon);
+            let need = need_deg_lat.max(need_deg_lon * cos) * METRES_PER_DEGREE_LAT;
+            beyond += usize::from(need > step_m);
+            if beyond > spare {
+                // Fewer than k within the step: all of them are lost at it.
+                break;
+            }
+        }
+        cost += if beyond > spare { size } else { beyond } as f64;
     }
     cost
 }
@@ -891,6 +905,12 @@ fn cut_segment(
                 break;
             }
             if len < k || !best[start].is_finite() {
+                continue;
+            }
+            // The cost is at least its tie term: a bucket that cannot beat the best so far even
+            // with it alone is not costed in full.
+            let floor = len as f64 * 1e-3 * larger_side_m(&mbr, cos) / target_m;
+            if best[start] + floor >= best[end] {
                 continue;
             }
             let cost = best[start] + bucket_cost(users, &seq[start..end], &mbr, cos, target_m, k);
