@@ -194,6 +194,7 @@ pub struct RawTables {
     pub rows_per_chunk: usize,
     pub max_queries: usize,
     pub upload_idle_ms: u64,
+    pub max_job_ms: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,6 +369,9 @@ pub struct TablesConfig {
     pub max_queries: usize,
     /// An upload with no message for this long is cancelled.
     pub upload_idle: Duration,
+    /// The most time one job's computation (anonymization or evaluation) may take before it is
+    /// stopped, whatever deadline its caller set.
+    pub max_job: Duration,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1060,6 +1064,11 @@ impl RawTables {
                 return Err(invalid("tables.upload_idle_ms", "must be at least 1"));
             } else {
                 Duration::from_millis(self.upload_idle_ms)
+            },
+            max_job: if self.max_job_ms == 0 {
+                return Err(invalid("tables.max_job_ms", "must be at least 1"));
+            } else {
+                Duration::from_millis(self.max_job_ms)
             },
         })
     }

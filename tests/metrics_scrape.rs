@@ -3,11 +3,9 @@
 //! every closed window is released), and the gRPC layer counts calls by service, method and code.
 mod common;
 
-use std::time::{Duration, Instant};
-
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
 use cloakd::proto::{Transaction, location_event};
-use common::process::{DaemonProcess, Metrics};
+use common::process::DaemonProcess;
 use common::{MobileClient, released_windows, request_at};
 
 const CONFIG: &str = r#"
@@ -20,23 +18,6 @@ answer_ttl_ms = 300
 window_records = 5
 window_ms = 600000
 "#;
-
-/// Scrapes until `done` holds (the daemon updates some series just after the client saw the event).
-fn eventually(daemon: &DaemonProcess, done: impl Fn(&Metrics) -> bool) -> Metrics {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let metrics = daemon.scrape();
-        if done(&metrics) {
-            return metrics;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "metrics never reached the expected state:\n{}",
-            metrics.text
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_follow_a_location_and_transaction_workload() {
@@ -107,9 +88,7 @@ async fn counters_follow_a_location_and_transaction_workload() {
     }
     assert_eq!(undelivered, cloaked);
 
-    let m = eventually(&daemon, |m| {
-        m.sum("cloakd_location_requests_total", &[]) == sent as f64
-    });
+    let m = daemon.eventually(|m| m.sum("cloakd_location_requests_total", &[]) == sent as f64);
     let outcome = |o: &str| m.sum("cloakd_location_requests_total", &[("outcome", o)]);
     assert_eq!(outcome("cloaked"), cloaked as f64);
     assert_eq!(outcome("expired"), expired as f64);
@@ -196,9 +175,8 @@ async fn counters_follow_a_location_and_transaction_workload() {
     }
 
     let stream = [("stream", "clicks")];
-    let m = eventually(&daemon, |m| {
-        m.sum("cloakd_transaction_windows_released_total", &stream) == 2.0
-    });
+    let m =
+        daemon.eventually(|m| m.sum("cloakd_transaction_windows_released_total", &stream) == 2.0);
     let records = |result: &str| {
         m.sum(
             "cloakd_transaction_records_total",
@@ -283,7 +261,7 @@ async fn counters_follow_a_location_and_transaction_workload() {
             .unwrap();
     }
     // The consumer hung up on its live subscription: Canceled, once the server noticed.
-    let m = eventually(&daemon, |m| {
+    let m = daemon.eventually(|m| {
         let handled = |labels: &[(&str, &str)]| m.sum("grpc_server_handled_total", labels);
         handled(&[
             ("grpc_service", "grpc.health.v1.Health"),
@@ -383,9 +361,7 @@ presence_max_age_ms = 600000
     }
     assert_eq!(cloaked, 3, "six users present: k = 50 cannot be met");
     let presence = [("model", "presence")];
-    let m = eventually(&daemon, |m| {
-        m.sum("cloakd_location_group_size_count", &presence) == 3.0
-    });
+    let m = daemon.eventually(|m| m.sum("cloakd_location_group_size_count", &presence) == 3.0);
     assert_eq!(m.sum("cloakd_location_group_size_sum", &presence), sizes);
     assert_eq!(
         m.sum("cloakd_location_relative_anonymity_count", &presence),

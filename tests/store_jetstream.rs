@@ -2,7 +2,9 @@
 //! processes (`common::nats`): each check gets its own server; the model test's cases get a fresh
 //! subject prefix (an independent deployment) each on one server. Opening the same prefix again is
 //! a restart. Also: a 3-node cluster with replication 3 loses nothing acknowledged when a node is
-//! killed and restarted.
+//! killed and restarted. And the fence: a writer whose view of a stream is stale cannot append to
+//! it, so two writers racing on one stream leave a log whose every window close follows exactly its
+//! records, with every acknowledged record in it once.
 mod common;
 mod store_support;
 
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cloakd::store::jetstream::{JetStreamRecordLog, JetStreamReleases, Layout};
+use cloakd::store::{EntryOutcome, LogEntry};
 use cloakd::store::{LogPosition, RecordLog};
 use common::nats::NatsCluster;
 use store_support::{Opened, Stores, close, record};
@@ -95,12 +98,14 @@ async fn a_restarted_node_of_three_loses_nothing_acknowledged() {
             nats.restart(1).await;
         }
         let batch = vec![record("s", i, &format!("r{i}"), &["x"]), close("s", i, 1)];
-        // While the stream's leader moves an append may fail (nothing acknowledged); the producer
-        // publishes again, and ids keep a retry from storing anything twice.
+        // While the stream's leader moves an append may fail (nothing acknowledged, but it may
+        // be stored); as the writer does, the log is replayed and the batch appended again, and
+        // ids keep the retry from storing anything twice.
         let started = std::time::Instant::now();
         while let Err(e) = log.append(batch.clone()).await {
             assert!(started.elapsed() < PATIENCE, "appends fail for good: {e}");
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let _ = log.replay(LogPosition::START).await;
         }
         acknowledged.extend(batch);
     }
@@ -111,4 +116,193 @@ async fn a_restarted_node_of_three_loses_nothing_acknowledged() {
         log.replay(LogPosition::START).await.unwrap().entries,
         acknowledged
     );
+}
+
+/// Two logs on one deployment (two replicas): each appends only on top of what it has read.
+#[tokio::test]
+async fn a_stale_writer_is_fenced_off() {
+    let nats = NatsCluster::single().await;
+    let layout = Layout {
+        prefix: "fenced".into(),
+        replicas: 1,
+    };
+    let a = JetStreamRecordLog::open(connect(&nats.url()).await, layout.clone())
+        .await
+        .unwrap();
+    a.append(vec![record("s", 0, "r1", &["x"])]).await.unwrap();
+    let b = JetStreamRecordLog::open(connect(&nats.url()).await, layout.clone())
+        .await
+        .unwrap();
+    a.append(vec![record("s", 0, "r2", &["x"])]).await.unwrap();
+    // b has read window 0 with r1 only: closing it with one record is refused, nothing stored.
+    let refused = b.append(vec![close("s", 0, 1)]).await.unwrap_err();
+    assert!(refused.to_string().contains("another writer"), "{refused}");
+    // Another stream is not fenced by it.
+    b.append(vec![record("t", 0, "r1", &["y"])]).await.unwrap();
+    let replayed = b.replay(LogPosition::START).await.unwrap().entries;
+    assert_eq!(replayed.len(), 3, "{replayed:?}");
+    b.append(vec![close("s", 0, 2)]).await.unwrap();
+    // Now a is stale on s: its record for window 0 is refused; after a replay it knows b's close
+    // and its ids.
+    assert!(a.append(vec![record("s", 0, "r3", &["x"])]).await.is_err());
+    assert!(a.append(vec![record("t", 0, "r9", &["y"])]).await.is_err());
+    a.replay(LogPosition::START).await.unwrap();
+    assert_eq!(
+        a.windows_of(&[("t", "r1"), ("s", "r3")]).await.unwrap(),
+        [Some(0), None]
+    );
+    assert_eq!(
+        a.append(vec![
+            record("s", 1, "r3", &["x"]),
+            record("t", 0, "r1", &["y"])
+        ])
+        .await
+        .unwrap(),
+        [
+            EntryOutcome::Appended,
+            EntryOutcome::Duplicate { window_id: 0 }
+        ]
+    );
+    let log = JetStreamRecordLog::open(connect(&nats.url()).await, layout)
+        .await
+        .unwrap();
+    assert_eq!(
+        log.replay(LogPosition::START).await.unwrap().entries,
+        [
+            record("s", 0, "r1", &["x"]),
+            record("s", 0, "r2", &["x"]),
+            record("t", 0, "r1", &["y"]),
+            close("s", 0, 2),
+            record("s", 1, "r3", &["x"]),
+        ]
+    );
+}
+
+/// A writer as the window writer is one, reduced to one stream: records go into the open window,
+/// a close names the records it holds; a failed append acknowledges nothing and the state is
+/// rebuilt from a replay.
+struct MiniWriter {
+    log: JetStreamRecordLog,
+    open: u64,
+    records: u64,
+    acknowledged: Vec<String>,
+    refused: usize,
+}
+
+impl MiniWriter {
+    async fn rebuild(&mut self) {
+        let Ok(replayed) = self.log.replay(LogPosition::START).await else {
+            return;
+        };
+        (self.open, self.records) = (0, 0);
+        for entry in replayed.entries {
+            match entry {
+                LogEntry::Record(_) => self.records += 1,
+                LogEntry::Close(c) => (self.open, self.records) = (c.window_id + 1, 0),
+            }
+        }
+    }
+
+    async fn step(&mut self, id: String, close_after: bool) {
+        let mut batch = vec![record("s", self.open, &id, &["x"])];
+        if close_after {
+            batch.push(close("s", self.open, self.records + 1));
+        }
+        match self.log.append(batch).await {
+            Ok(outcomes) => {
+                assert_eq!(outcomes[0], EntryOutcome::Appended, "{id} is new");
+                self.acknowledged.push(id);
+                self.records += 1;
+                if close_after {
+                    (self.open, self.records) = (self.open + 1, 0);
+                }
+            }
+            Err(_) => {
+                self.refused += 1;
+                self.rebuild().await
+            }
+        }
+    }
+}
+
+/// Two writers race on one stream, each replaying whenever its append is refused: the log stays
+/// well formed (each close follows exactly the records of its window, which carry its id) and holds
+/// every acknowledged record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_writers_leave_a_well_formed_log() {
+    use rand::{Rng, SeedableRng};
+    let nats = NatsCluster::single().await;
+    let layout = Layout {
+        prefix: "race".into(),
+        replicas: 1,
+    };
+    let mut writers = Vec::new();
+    for (name, seed) in [("a", 1u64), ("b", 2)] {
+        let log = JetStreamRecordLog::open(connect(&nats.url()).await, layout.clone())
+            .await
+            .unwrap();
+        writers.push(tokio::spawn(async move {
+            let mut writer = MiniWriter {
+                log,
+                open: 0,
+                records: 0,
+                acknowledged: Vec::new(),
+                refused: 0,
+            };
+            writer.rebuild().await;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            for i in 0..150 {
+                writer
+                    .step(format!("{name}{i}"), rng.random_bool(0.2))
+                    .await;
+                if rng.random_bool(0.3) {
+                    tokio::task::yield_now().await;
+                }
+            }
+            (writer.acknowledged, writer.refused)
+        }));
+    }
+    let (mut acknowledged, mut refused) = (Vec::new(), 0);
+    for writer in writers {
+        let (ids, refusals) = writer.await.unwrap();
+        acknowledged.extend(ids);
+        refused += refusals;
+    }
+    let log = JetStreamRecordLog::open(connect(&nats.url()).await, layout)
+        .await
+        .unwrap();
+    let entries = log.replay(LogPosition::START).await.unwrap().entries;
+    let (mut open, mut in_window) = (0u64, 0u64);
+    let mut stored = Vec::new();
+    for entry in &entries {
+        match entry {
+            LogEntry::Record(r) => {
+                assert_eq!(
+                    r.window_id, open,
+                    "record {} outside the open window",
+                    r.record_id
+                );
+                in_window += 1;
+                stored.push(r.record_id.clone());
+            }
+            LogEntry::Close(c) => {
+                assert_eq!(c.window_id, open, "closes in order");
+                assert_eq!(
+                    c.records, in_window,
+                    "window {open} closed with its records"
+                );
+                (open, in_window) = (open + 1, 0);
+            }
+        }
+    }
+    let mut unique = stored.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), stored.len(), "a record stored twice");
+    for id in &acknowledged {
+        assert!(stored.contains(id), "acknowledged {id} is not in the log");
+    }
+    assert!(acknowledged.len() > 100, "the writers made progress");
+    // The writers did race: some appends met the fence.
+    assert!(refused > 0, "no append was refused");
 }

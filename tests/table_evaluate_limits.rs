@@ -1,6 +1,7 @@
 //! TableEvaluator against the real daemon: a `queries` far past `tables.max_queries` is refused with
 //! RESOURCE_EXHAUSTED before anything is allocated (it used to abort the process allocating 206 GB),
-//! and an evaluation whose caller's deadline passes is cancelled, freeing its job slot at once.
+//! and an evaluation whose caller's deadline (or the server's `tables.max_job_ms`) passes is
+//! cancelled, freeing its job slot at once.
 mod common;
 
 use std::time::Duration;
@@ -113,5 +114,29 @@ async fn an_abandoned_evaluation_is_cancelled_and_frees_its_slot() {
             Err(status) => panic!("the slots were not freed: {status:?} after {refused} tries"),
         }
     }
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_evaluation_past_the_servers_budget_is_stopped() {
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.tables.max_queries = 3_000_000;
+        c.tables.max_concurrent_jobs = 1;
+        c.tables.max_job = Duration::from_secs(1);
+    }))
+    .await;
+    let mut client =
+        TableEvaluatorClient::new(daemon.channel().await).max_encoding_message_size(64 << 20);
+    // No client deadline: tables.max_job_ms stops the measurement.
+    let status = client
+        .evaluate(adult_request(3_000_000))
+        .await
+        .expect_err("over budget");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().contains("tables.max_job_ms"),
+        "{}",
+        status.message()
+    );
     daemon.shutdown().await.unwrap();
 }

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 pub mod config;
 pub mod evaluate;
 pub mod frontier;
+mod item_sets;
 pub mod simulate;
 pub mod soak;
 pub mod table;

@@ -5,8 +5,9 @@
 //! of requests of two users every `--interval-ms`, so they cloak with k = 2), Publish streams (a small
 //! record per interval), ReleaseFeed subscribers, and one provider (Subscribe + Answer) answering every
 //! cloaked request. Every event and status is counted; a stream that fails is reopened, and its status
-//! is counted by code. With `--pid` (the daemon's process id) the daemon's RSS and thread count are
-//! sampled from /proc every second.
+//! is counted by code. With `--pid` (the daemon's process id) the daemon's RSS, threads and open file
+//! descriptors are sampled from /proc before the load, every second under it, and once the streams
+//! have closed.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,8 +72,16 @@ impl Tally {
     }
 }
 
-/// RSS (KiB) and threads of `pid`, read from /proc.
-fn sample(pid: u32) -> Option<(u64, u64)> {
+/// What the daemon's process holds at one moment, read from /proc.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    rss_kib: u64,
+    threads: u64,
+    fds: u64,
+}
+
+/// RSS (KiB), threads and open file descriptors of `pid`, read from /proc.
+fn sample(pid: u32) -> Option<Sample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
         status
@@ -80,7 +89,30 @@ fn sample(pid: u32) -> Option<(u64, u64)> {
             .find(|l| l.starts_with(name))
             .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
     };
-    Some((field("VmRSS:")?, field("Threads:")?))
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+    Some(Sample {
+        rss_kib: field("VmRSS:")?,
+        threads: field("Threads:")?,
+        fds,
+    })
+}
+
+/// One line of the report: a figure before the load, its maximum under it and after it.
+fn figure(
+    name: &str,
+    before: Option<Sample>,
+    during: &[Sample],
+    after: Option<Sample>,
+    value: impl Fn(&Sample) -> u64,
+) -> String {
+    let show = |s: Option<u64>| s.map_or_else(|| "-".to_string(), |v| v.to_string());
+    format!(
+        "daemon {name}: {} before, max {} under load, {} at its end, {} after the streams closed",
+        show(before.as_ref().map(&value)),
+        show(during.iter().map(&value).max()),
+        show(during.last().map(&value)),
+        show(after.as_ref().map(&value)),
+    )
 }
 
 pub fn run(args: SoakArgs) -> anyhow::Result<()> {
@@ -96,6 +128,7 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
     let endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
         .context("--addr: not a URL")?
         .tcp_nodelay(true);
+    let before = args.pid.and_then(sample);
     let mut channels = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         channels.push(
@@ -142,13 +175,11 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
         args.connections, args.duration_s
     );
     let start = Instant::now();
-    let mut rss = Vec::new();
-    let mut threads = Vec::new();
+    let mut during = Vec::new();
     while start.elapsed() < Duration::from_secs(args.duration_s) {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Some((kib, n)) = args.pid.and_then(sample) {
-            rss.push(kib);
-            threads.push(n);
+        if let Some(s) = args.pid.and_then(sample) {
+            during.push(s);
         }
         if start.elapsed().as_secs().is_multiple_of(10) {
             println!(
@@ -158,8 +189,9 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
                 tally.cloaked.load(Ordering::Relaxed),
                 tally.replies.load(Ordering::Relaxed),
                 tally.acks.load(Ordering::Relaxed),
-                rss.last()
-                    .map(|kib| format!(", daemon RSS {} MiB", kib / 1024))
+                during
+                    .last()
+                    .map(|s| format!(", daemon RSS {} MiB", s.rss_kib / 1024))
                     .unwrap_or_default(),
             );
         }
@@ -172,6 +204,10 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
     if draining.is_err() {
         tasks.abort_all();
     }
+    drop(channels);
+    // Give the daemon a moment to notice the closed connections before the last sample.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = args.pid.and_then(sample);
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     println!(
         "requests sent {}: cloaked {}, expired {}, rejected {}, replies {}, undelivered {}",
@@ -195,14 +231,16 @@ async fn soak(args: SoakArgs) -> anyhow::Result<()> {
             println!("stream failures: {what}: {n}");
         }
     }
-    if let (Some(first), Some(max), Some(last)) = (rss.first(), rss.iter().max(), rss.last()) {
+    if args.pid.is_some() {
         println!(
-            "daemon RSS: {} MiB after 1 s, max {} MiB, {} MiB at the end; threads max {}",
-            first / 1024,
-            max / 1024,
-            last / 1024,
-            threads.iter().max().copied().unwrap_or(0)
+            "{} (MiB)",
+            figure("RSS", before, &during, after, |s| s.rss_kib / 1024)
         );
+        println!(
+            "{}",
+            figure("threads", before, &during, after, |s| s.threads)
+        );
+        println!("{}", figure("open fds", before, &during, after, |s| s.fds));
     }
     Ok(())
 }

@@ -106,7 +106,11 @@ impl Baseline {
         cancelled: &AtomicBool,
     ) -> Result<Option<Baseline>, OptionsError> {
         options.validate()?;
-        let populations = LargePopulations::mine(table, options.min_support);
+        let Some(populations) =
+            LargePopulations::mine_unless(table, options.min_support, cancelled)
+        else {
+            return Ok(None);
+        };
         let Some(workload) = QueryWorkload::generate_unless(
             table,
             options.queries,
@@ -185,7 +189,15 @@ pub fn evaluate_unless(
             table: table.rows() as u64,
         });
     }
-    let report = report::evaluate(release, "evaluated", &PrivacySpec::default().models())?;
+    let Some(report) = report::evaluate_unless(
+        release,
+        "evaluated",
+        &PrivacySpec::default().models(),
+        cancelled,
+    )?
+    else {
+        return Ok(None);
+    };
     let privacy = privacy_loss(&view.class_histograms, view.domain);
     let Some(query_error) = baseline
         .workload
@@ -193,9 +205,12 @@ pub fn evaluate_unless(
     else {
         return Ok(None);
     };
+    let Some(uloss) = baseline.populations.uloss_unless(table, &view, cancelled) else {
+        return Ok(None);
+    };
     Ok(Some(Evaluation {
         ploss: privacy.ploss,
-        uloss: baseline.populations.uloss(table, &view),
+        uloss,
         a_know: privacy.a_know,
         a_acc: privacy.a_acc,
         query_error,

@@ -21,6 +21,7 @@
 //! table as its own release gives P̄_y = P_y for every y (Uloss 0); the trivial release gives
 //! P̄_y = Q. A population the release gives no mass at all counts as the maximum ln 2.
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::measures::distance::js_divergence;
 use crate::measures::view::{Region, ReleaseView};
@@ -222,27 +223,45 @@ impl ItemCatalog {
 type Transaction = (Vec<Item>, Vec<f64>);
 
 /// Pattern growth over weighted transactions. `accept(itemset, support)` decides whether an itemset
-/// (sorted) is reported and grown further. Returns every accepted itemset with its histogram.
+/// (sorted) is reported and grown further. Returns every accepted itemset with its histogram, or
+/// `None` when `cancelled` turned true (looked at before each conditional database is mined).
 fn pattern_growth(
     transactions: Vec<Transaction>,
     m: usize,
     item_quasi: &[u32],
     accept: &dyn Fn(&[Item], f64) -> bool,
-) -> Vec<(Vec<Item>, Vec<f64>)> {
+    cancelled: &AtomicBool,
+) -> Option<Vec<(Vec<Item>, Vec<f64>)>> {
     let mut out = Vec::new();
     let mut suffix = Vec::new();
-    grow(&transactions, m, item_quasi, accept, &mut suffix, &mut out);
-    out
+    let mining = Mining {
+        m,
+        item_quasi,
+        accept,
+        cancelled,
+    };
+    grow(&mining, &transactions, &mut suffix, &mut out).then_some(out)
 }
 
-fn grow(
-    database: &[Transaction],
+/// What every level of [`grow`] shares.
+struct Mining<'a> {
     m: usize,
-    item_quasi: &[u32],
-    accept: &dyn Fn(&[Item], f64) -> bool,
+    item_quasi: &'a [u32],
+    accept: &'a dyn Fn(&[Item], f64) -> bool,
+    cancelled: &'a AtomicBool,
+}
+
+/// Mines `database` (the conditional database of `suffix`); false when cancelled.
+fn grow(
+    mining: &Mining<'_>,
+    database: &[Transaction],
     suffix: &mut Vec<Item>,
     out: &mut Vec<(Vec<Item>, Vec<f64>)>,
-) {
+) -> bool {
+    if mining.cancelled.load(Ordering::Relaxed) {
+        return false;
+    }
+    let (m, item_quasi, accept) = (mining.m, mining.item_quasi, mining.accept);
     let n_items = item_quasi.len();
     let mut sums = vec![0.0; n_items * m];
     let mut present = vec![false; n_items];
@@ -287,11 +306,14 @@ fn grow(
             }
             if !merged.is_empty() {
                 let conditional: Vec<Transaction> = merged.into_iter().collect();
-                grow(&conditional, m, item_quasi, accept, suffix, out);
+                if !grow(mining, &conditional, suffix, out) {
+                    return false;
+                }
             }
         }
         suffix.pop();
     }
+    true
 }
 
 /// The large populations of a table with their true sensitive distributions.
@@ -310,6 +332,16 @@ pub struct LargePopulations {
 impl LargePopulations {
     /// Mines every population with support >= `min_support` × |T| (`min_support` in (0, 1]).
     pub fn mine(table: &Table, min_support: f64) -> LargePopulations {
+        Self::mine_unless(table, min_support, &AtomicBool::new(false))
+            .expect("mining that cannot be cancelled completes")
+    }
+
+    /// [`LargePopulations::mine`], giving up (`None`) soon after `cancelled` turns true.
+    pub fn mine_unless(
+        table: &Table,
+        min_support: f64,
+        cancelled: &AtomicBool,
+    ) -> Option<LargePopulations> {
         let n = table.rows() as f64;
         let min_count = (min_support * n).ceil().max(1.0) as u64;
         let catalog = ItemCatalog::build(table, min_count);
@@ -337,9 +369,13 @@ impl LargePopulations {
             .filter(|(items, _)| !items.is_empty())
             .collect();
         let threshold = min_count as f64 - 1e-6;
-        let found = pattern_growth(transactions, m, &catalog.item_quasi, &|_, support| {
-            support >= threshold
-        });
+        let found = pattern_growth(
+            transactions,
+            m,
+            &catalog.item_quasi,
+            &|_, support| support >= threshold,
+            cancelled,
+        )?;
         let mut populations = Vec::with_capacity(found.len());
         let mut truths = Vec::with_capacity(found.len());
         for (itemset, histogram) in found {
@@ -347,14 +383,14 @@ impl LargePopulations {
             truths.push(histogram);
         }
         let index = populations.iter().cloned().collect();
-        LargePopulations {
+        Some(LargePopulations {
             catalog,
             min_support,
             populations,
             truths,
             index,
             m,
-        }
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -367,6 +403,17 @@ impl LargePopulations {
 
     /// The release's estimated sensitive counts of every population (absent: no mass).
     pub fn estimates(&self, table: &Table, view: &ReleaseView) -> HashMap<Vec<Item>, Vec<f64>> {
+        self.estimates_unless(table, view, &AtomicBool::new(false))
+            .expect("estimates that cannot be cancelled complete")
+    }
+
+    /// [`LargePopulations::estimates`], giving up (`None`) soon after `cancelled` turns true.
+    pub fn estimates_unless(
+        &self,
+        table: &Table,
+        view: &ReleaseView,
+        cancelled: &AtomicBool,
+    ) -> Option<HashMap<Vec<Item>, Vec<f64>>> {
         let m = self.m;
         let qn = table.quasi.len();
         let mut cache: HashMap<(usize, Region), Vec<(u32, f64)>> = HashMap::new();
@@ -374,6 +421,9 @@ impl LargePopulations {
         let mut partial: Vec<(Vec<u32>, f64)> = Vec::new();
         let mut next: Vec<(Vec<u32>, f64)> = Vec::new();
         for c in 0..view.cells() {
+            if cancelled.load(Ordering::Relaxed) {
+                return None;
+            }
             let (regions, histogram) = view.cell(c);
             partial.clear();
             partial.push((Vec::with_capacity(qn), 1.0));
@@ -403,24 +453,38 @@ impl LargePopulations {
             .map(|(pieces, h)| (self.catalog.items_of(&pieces), h))
             .filter(|(items, _)| !items.is_empty())
             .collect();
-        pattern_growth(transactions, m, &self.catalog.item_quasi, &|itemset, _| {
-            self.index.contains(itemset)
-        })
-        .into_iter()
-        .collect()
+        pattern_growth(
+            transactions,
+            m,
+            &self.catalog.item_quasi,
+            &|itemset, _| self.index.contains(itemset),
+            cancelled,
+        )
+        .map(|found| found.into_iter().collect())
     }
 
     /// Uloss of a release: mean over the populations of JS(P_y, P̄_y); 0 when there are none.
     pub fn uloss(&self, table: &Table, view: &ReleaseView) -> f64 {
+        self.uloss_unless(table, view, &AtomicBool::new(false))
+            .expect("a measurement that cannot be cancelled completes")
+    }
+
+    /// [`LargePopulations::uloss`], giving up (`None`) soon after `cancelled` turns true.
+    pub fn uloss_unless(
+        &self,
+        table: &Table,
+        view: &ReleaseView,
+        cancelled: &AtomicBool,
+    ) -> Option<f64> {
         if self.populations.is_empty() {
-            return 0.0;
+            return Some(0.0);
         }
-        let estimates = self.estimates(table, view);
+        let estimates = self.estimates_unless(table, view, cancelled)?;
         let mut sum = 0.0;
         for (itemset, truth) in self.populations.iter().zip(&self.truths) {
             sum += population_loss(truth, estimates.get(itemset).map(Vec::as_slice));
         }
-        sum / self.populations.len() as f64
+        Some(sum / self.populations.len() as f64)
     }
 }
 
@@ -461,7 +525,8 @@ mod tests {
             (vec![1, 2], vec![1.0, 1.0]),
             (vec![0, 1, 2], vec![3.0, 0.0]),
         ];
-        let found = pattern_growth(db.clone(), 2, &quasi, &|_, s| s >= 1.0);
+        let never = AtomicBool::new(false);
+        let found = pattern_growth(db.clone(), 2, &quasi, &|_, s| s >= 1.0, &never).unwrap();
         let all: HashMap<Vec<Item>, Vec<f64>> = found.into_iter().collect();
         for (itemset, h) in &all {
             let mut expected = [0.0, 0.0];
@@ -479,5 +544,8 @@ mod tests {
         // Singletons 0..3, pairs {0,2},{0,3},{1,2}; {0,1} excluded (same QI).
         assert_eq!(all.len(), 7, "{all:?}");
         assert_eq!(all[&vec![0, 2]], vec![4.0, 0.0]);
+        // A raised flag stops the mining before it reports anything.
+        let cancelled = AtomicBool::new(true);
+        assert!(pattern_growth(db, 2, &quasi, &|_, s| s >= 1.0, &cancelled).is_none());
     }
 }

@@ -13,8 +13,10 @@
 //! Invariants: the classes partition the rows; every class satisfies every model (the whole table is
 //! checked first and the split test keeps it so); classes are separated strictly (two classes differ
 //! in some attribute by disjoint intervals or disjoint hierarchy subtrees), so their generalized regions
-//! are distinct. Deterministic: no randomness is used.
+//! are distinct. Deterministic: no randomness is used. [`partition_unless`] looks at its cancellation
+//! flag before every split, so one pass over one partition is the most work done after it turns true.
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::relational::models::{ClassCounts, ModelSet, SensitiveDistribution};
 use crate::relational::table::{QuasiAttribute, Table};
@@ -48,6 +50,15 @@ impl Partitioning {
 pub struct Unsatisfiable {
     pub model: String,
     pub reason: String,
+}
+
+/// Why [`partition_unless`] returned no partitioning.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PartitionError {
+    #[error(transparent)]
+    Unsatisfiable(#[from] Unsatisfiable),
+    #[error("partitioning cancelled")]
+    Cancelled,
 }
 
 /// Checks that the whole table satisfies every model (else no release can).
@@ -107,6 +118,19 @@ impl Records {
 
 /// Runs Mondrian. Fails only when the whole table violates a model.
 pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsatisfiable> {
+    partition_unless(table, models, &AtomicBool::new(false)).map_err(|e| match e {
+        PartitionError::Unsatisfiable(u) => u,
+        PartitionError::Cancelled => unreachable!("a flag nobody sets never cancels"),
+    })
+}
+
+/// [`partition`], giving up with [`PartitionError::Cancelled`] at the first split that starts after
+/// `cancelled` turned true.
+pub fn partition_unless(
+    table: &Table,
+    models: &ModelSet,
+    cancelled: &AtomicBool,
+) -> Result<Partitioning, PartitionError> {
     let distribution = table.sensitive_distribution();
     check_whole_table(table, models, &distribution)?;
     let n = table.rows();
@@ -134,6 +158,9 @@ pub fn partition(table: &Table, models: &ModelSet) -> Result<Partitioning, Unsat
     let stride = records.stride;
     let mut cuts = Vec::new();
     while let Some(range) = pending.pop() {
+        if cancelled.load(Ordering::Relaxed) {
+            return Err(PartitionError::Cancelled);
+        }
         cuts.clear();
         let start = range.start;
         split(

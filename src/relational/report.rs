@@ -9,8 +9,10 @@
 //! Invariants: Q is the sensitive distribution of the whole released table; a numeric sensitive
 //! attribute's values are ordered by number for the ordered EMD; `delta` is `None` (JSON null) when
 //! some class lacks a value of the table (unbounded delta). `seconds` is filled in by the caller (the
-//! engine has no clock).
+//! engine has no clock). Class histograms are kept sparse, so memory is O(rows + domain) however many
+//! classes and distinct sensitive values there are.
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
@@ -97,12 +99,60 @@ fn sorted_positions(dictionary: &[String], numeric: bool) -> Vec<u32> {
     position
 }
 
-/// Classes as size + sensitive histograms over the sorted domain.
+/// Classes as size + sensitive histograms over the sorted domain, kept sparse: class `c`'s non-zero
+/// counts are `cells[offsets[c]..offsets[c + 1]]` as (domain position, count), positions ascending.
+/// Memory is O(rows + domain), whatever the number of classes times the domain (a dense classes ×
+/// domain array would take gigabytes for a large table with many distinct sensitive values).
 struct Classes {
     sizes: Vec<u64>,
-    histograms: Vec<u32>,
+    offsets: Vec<usize>,
+    cells: Vec<(u32, u32)>,
     domain: usize,
     numeric: bool,
+}
+
+impl Classes {
+    /// Classes from (class, domain position, count) triples in any order; `sizes` must already hold
+    /// every class.
+    fn from_triples(
+        sizes: Vec<u64>,
+        mut triples: Vec<(u32, u32, u32)>,
+        domain: usize,
+        numeric: bool,
+    ) -> Classes {
+        triples.sort_unstable_by_key(|&(c, s, _)| (c, s));
+        let mut offsets = Vec::with_capacity(sizes.len() + 1);
+        let mut cells: Vec<(u32, u32)> = Vec::with_capacity(triples.len());
+        let mut next = 0;
+        for c in 0..sizes.len() as u32 {
+            offsets.push(cells.len());
+            let mut last: Option<u32> = None;
+            while let Some(&(tc, s, count)) = triples.get(next) {
+                if tc != c {
+                    break;
+                }
+                match (last, cells.last_mut()) {
+                    (Some(l), Some(cell)) if l == s => cell.1 += count,
+                    _ => cells.push((s, count)),
+                }
+                last = Some(s);
+                next += 1;
+            }
+        }
+        offsets.push(cells.len());
+        Classes {
+            sizes,
+            offsets,
+            cells,
+            domain,
+            numeric,
+        }
+    }
+
+    /// The non-zero (domain position, count) cells of class `c`.
+    fn cells(&self, c: usize) -> &[(u32, u32)] {
+        &self.cells[self.offsets[c]..self.offsets[c + 1]]
+    }
 }
 
 fn classes_of_generalized(table: &ReleasedTable) -> Result<Classes, ReportError> {
@@ -121,14 +171,13 @@ fn classes_of_generalized(table: &ReleasedTable) -> Result<Classes, ReportError>
         .collect();
     let m = sensitive.dictionary.len();
     let mut sizes: Vec<u64> = Vec::new();
-    let mut histograms: Vec<u32> = Vec::new();
+    let mut triples: Vec<(u32, u32, u32)> = Vec::with_capacity(table.rows);
     let mut add = |class: usize, row: usize, sizes: &mut Vec<u64>| {
         if class == sizes.len() {
             sizes.push(0);
-            histograms.resize(histograms.len() + m, 0);
         }
         sizes[class] += 1;
-        histograms[class * m + position[sensitive.codes[row] as usize] as usize] += 1;
+        triples.push((class as u32, position[sensitive.codes[row] as usize], 1));
     };
     // The released QI tuple as one mixed-radix number when it fits in 64 bits, else as a vector.
     let radices: Option<Vec<u64>> = table
@@ -171,12 +220,7 @@ fn classes_of_generalized(table: &ReleasedTable) -> Result<Classes, ReportError>
             add(class, row, &mut sizes);
         }
     }
-    Ok(Classes {
-        sizes,
-        histograms,
-        domain: m,
-        numeric,
-    })
+    Ok(Classes::from_triples(sizes, triples, m, numeric))
 }
 
 fn classes_of_bucketized(
@@ -214,7 +258,7 @@ fn classes_of_bucketized(
         .map(|(i, v)| (v.as_str(), i))
         .collect();
     let m = dictionary.len();
-    let mut histograms = vec![0u32; sizes.len() * m];
+    let mut triples: Vec<(u32, u32, u32)> = Vec::with_capacity(sensitive_table.entries.len());
     let mut counted = vec![0u64; sizes.len()];
     for e in &sensitive_table.entries {
         let g = e.group.to_string();
@@ -228,8 +272,8 @@ fn classes_of_bucketized(
                 });
             }
         };
-        let s = position[index[e.value.as_str()]] as usize;
-        histograms[c * m + s] += e.count as u32;
+        let s = position[index[e.value.as_str()]];
+        triples.push((c as u32, s, e.count as u32));
         counted[c] += e.count;
     }
     for (c, (&rows, &counted)) in sizes.iter().zip(&counted).enumerate() {
@@ -241,12 +285,12 @@ fn classes_of_bucketized(
             });
         }
     }
-    Ok(Classes {
+    Ok(Classes::from_triples(
         sizes,
-        histograms,
-        domain: m,
-        numeric: sensitive_table.numeric,
-    })
+        triples,
+        m,
+        sensitive_table.numeric,
+    ))
 }
 
 /// Computes the report of a release from its rows; `release_name` labels it, `models` are the
@@ -256,6 +300,20 @@ pub fn evaluate(
     release_name: &str,
     models: &ModelSet,
 ) -> Result<Report, ReportError> {
+    Ok(
+        evaluate_unless(release, release_name, models, &AtomicBool::new(false))?
+            .expect("a report that cannot be cancelled completes"),
+    )
+}
+
+/// [`evaluate`], giving up (`Ok(None)`) soon after `cancelled` turns true (it is looked at before
+/// each class: measuring a class is a pass over the sensitive domain).
+pub fn evaluate_unless(
+    release: &Release,
+    release_name: &str,
+    models: &ModelSet,
+    cancelled: &AtomicBool,
+) -> Result<Option<Report>, ReportError> {
     let classes = match release {
         Release::Generalized(table) => classes_of_generalized(table)?,
         Release::Bucketized {
@@ -268,8 +326,8 @@ pub fn evaluate(
     }
     let m = classes.domain;
     let mut totals = vec![0u64; m];
-    for (i, &c) in classes.histograms.iter().enumerate() {
-        totals[i % m] += c as u64;
+    for &(s, count) in &classes.cells {
+        totals[s as usize] += u64::from(count);
     }
     let distribution = SensitiveDistribution::from_counts(totals, classes.numeric);
     let rows: u64 = classes.sizes.iter().sum();
@@ -298,10 +356,18 @@ pub fn evaluate(
         seconds: 0.0,
     };
     let mut histogram: BTreeMap<u64, u64> = BTreeMap::new();
+    // One dense histogram, filled from a class's cells and cleared after it.
+    let mut counts = vec![0u32; m];
     for (c, &size) in classes.sizes.iter().enumerate() {
+        if cancelled.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        for &(s, count) in classes.cells(c) {
+            counts[s as usize] = count;
+        }
         let class = ClassCounts {
             size,
-            counts: &classes.histograms[c * m..(c + 1) * m],
+            counts: &counts,
         };
         report.k = report.k.min(size);
         report.l_distinct = report.l_distinct.min(class.distinct() as u64);
@@ -323,10 +389,13 @@ pub fn evaluate(
                 check.violating_classes += 1;
             }
         }
+        for &(s, _) in classes.cells(c) {
+            counts[s as usize] = 0;
+        }
     }
     report.class_sizes = histogram
         .into_iter()
         .map(|(size, classes)| ClassSizeCount { size, classes })
         .collect();
-    Ok(report)
+    Ok(Some(report))
 }

@@ -488,6 +488,46 @@ fn generate(seed: u64) -> Generated {
     }
 }
 
+/// The release's classes as sensitive-value multisets, read from the released values alone: rows
+/// grouped by their released QI values, or bucketization's groups with their sensitive entries.
+fn released_classes(release: &Release) -> Vec<Multiset> {
+    let mut classes: BTreeMap<Vec<String>, Multiset> = BTreeMap::new();
+    match release {
+        Release::Generalized(t) => {
+            let sensitive = t
+                .columns
+                .iter()
+                .position(|c| matches!(c.role, ReleasedRole::Sensitive { .. }))
+                .unwrap();
+            for row in 0..t.rows {
+                let key = t
+                    .columns
+                    .iter()
+                    .filter(|c| c.role == ReleasedRole::Quasi)
+                    .map(|c| c.value(row).to_string())
+                    .collect();
+                *classes
+                    .entry(key)
+                    .or_default()
+                    .entry(t.columns[sensitive].value(row).to_string())
+                    .or_default() += 1;
+            }
+        }
+        Release::Bucketized {
+            sensitive_table, ..
+        } => {
+            for e in &sensitive_table.entries {
+                *classes
+                    .entry(vec![e.group.to_string()])
+                    .or_default()
+                    .entry(e.value.clone())
+                    .or_default() += e.count;
+            }
+        }
+    }
+    classes.into_values().collect()
+}
+
 fn random_privacy(rng: &mut ChaCha8Rng) -> PrivacySpec {
     loop {
         let mut p = PrivacySpec::default();
@@ -542,6 +582,19 @@ proptest! {
                 check_release(&generated.original, &privacy, &release);
                 prop_assert!(report.satisfied());
                 prop_assert_eq!(report.rows as usize, generated.original.rows.len());
+                // The report's class measures, recomputed from the released values.
+                let classes = released_classes(&release);
+                let size = |c: &Multiset| c.values().sum::<u64>();
+                prop_assert_eq!(report.classes, classes.len() as u64);
+                prop_assert_eq!(report.k, classes.iter().map(size).min().unwrap());
+                prop_assert_eq!(
+                    report.l_distinct,
+                    classes.iter().map(|c| c.len() as u64).min().unwrap()
+                );
+                prop_assert_eq!(
+                    report.discernibility,
+                    classes.iter().map(|c| (size(c) * size(c)) as f64).sum::<f64>()
+                );
                 if method == ReleaseMethod::Trivial {
                     prop_assert_eq!(report.classes, 1);
                 }
@@ -1032,4 +1085,47 @@ fn unsatisfiable_models_are_refused_with_the_reason() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("5 distinct sensitive values < l=6"), "{err}");
+}
+
+/// A raised cancellation flag stops the work with a typed error and releases nothing, whatever the
+/// method; a flag nobody raises gives exactly the uncancellable release.
+#[test]
+fn a_cancelled_job_releases_nothing() {
+    use std::sync::atomic::AtomicBool;
+
+    use crate::relational::{AnonymizeError, anonymize_unless, mondrian};
+
+    let generated = generate(7);
+    let table = read_csv(generated.schema, generated.csv.as_bytes(), "g.csv", b',').unwrap();
+    let privacy = PrivacySpec {
+        k: Some(1),
+        ..Default::default()
+    };
+    let raised = AtomicBool::new(true);
+    for method in [
+        ReleaseMethod::Generalization,
+        ReleaseMethod::Bucketization,
+        ReleaseMethod::Trivial,
+    ] {
+        assert_eq!(
+            anonymize_unless(&table, &privacy, method, 1, &raised).unwrap_err(),
+            AnonymizeError::Cancelled,
+            "{method}"
+        );
+        let lowered = AtomicBool::new(false);
+        let (release, report) = anonymize_unless(&table, &privacy, method, 1, &lowered).unwrap();
+        let (expected, expected_report) = anonymize(&table, &privacy, method, 1).unwrap();
+        assert_eq!(report, expected_report);
+        let csv = |r: &Release| {
+            let (Release::Generalized(t) | Release::Bucketized { quasi_table: t, .. }) = r;
+            let mut out = Vec::new();
+            write_csv(t, &mut out).unwrap();
+            out
+        };
+        assert_eq!(csv(&release), csv(&expected));
+    }
+    assert_eq!(
+        mondrian::partition_unless(&table, &privacy.models(), &raised).unwrap_err(),
+        mondrian::PartitionError::Cancelled
+    );
 }

@@ -6,12 +6,13 @@
 //! `tables.max_rows` and the query workload by `tables.max_queries`, each checked before anything of
 //! that size is allocated; evaluations hold a place of the one table-job limiter
 //! (`tables.max_concurrent_jobs`, shared with TableAnonymizer), further ones get RESOURCE_EXHAUSTED;
-//! a call whose client goes away or whose deadline passes stops its measurement and frees its place;
+//! a call whose client goes away or whose deadline (or `tables.max_job_ms`) passes stops its
+//! measurement (mining, query workload, Uloss) and frees its place;
 //! malformed input is INVALID_ARGUMENT with the file, line and rule.
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use tonic::Status;
 
@@ -23,7 +24,8 @@ use crate::proto::{EvaluateRequest, EvaluateResponse};
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::read_csv;
-use crate::service::{LimitExceeded, StreamLimit};
+use crate::service::{JobStopped, LimitExceeded, StreamLimit, run_job};
+use crate::telemetry::TableJobRecord;
 use crate::text::quote;
 
 /// Why an evaluation was refused or failed.
@@ -43,6 +45,8 @@ pub enum EvaluationError {
     Busy(#[from] LimitExceeded),
     #[error("the evaluation was cancelled (the caller went away or its deadline passed)")]
     Cancelled,
+    #[error("tables.max_job_ms: {0}")]
+    Stopped(#[from] JobStopped),
     #[error("evaluation failed: {0}")]
     Internal(String),
 }
@@ -56,7 +60,12 @@ impl From<EvaluationError> for Status {
                 Status::resource_exhausted(message)
             }
             EvaluationError::Cancelled => Status::cancelled(message),
-            EvaluationError::Internal(_) => Status::internal(message),
+            EvaluationError::Stopped(JobStopped::OverBudget { .. }) => {
+                Status::deadline_exceeded(message)
+            }
+            EvaluationError::Stopped(JobStopped::Panicked(_)) | EvaluationError::Internal(_) => {
+                Status::internal(message)
+            }
         }
     }
 }
@@ -71,6 +80,7 @@ pub struct Evaluator {
     max_rows: usize,
     max_bytes: usize,
     max_queries: usize,
+    max_job: Duration,
     jobs: StreamLimit,
 }
 
@@ -84,6 +94,7 @@ pub fn table_evaluator(
         max_rows: config.max_rows,
         max_bytes: config.max_bytes,
         max_queries: config.max_queries,
+        max_job: config.max_job,
         jobs,
     })
     .max_decoding_message_size(config.max_bytes.saturating_add(1 << 20))
@@ -108,15 +119,6 @@ fn decoded(name: &'static str, bytes: &[u8], limit: usize) -> Result<Vec<u8>, Ev
         });
     }
     Ok(out)
-}
-
-/// Sets its flag when dropped: the blocking measurement sees it and stops.
-struct CancelOnDrop(Arc<AtomicBool>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }
 
 impl Evaluator {
@@ -224,16 +226,16 @@ impl Evaluator {
         }
         let options = self.options(&request)?;
         let slot = self.jobs.acquire()?;
-        let cancelled = Arc::new(AtomicBool::new(false));
-        // Dropped with this future when the client cancels or its deadline passes.
-        let _cancel = CancelOnDrop(Arc::clone(&cancelled));
         let evaluator = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            evaluator.run(request, options, &cancelled)
+        let (evaluation, _slot) = run_job(slot, self.max_job, move |cancelled| {
+            let evaluation = evaluator.run(request, options, cancelled);
+            if let Err(EvaluationError::Cancelled) = evaluation {
+                crate::telemetry::record_table_job_stopped("evaluate");
+            }
+            evaluation
         })
-        .await
-        .map_err(|e| EvaluationError::Internal(e.to_string()))?
+        .await?;
+        evaluation
     }
 }
 
@@ -243,13 +245,14 @@ impl TableEvaluator for Evaluator {
         &self,
         request: tonic::Request<EvaluateRequest>,
     ) -> Result<tonic::Response<EvaluateResponse>, Status> {
-        let started = std::time::Instant::now();
+        // Dropped unfinished (counted as cancelled) when tonic drops this future.
+        let record = TableJobRecord::start("evaluate");
         let result = self
             .evaluate_request(request.into_inner())
             .await
             .map(tonic::Response::new)
             .map_err(Status::from);
-        crate::telemetry::record_table_job("evaluate", started, &result);
+        record.finish(&result);
         result
     }
 }

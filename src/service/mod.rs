@@ -4,8 +4,10 @@
 //! Each service has one error enum and one `From<Error> for tonic::Status` (its code mapping); no
 //! handler builds a status by hand. Shared here: [`StreamLimit`] (a counting limit whose refusal is
 //! [`LimitExceeded`]), [`InboundError`] (what a broken request stream means: an oversized or
-//! undecodable message, or a transport failure) and [`quote`], the one way an error message quotes an
-//! input value (at most [`QUOTE_BYTES`] bytes of it).
+//! undecodable message, or a transport failure), [`quote`], the one way an error message quotes an
+//! input value (at most [`QUOTE_BYTES`] bytes of it), and [`run_job`], the one way long engine work
+//! (a table job) runs: on a blocking thread, holding its limiter slot, stopped through its
+//! cancellation flag when the caller goes away, its deadline passes or the server's budget is spent.
 
 pub mod evaluation;
 pub mod location;
@@ -13,7 +15,8 @@ pub mod table;
 pub mod transactions;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Largest request message when the daemon does not set `server.max_message_bytes` (tonic's default).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
@@ -27,12 +30,15 @@ pub struct StreamLimit {
     name: &'static str,
     in_use: Arc<AtomicUsize>,
     max: usize,
+    /// The gauge (a metric of the catalog) that shows the places in use, if any.
+    gauge: Option<&'static str>,
 }
 
 /// One occupied place of a [`StreamLimit`].
 #[derive(Debug)]
 pub struct StreamSlot {
     in_use: Arc<AtomicUsize>,
+    gauge: Option<&'static str>,
 }
 
 /// A [`StreamLimit`] was full: each service maps it to RESOURCE_EXHAUSTED.
@@ -51,7 +57,14 @@ impl StreamLimit {
             name,
             in_use: Arc::new(AtomicUsize::new(0)),
             max,
+            gauge: None,
         }
+    }
+
+    /// The same limit, showing its places in use on the gauge `metric` (a name of the catalog).
+    pub fn with_gauge(mut self, metric: &'static str) -> StreamLimit {
+        self.gauge = Some(metric);
+        self
     }
 
     /// Takes a place, or refuses naming the limit.
@@ -62,9 +75,15 @@ impl StreamLimit {
                 (n < self.max).then_some(n + 1)
             });
         match taken {
-            Ok(_) => Ok(StreamSlot {
-                in_use: Arc::clone(&self.in_use),
-            }),
+            Ok(_) => {
+                if let Some(gauge) = self.gauge {
+                    metrics::gauge!(gauge).increment(1.0);
+                }
+                Ok(StreamSlot {
+                    in_use: Arc::clone(&self.in_use),
+                    gauge: self.gauge,
+                })
+            }
             Err(in_use) => Err(LimitExceeded {
                 name: self.name,
                 in_use,
@@ -137,6 +156,53 @@ impl Drop for PrincipalSlot {
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.in_use.fetch_sub(1, Ordering::AcqRel);
+        if let Some(gauge) = self.gauge {
+            metrics::gauge!(gauge).decrement(1.0);
+        }
+    }
+}
+
+/// Sets its flag when dropped: the engine work watching the flag stops at its next look.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Why [`run_job`] has no result of the work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobStopped {
+    /// The work ran past the server's budget and was stopped.
+    #[error("the job ran longer than {budget_ms} ms and was stopped")]
+    OverBudget { budget_ms: u64 },
+    /// The work panicked (a bug): the job fails, the daemon lives.
+    #[error("the job's thread failed: {0}")]
+    Panicked(String),
+}
+
+/// Runs `work` on a blocking thread, handing it a cancellation flag that turns true when the
+/// returned future is dropped (tonic drops a call's future when its client goes away or its
+/// deadline passes) or when `budget` has passed. `slot` (the job's place of its limiter) is held
+/// by the thread and freed when `work` returns, so the limiter counts exactly the jobs still
+/// computing, and a cancelled job frees its place as soon as the engine looks at the flag. The
+/// slot comes back with the result, for a job that still has a response to send.
+pub async fn run_job<T: Send + 'static>(
+    slot: StreamSlot,
+    budget: Duration,
+    work: impl FnOnce(&AtomicBool) -> T + Send + 'static,
+) -> Result<(T, StreamSlot), JobStopped> {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let _cancel = CancelOnDrop(Arc::clone(&cancelled));
+    let thread = tokio::task::spawn_blocking(move || (work(&cancelled), slot));
+    match tokio::time::timeout(budget, thread).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(e)) => Err(JobStopped::Panicked(e.to_string())),
+        // `_cancel` sets the flag on return.
+        Err(_) => Err(JobStopped::OverBudget {
+            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+        }),
     }
 }
 

@@ -3,7 +3,9 @@
 //! the released rows, the sensitive table (bucketization) and the report back in chunks.
 //!
 //! Invariants: at most `tables.max_concurrent_jobs` jobs hold a slot at once (more get
-//! RESOURCE_EXHAUSTED), from the first message until the last response is sent; a job's upload is
+//! RESOURCE_EXHAUSTED), from the first message until the last response is sent; a job whose caller
+//! goes away or whose deadline (or `tables.max_job_ms`) passes stops its anonymization at the next
+//! Mondrian split and frees its slot then, releasing nothing; a job's upload is
 //! refused with RESOURCE_EXHAUSTED as soon as it passes `tables.max_rows` rows or `tables.max_bytes`
 //! bytes of values, so memory stays bounded; responses go through a bounded channel (backpressure from
 //! a slow reader); bad input is INVALID_ARGUMENT naming the field or row and column and the rule, an
@@ -31,8 +33,9 @@ use crate::relational::models::{LDiversity, PrivacySpec, TCloseness};
 use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
-use crate::relational::{AnonymizeError, anonymize};
-use crate::service::{InboundError, LimitExceeded, StreamLimit, drain};
+use crate::relational::{AnonymizeError, anonymize_unless};
+use crate::service::{InboundError, JobStopped, LimitExceeded, StreamLimit, drain, run_job};
+use crate::telemetry::TableJobRecord;
 
 /// Why a table job was refused.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,8 @@ pub enum TableServiceError {
     Inbound(#[from] InboundError),
     #[error(transparent)]
     Anonymize(#[from] AnonymizeError),
+    #[error("tables.max_job_ms: {0}")]
+    Stopped(#[from] JobStopped),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -78,6 +83,11 @@ impl From<TableServiceError> for Status {
             TableServiceError::Anonymize(AnonymizeError::Spec(_)) => {
                 Status::invalid_argument(message)
             }
+            TableServiceError::Anonymize(AnonymizeError::Cancelled) => Status::cancelled(message),
+            TableServiceError::Stopped(JobStopped::OverBudget { .. }) => {
+                Status::deadline_exceeded(message)
+            }
+            TableServiceError::Stopped(JobStopped::Panicked(_)) => Status::internal(message),
             TableServiceError::Anonymize(_) | TableServiceError::Internal(_) => {
                 Status::internal(message)
             }
@@ -102,9 +112,10 @@ pub struct TableService {
 }
 
 /// The one limiter of all table work (`tables.max_concurrent_jobs`), shared by TableAnonymizer and
-/// TableEvaluator.
+/// TableEvaluator; its places in use show on `cloakd_table_jobs_running`.
 pub fn table_jobs(config: &TablesConfig) -> StreamLimit {
     StreamLimit::new("tables.max_concurrent_jobs", config.max_concurrent_jobs)
+        .with_gauge(crate::telemetry::catalog::TABLE_JOBS_RUNNING)
 }
 
 /// The service, ready to mount in the daemon's tonic server; `jobs` is [`table_jobs`], shared with
@@ -399,9 +410,10 @@ impl TableAnonymizer for TableService {
         &self,
         request: Request<Streaming<AnonymizeRequest>>,
     ) -> Result<Response<AnonymizeStream>, Status> {
-        let started = Instant::now();
-        let result = self.run_job(request).await;
-        crate::telemetry::record_table_job("anonymize", started, &result);
+        // Dropped unfinished (counted as cancelled) when tonic drops this future.
+        let record = TableJobRecord::start("anonymize");
+        let result = self.run_job(request).await.map_err(Status::from);
+        record.finish(&result);
         result
     }
 }
@@ -411,26 +423,31 @@ impl TableService {
     async fn run_job(
         &self,
         request: Request<Streaming<AnonymizeRequest>>,
-    ) -> Result<Response<AnonymizeStream>, Status> {
-        let slot = self.jobs.acquire().map_err(TableServiceError::from)?;
+    ) -> Result<Response<AnonymizeStream>, TableServiceError> {
+        let slot = self.jobs.acquire()?;
         let mut requests = request.into_inner();
         let (spec, builder) =
             match receive(&self.limits, self.max_message_bytes, &mut requests).await {
                 Ok(received) => received,
                 Err(e) => {
                     drain(requests);
-                    return Err(e.into());
+                    return Err(e);
                 }
             };
-        let (release, report) = tokio::task::spawn_blocking(move || {
+        let (anonymized, slot) = run_job(slot, self.limits.max_job, move |cancelled| {
             let table = builder.finish()?;
             let started = Instant::now();
-            let (release, mut report) = anonymize(&table, &spec.privacy, spec.release, spec.seed)?;
+            let anonymized =
+                anonymize_unless(&table, &spec.privacy, spec.release, spec.seed, cancelled);
+            if let Err(AnonymizeError::Cancelled) = anonymized {
+                crate::telemetry::record_table_job_stopped("anonymize");
+            }
+            let (release, mut report) = anonymized?;
             report.seconds = started.elapsed().as_secs_f64();
             Ok::<_, TableServiceError>((release, report))
         })
-        .await
-        .map_err(|e| TableServiceError::Internal(e.to_string()))??;
+        .await?;
+        let (release, report) = anonymized?;
         let (tx, rx) = mpsc::channel(4);
         let rows_per_chunk = self.limits.rows_per_chunk;
         tokio::spawn(async move {

@@ -5,38 +5,48 @@
 //! With the subject prefix `P` (e.g. `cloakd`) and `S` = lower-case hex of the transaction stream's
 //! UTF-8 name ([`super::stream_dir_name`], so any name is one subject token):
 //! * JetStream stream `<P upper-cased>_RECORDS`, subjects `P.records.>`, `cluster.replicas`
-//!   replicas, file storage. A record is one message on `P.records.S.r.<hex of record id>`, a
-//!   window close one message on `P.records.S.c.<window id>`; the payload is the entry's storage
-//!   encoding ([`LogEntry::encode`], protobuf `WireEntry` of `store::record_log`). A
-//!   [`LogPosition`] is a stream sequence (0 = the start).
+//!   replicas, file storage. Transaction stream S is the subject `P.records.S`: each message is a
+//!   batch of its entries in order, the protobuf `WireBatch { repeated bytes entries = 1; }`, each
+//!   element an entry's storage encoding ([`LogEntry::encode`], protobuf `WireEntry` of
+//!   `store::record_log`: a record, or a window close). A [`LogPosition`] is a stream sequence
+//!   (0 = the start).
 //! * JetStream stream `<P upper-cased>_RELEASES`, subjects `P.releases.>`. Window w of stream S is
 //!   one message on `P.releases.S.<w>` with header `Cloakd-Outcome: released` and the encoded
 //!   `cloakd.v1.ReleasedWindow` as payload, or `Cloakd-Outcome: failed` and the reason (UTF-8).
 //!   A consumer reads a stream's releases in order with a consumer filtered on `P.releases.S.*`.
 //!
 //! # How the contracts are met
-//! * **Durable before acknowledged:** an append returns once JetStream's PubAck of every entry has
-//!   arrived (the entry is stored on a quorum of the stream's replicas).
-//! * **Idempotent by id, forever:** every entry is published with `Nats-Expected-Last-Subject-
-//!   Sequence: 0` on a subject of its own (record id, or window id for a close), so JetStream stores
-//!   at most one message per record id or window close, whichever replica publishes and however long
-//!   after; a refused publish (wrong last sequence) is a duplicate, answered with the window read
-//!   back from that subject. The record id also goes in as `Nats-Msg-Id` (JetStream's own
-//!   de-duplication within its window, for a retried publish whose PubAck was lost).
-//! * **A close only after its records:** the records of a batch between two closes are published
-//!   back to back (their PubAcks awaited together); a close is published only once every earlier
-//!   entry of the batch is acknowledged, and acknowledged before any later entry is published, so a
-//!   durable close never lacks a record of its window and no record of the next window is durable
-//!   without it.
-//! * **Releases once:** the same expected-last-subject-sequence rule on `P.releases.S.<w>`: the first
+//! * **Fenced appends.** Each log remembers, per transaction stream, the last sequence on the
+//!   stream's subject that it has read (by [`RecordLog::replay`], and at open) or appended: its
+//!   *fence*. Every batch message is published with `Nats-Expected-Last-Subject-Sequence` = the
+//!   fence, so JetStream stores it only if nothing was appended to that stream since this log last
+//!   looked. A writer whose view is stale (a replica that lost its lease while paused, a second
+//!   writer) has its append refused, acknowledges nothing, and must replay first (contract 2), which
+//!   brings its windows up to date. Two writers can therefore never interleave records and closes
+//!   of one stream, whatever the timing of leases: the lease decides who *should* write; the fence
+//!   makes a wrong writer harmless.
+//! * **Durable before acknowledged:** an append returns once JetStream's PubAck of every message has
+//!   arrived (stored on a quorum of the stream's replicas).
+//! * **Idempotent by id, forever:** the log knows every record id and closed window of what it has
+//!   read or appended. An entry among them is answered as a duplicate; any other entry stored
+//!   since, by another writer, lies behind the fence, so the append fails instead of storing it
+//!   twice, and after the replay the entry is known. [`RecordLog::windows_of`] answers from the same
+//!   knowledge, with the same reasoning.
+//! * **A close only after its records:** a stream's entries of a batch go in one message (or, past
+//!   [`MAX_BATCH_MESSAGE_BYTES`], in several published one after the other, each expecting the one
+//!   before), so a durable close never lacks an earlier record of the batch.
+//! * **Releases once:** `Nats-Expected-Last-Subject-Sequence: 0` on `P.releases.S.<w>`: the first
 //!   write of a window is the only one, so a deposed lease holder (or any second replica) cannot
 //!   replace a release; every reader gets the first write's bytes.
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::Publish, stream};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
+use tokio::sync::Mutex;
 
 use super::{
     EntryOutcome, LogEntry, LogPosition, RecordLog, ReleaseStore, Replayed, StoreError, Stored,
@@ -67,21 +77,9 @@ impl Layout {
         )
     }
 
-    fn record_subject(&self, stream: &str, record_id: &str) -> String {
-        format!(
-            "{}.records.{}.r.{}",
-            self.prefix,
-            stream_dir_name(stream),
-            stream_dir_name(record_id)
-        )
-    }
-
-    fn close_subject(&self, stream: &str, window_id: u64) -> String {
-        format!(
-            "{}.records.{}.c.{window_id}",
-            self.prefix,
-            stream_dir_name(stream)
-        )
+    /// The subject of every batch message of transaction stream `stream`.
+    fn records_subject(&self, stream: &str) -> String {
+        format!("{}.records.{}", self.prefix, stream_dir_name(stream))
     }
 
     fn release_subject(&self, stream: &str, window_id: u64) -> String {
@@ -90,13 +88,6 @@ impl Layout {
             self.prefix,
             stream_dir_name(stream)
         )
-    }
-
-    fn entry_subject(&self, entry: &LogEntry) -> String {
-        match entry {
-            LogEntry::Record(r) => self.record_subject(&r.stream, &r.record_id),
-            LogEntry::Close(c) => self.close_subject(&c.stream, c.window_id),
-        }
     }
 
     async fn stream(
@@ -120,146 +111,217 @@ impl Layout {
     }
 }
 
+/// Largest payload of one batch message: below NATS's default `max_payload` (1 MiB). A batch of a
+/// stream that encodes larger is split into several messages, published in order; an entry that
+/// alone is larger goes in a message of its own (and fails with the server's error if the server
+/// refuses it).
+pub const MAX_BATCH_MESSAGE_BYTES: usize = 512 * 1024;
+
+/// Storage encoding of one batch message: the entries' own encodings ([`LogEntry::encode`]), in
+/// order (protobuf, field 1 `repeated bytes`).
+#[derive(Clone, PartialEq, prost::Message)]
+struct WireBatch {
+    #[prost(bytes = "vec", repeated, tag = "1")]
+    entries: Vec<Vec<u8>>,
+}
+
+/// What this log has read of one transaction stream.
+#[derive(Debug, Default)]
+struct StreamSeen {
+    /// The last sequence on the stream's subject read by [`RecordLog::replay`] or appended here:
+    /// the fence every append of the stream expects (0: nothing).
+    fence: u64,
+    /// Record id -> window, of every record read or appended.
+    records: HashMap<String, u64>,
+    /// Windows whose close was read or appended.
+    closed: HashSet<u64>,
+}
+
+impl StreamSeen {
+    fn learn(&mut self, entry: &LogEntry) {
+        match entry {
+            LogEntry::Record(r) => {
+                self.records.insert(r.record_id.clone(), r.window_id);
+            }
+            LogEntry::Close(c) => {
+                self.closed.insert(c.window_id);
+            }
+        }
+    }
+
+    /// The outcome `entry` would have if it were appended now: a duplicate of what was read.
+    fn duplicate(&self, entry: &LogEntry) -> Option<EntryOutcome> {
+        match entry {
+            LogEntry::Record(r) => self
+                .records
+                .get(&r.record_id)
+                .map(|&window_id| EntryOutcome::Duplicate { window_id }),
+            LogEntry::Close(c) => {
+                self.closed
+                    .contains(&c.window_id)
+                    .then_some(EntryOutcome::Duplicate {
+                        window_id: c.window_id,
+                    })
+            }
+        }
+    }
+}
+
 /// The record log of a deployment on JetStream (see the module doc).
 #[derive(Debug, Clone)]
 pub struct JetStreamRecordLog {
     js: jetstream::Context,
     stream: stream::Stream,
     layout: Layout,
+    /// Per transaction stream, what this log has read; one append or replay at a time.
+    seen: Arc<Mutex<HashMap<String, StreamSeen>>>,
 }
 
 impl JetStreamRecordLog {
-    /// Opens (creating) the deployment's record stream.
+    /// Opens (creating) the deployment's record stream and reads it whole, so that ids already in
+    /// the log are known and this log's appends expect what it has read.
     pub async fn open(
         js: jetstream::Context,
         layout: Layout,
     ) -> Result<JetStreamRecordLog, StoreError> {
         let subjects = format!("{}.records.>", layout.prefix);
         let stream = layout.stream(&js, "RECORDS", subjects).await?;
-        Ok(JetStreamRecordLog { js, stream, layout })
+        let log = JetStreamRecordLog {
+            js,
+            stream,
+            layout,
+            seen: Arc::new(Mutex::new(HashMap::new())),
+        };
+        log.replay(LogPosition::START).await?;
+        Ok(log)
     }
 
-    /// The entry stored on `subject`, if any.
-    async fn stored(&self, subject: &str) -> Result<Option<LogEntry>, StoreError> {
-        use async_nats::jetstream::stream::LastRawMessageErrorKind;
-        match self.stream.get_last_raw_message_by_subject(subject).await {
-            Ok(message) => LogEntry::decode(&message.payload)
-                .map(Some)
-                .map_err(unavailable("reading the record log")),
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(e) => Err(unavailable("reading the record log")(e.to_string())),
-        }
-    }
-
-    /// Sends `entry` to its own subject, to be stored only if that subject holds nothing yet.
-    async fn publish_pending(
+    /// Publishes `entries` (all of `stream`) as one message that JetStream stores only if the last
+    /// message on the stream's subject is still `fence`; returns the new message's sequence.
+    async fn publish_batch(
         &self,
-        entry: &LogEntry,
-    ) -> Result<jetstream::context::PublishAckFuture, StoreError> {
-        let subject = self.layout.entry_subject(entry);
-        let mut publish = Publish::build()
-            .payload(Bytes::from(entry.encode()))
-            .expected_last_subject_sequence(0);
-        if let LogEntry::Record(r) = entry {
-            publish = publish.message_id(format!(
-                "{}.{}",
-                stream_dir_name(&r.stream),
-                stream_dir_name(&r.record_id)
-            ));
-        }
-        self.js
-            .send_publish(subject, publish)
-            .await
-            .map_err(|e| unavailable("appending to the record log")(e.to_string()))
-    }
-
-    /// Awaits one PubAck: the entry's outcome.
-    async fn settle(
-        &self,
-        entry: &LogEntry,
-        ack: jetstream::context::PublishAckFuture,
-    ) -> Result<EntryOutcome, StoreError> {
+        stream: &str,
+        fence: u64,
+        entries: &[&LogEntry],
+    ) -> Result<u64, StoreError> {
         use async_nats::jetstream::context::PublishErrorKind;
+        let wire = WireBatch {
+            entries: entries.iter().map(|e| e.encode()).collect(),
+        };
+        let publish = Publish::build()
+            .payload(Bytes::from(prost::Message::encode_to_vec(&wire)))
+            .expected_last_subject_sequence(fence);
+        let ack = self
+            .js
+            .send_publish(self.layout.records_subject(stream), publish)
+            .await
+            .map_err(|e| unavailable("appending to the record log")(e.to_string()))?;
         match ack.await {
-            Ok(ack) if !ack.duplicate => Ok(EntryOutcome::Appended),
-            // Within the de-duplication window: the same message id was stored before.
-            Ok(_) => self.duplicate_of(entry).await,
+            Ok(ack) => Ok(ack.sequence),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                self.duplicate_of(entry).await
+                Err(StoreError::Unavailable {
+                    action: "appending to the record log",
+                    detail: format!(
+                        "transaction stream {stream:?} was appended to by another writer since this one last read it (expected last sequence {fence}); replay the log before appending again"
+                    ),
+                })
             }
             Err(e) => Err(unavailable("appending to the record log")(e.to_string())),
         }
     }
 
-    /// The window of the record stored on `subject`, if any.
-    async fn window_on(&self, subject: String) -> Result<Option<u64>, StoreError> {
-        Ok(match self.stored(&subject).await? {
-            Some(LogEntry::Record(r)) => Some(r.window_id),
-            _ => None,
-        })
-    }
-
-    /// The outcome of an entry JetStream refused as already stored.
-    async fn duplicate_of(&self, entry: &LogEntry) -> Result<EntryOutcome, StoreError> {
-        match entry {
-            LogEntry::Record(r) => {
-                let subject = self.layout.record_subject(&r.stream, &r.record_id);
-                match self.stored(&subject).await? {
-                    Some(LogEntry::Record(stored)) => Ok(EntryOutcome::Duplicate {
-                        window_id: stored.window_id,
-                    }),
-                    _ => Err(unavailable("appending to the record log")(format!(
-                        "record subject {subject} refused the record but holds none"
-                    ))),
-                }
+    /// Appends `entries` of one stream in messages of at most [`MAX_BATCH_MESSAGE_BYTES`], each
+    /// expecting the previous one, learning each as it is acknowledged.
+    async fn append_stream(
+        &self,
+        seen: &mut StreamSeen,
+        stream: &str,
+        entries: Vec<&LogEntry>,
+    ) -> Result<(), StoreError> {
+        let mut chunk: Vec<&LogEntry> = Vec::new();
+        let mut bytes = 0usize;
+        let mut chunks = Vec::new();
+        for entry in entries {
+            let size = entry.encode().len() + 8;
+            if !chunk.is_empty() && bytes + size > MAX_BATCH_MESSAGE_BYTES {
+                chunks.push(std::mem::take(&mut chunk));
+                bytes = 0;
             }
-            LogEntry::Close(c) => Ok(EntryOutcome::Duplicate {
-                window_id: c.window_id,
-            }),
+            bytes += size;
+            chunk.push(entry);
         }
+        if !chunk.is_empty() {
+            chunks.push(chunk);
+        }
+        for chunk in chunks {
+            seen.fence = self.publish_batch(stream, seen.fence, &chunk).await?;
+            for entry in chunk {
+                seen.learn(entry);
+            }
+        }
+        Ok(())
     }
 }
 
 #[async_trait]
 impl RecordLog for JetStreamRecordLog {
     async fn append(&self, batch: Vec<LogEntry>) -> Result<Vec<EntryOutcome>, StoreError> {
+        let mut seen = self.seen.lock().await;
+        // Outcomes first: an id read before, or repeated earlier in this batch, is a duplicate.
         let mut outcomes = Vec::with_capacity(batch.len());
-        let mut pending = Vec::new();
-        for (i, entry) in batch.iter().enumerate() {
-            if matches!(entry, LogEntry::Close(_)) {
-                // A close is a barrier: published once every earlier entry of the batch is
-                // acknowledged, and acknowledged before any later one is published (module doc).
-                for (j, ack) in pending.drain(..) {
-                    outcomes.push((j, self.settle(&batch[j], ack).await?));
+        let mut new: HashMap<&str, (StreamSeen, Vec<&LogEntry>)> = HashMap::new();
+        for entry in &batch {
+            let known = seen.get(entry.stream());
+            let (staged, entries) = new.entry(entry.stream()).or_default();
+            match known
+                .and_then(|k| k.duplicate(entry))
+                .or_else(|| staged.duplicate(entry))
+            {
+                Some(duplicate) => outcomes.push(duplicate),
+                None => {
+                    staged.learn(entry);
+                    entries.push(entry);
+                    outcomes.push(EntryOutcome::Appended);
                 }
-                let ack = self.publish_pending(entry).await?;
-                outcomes.push((i, self.settle(entry, ack).await?));
+            }
+        }
+        // Then each stream's new entries, the streams side by side.
+        let mut work = Vec::new();
+        for (stream, (_, entries)) in new {
+            if entries.is_empty() {
                 continue;
             }
-            pending.push((i, self.publish_pending(entry).await?));
+            let mut stream_seen = seen.remove(stream).unwrap_or_default();
+            work.push(async move {
+                let result = self.append_stream(&mut stream_seen, stream, entries).await;
+                (stream, stream_seen, result)
+            });
         }
-        for (j, ack) in pending {
-            outcomes.push((j, self.settle(&batch[j], ack).await?));
+        let mut first_error = None;
+        for (stream, stream_seen, result) in futures::future::join_all(work).await {
+            seen.insert(stream.to_string(), stream_seen);
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
         }
-        outcomes.sort_by_key(|(i, _)| *i);
-        Ok(outcomes.into_iter().map(|(_, o)| o).collect())
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(outcomes),
+        }
     }
 
     async fn windows_of(&self, records: &[(&str, &str)]) -> Result<Vec<Option<u64>>, StoreError> {
-        let subjects: Vec<String> = records
+        // What this log has read is enough: an id stored by another writer since is behind the
+        // fence, so the append of the batch asking fails and its writer replays (module doc).
+        let seen = self.seen.lock().await;
+        Ok(records
             .iter()
-            .map(|(stream, id)| self.layout.record_subject(stream, id))
-            .collect();
-        let lookups = subjects.into_iter().map(|subject| self.window_on(subject));
-        futures::stream::iter(lookups)
-            .buffered(64)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect()
+            .map(|(stream, id)| seen.get(*stream)?.records.get(*id).copied())
+            .collect())
     }
 
     async fn replay(&self, from: LogPosition) -> Result<Replayed, StoreError> {
+        let mut seen = self.seen.lock().await;
         let mut stream = self.stream.clone();
         let last = stream
             .info()
@@ -293,17 +355,27 @@ impl RecordLog for JetStreamRecordLog {
                 if sequence > last {
                     break;
                 }
-                entries.push(
-                    LogEntry::decode(&message.payload)
-                        .map_err(unavailable("replaying the record log"))?,
-                );
+                let batch = <WireBatch as prost::Message>::decode(message.payload.as_ref())
+                    .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
+                for bytes in batch.entries {
+                    let entry = LogEntry::decode(&bytes)
+                        .map_err(unavailable("replaying the record log"))?;
+                    entries.push((sequence, entry));
+                }
                 if sequence == last {
                     break;
                 }
             }
         }
+        // Learnt only now: a replay that fails half-way must not move a fence past entries its
+        // caller has not seen.
+        for (sequence, entry) in &entries {
+            let stream_seen = seen.entry(entry.stream().to_string()).or_default();
+            stream_seen.learn(entry);
+            stream_seen.fence = stream_seen.fence.max(*sequence);
+        }
         Ok(Replayed {
-            entries,
+            entries: entries.into_iter().map(|(_, entry)| entry).collect(),
             next: LogPosition(last.max(from.0.saturating_sub(1)) + 1),
         })
     }

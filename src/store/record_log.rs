@@ -20,8 +20,11 @@
 //!    Likewise a `Close` of a window whose close is in the log. This holds for every earlier entry, however
 //!    long ago it was appended; [`RecordLog::windows_of`] answers the same question without
 //!    appending.
-//! 4. **Replay in order.** [`RecordLog::replay`] returns the durable entries in append order, from a
-//!    position (the start, or a `next` returned by an earlier replay), and the position after them.
+//! 4. **Replay in order.** [`RecordLog::replay`] returns the durable entries from a position (the
+//!    start, or a `next` returned by an earlier replay), and the position after them: each stream's
+//!    entries in append order, and the entries of an acknowledged batch before those of any batch
+//!    appended after it. How the streams of one batch interleave is the implementation's (a
+//!    replicated log may store each stream's part of a batch on its own).
 //! 5. **Windows are fixed by their close marker** (kept by the writer): the `Close` of window w of s
 //!    follows every record of w and precedes every record of w+1, so the record set and order of a
 //!    closed window are the same on every replay.

@@ -126,6 +126,8 @@ pub const TX_RELEASE_LAG_SECONDS: &str = "cloakd_transaction_release_lag_seconds
 
 pub const TABLE_JOBS: &str = "cloakd_table_jobs_total";
 pub const TABLE_JOB_SECONDS: &str = "cloakd_table_job_seconds";
+pub const TABLE_JOBS_RUNNING: &str = "cloakd_table_jobs_running";
+pub const TABLE_JOBS_STOPPED: &str = "cloakd_table_jobs_stopped_total";
 
 pub const AUTH_FAILURES: &str = "cloakd_auth_failures_total";
 pub const PERMISSION_DENIALS: &str = "cloakd_permission_denials_total";
@@ -274,7 +276,17 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TABLE_JOBS,
         &["kind", "outcome"],
-        "Table jobs (kind anonymize or evaluate) by outcome: ok, invalid, exhausted, cancelled, failed.",
+        "Table jobs (kind anonymize or evaluate) by outcome: ok, invalid, exhausted, cancelled (the caller went away, its deadline or tables.max_job_ms passed), failed.",
+    ),
+    gauge(
+        TABLE_JOBS_RUNNING,
+        &[],
+        "Places of tables.max_concurrent_jobs in use: table jobs uploading or computing (a cancelled job's place is freed when its computation has stopped).",
+    ),
+    counter(
+        TABLE_JOBS_STOPPED,
+        &["kind"],
+        "Table job computations the engine stopped before their end because the caller went away or a deadline (the caller's or tables.max_job_ms) passed.",
     ),
     histogram(
         TABLE_JOB_SECONDS,

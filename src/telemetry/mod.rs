@@ -75,26 +75,63 @@ fn describe() {
     metrics::gauge!(catalog::START_TIME_SECONDS).set(now);
 }
 
-/// Counts one table job (`kind`: anonymize or evaluate) by the status it ended with, and times it.
-pub fn record_table_job<T>(
+/// Counts a table job of `kind` whose computation the engine stopped early (it saw its cancellation
+/// flag): from here on the job uses no CPU.
+pub fn record_table_job_stopped(kind: &'static str) {
+    metrics::counter!(catalog::TABLE_JOBS_STOPPED, "kind" => kind).increment(1);
+}
+
+/// One table job being timed: [`TableJobRecord::finish`] counts it by the status it ended with; a
+/// record dropped unfinished (tonic dropped the call's future: its client went away or its deadline
+/// passed) counts it as cancelled.
+#[derive(Debug)]
+pub struct TableJobRecord {
     kind: &'static str,
     started: std::time::Instant,
-    result: &Result<T, tonic::Status>,
-) {
-    let outcome = match result {
-        Ok(_) => "ok",
-        Err(status) => match status.code() {
-            tonic::Code::InvalidArgument
-            | tonic::Code::FailedPrecondition
-            | tonic::Code::OutOfRange => "invalid",
-            tonic::Code::ResourceExhausted => "exhausted",
-            tonic::Code::Cancelled => "cancelled",
-            _ => "failed",
-        },
-    };
-    metrics::counter!(catalog::TABLE_JOBS, "kind" => kind, "outcome" => outcome).increment(1);
-    metrics::histogram!(catalog::TABLE_JOB_SECONDS, "kind" => kind)
-        .record(started.elapsed().as_secs_f64());
+    finished: bool,
+}
+
+impl TableJobRecord {
+    /// Starts timing a job of `kind` (anonymize or evaluate).
+    pub fn start(kind: &'static str) -> TableJobRecord {
+        TableJobRecord {
+            kind,
+            started: std::time::Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// Counts the job by the status it ended with, and times it.
+    pub fn finish<T>(mut self, result: &Result<T, tonic::Status>) {
+        self.finished = true;
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(status) => match status.code() {
+                tonic::Code::InvalidArgument
+                | tonic::Code::FailedPrecondition
+                | tonic::Code::OutOfRange => "invalid",
+                tonic::Code::ResourceExhausted => "exhausted",
+                tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => "cancelled",
+                _ => "failed",
+            },
+        };
+        self.record(outcome);
+    }
+
+    fn record(&self, outcome: &'static str) {
+        metrics::counter!(catalog::TABLE_JOBS, "kind" => self.kind, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!(catalog::TABLE_JOB_SECONDS, "kind" => self.kind)
+            .record(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for TableJobRecord {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.record("cancelled");
+        }
+    }
 }
 
 /// Binds the metrics listener (`telemetry.metrics_listen`).

@@ -18,9 +18,10 @@
 //! the utility measures; this module validates input, maps item ids to a dense range and back, and
 //! assembles the [`UtilityReport`].
 //!
-//! Threads: sampled mode checks each round's sample on up to `available_parallelism()` threads and
-//! the two rule minings of the report run side by side; every random draw stays on the calling
-//! thread, so the release depends on the seed alone (the daemon re-runs a window after a crash and
+//! Threads: sampled mode checks each round's sample on up to `available_parallelism()` threads,
+//! the restore pass judges its candidates likewise, and with a second core the rules of the
+//! original window are mined on their own thread while the window is suppressed; every random
+//! draw stays on the calling thread, so the release depends on the seed alone (the daemon re-runs a window after a crash and
 //! must get the identical release).
 
 mod constraints;
@@ -307,25 +308,37 @@ pub fn anonymize_with_adversaries(
             });
         }
     }
-    let mut window = Window::new(original, sensitive, dense.universe.len(), params.rho, seed);
-    let stats = match params.mode.samples_per_level() {
-        None => window.suppress_exact(m),
-        Some(samples) => window.suppress_sampled(m, samples, engine_threads()),
+    let threads = engine_threads();
+    let item_count = dense.universe.len();
+    let run = |window: &mut Window| {
+        let stats = match params.mode.samples_per_level() {
+            None => window.suppress_exact(m),
+            Some(samples) => window.suppress_sampled(m, samples, threads),
+        };
+        let restored = window.restore(m, threads);
+        (stats, restored)
     };
-    let restored = window.restore(m, engine_threads());
-    // The two minings are independent reads of the window: one on a second thread when allowed.
-    let (rules_before, rules_after) = if engine_threads() > 1 {
+    // The rules of the original window do not depend on the suppression: with a second core they
+    // are mined on their own thread from the start, filling the cores the serial steps leave idle.
+    let (window, stats, restored, rules_before, rules_after) = if threads > 1 {
         std::thread::scope(|scope| {
-            let before =
-                scope.spawn(|| utility::association_rules(&window.original, &window.original_tids));
+            let mining_records = original.clone();
+            let before = scope.spawn(move || {
+                let tids = support::tid_lists(&mining_records, item_count);
+                utility::association_rules(&mining_records, &tids)
+            });
+            let mut window = Window::new(original, sensitive, item_count, params.rho, seed);
+            let (stats, restored) = run(&mut window);
             let after = utility::association_rules(&window.released, &window.released_tids);
-            (before.join().expect("rule mining panicked"), after)
+            let before = before.join().expect("rule mining panicked");
+            (window, stats, restored, before, after)
         })
     } else {
-        (
-            utility::association_rules(&window.original, &window.original_tids),
-            utility::association_rules(&window.released, &window.released_tids),
-        )
+        let mut window = Window::new(original, sensitive, item_count, params.rho, seed);
+        let (stats, restored) = run(&mut window);
+        let before = utility::association_rules(&window.original, &window.original_tids);
+        let after = utility::association_rules(&window.released, &window.released_tids);
+        (window, stats, restored, before, after)
     };
     let report = UtilityReport {
         records: records.len(),

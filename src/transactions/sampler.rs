@@ -77,14 +77,26 @@ fn check(
     cached: Option<&Checked>,
     scratch: &mut Scratch,
 ) -> Verdict {
-    tidset_with(
-        &window.released_tids,
-        &window.released_popular,
-        q,
-        &mut scratch.tids_q,
-        &mut scratch.buffer,
-    );
-    let tids_q = &scratch.tids_q;
+    let Scratch {
+        counts,
+        touched,
+        tids_q,
+        buffer,
+    } = scratch;
+    // A single item's records are its list as it is.
+    let tids_q: &[u32] = match q {
+        [item] => &window.released_tids[*item as usize],
+        _ => {
+            tidset_with(
+                &window.released_tids,
+                &window.released_popular,
+                q,
+                tids_q,
+                buffer,
+            );
+            tids_q
+        }
+    };
     let support = tids_q.len();
     if support == 0 {
         return Verdict {
@@ -149,9 +161,9 @@ fn check(
     }
     for &tid in tids_q {
         for &item in &window.released[tid as usize] {
-            let slot = &mut scratch.counts[item as usize];
+            let slot = &mut counts[item as usize];
             if *slot == 0 {
-                scratch.touched.push(item);
+                touched.push(item);
             }
             *slot += 1;
         }
@@ -161,14 +173,14 @@ fn check(
     let bound = (CACHE_SLACK * window.rho * support as f64).floor() as u32;
     let mut over = Vec::new();
     let mut violated = false;
-    for &item in &scratch.touched {
-        let count = std::mem::take(&mut scratch.counts[item as usize]) as usize;
+    for &item in touched.iter() {
+        let count = std::mem::take(&mut counts[item as usize]) as usize;
         if count > bound as usize && q.binary_search(&item).is_err() {
             over.push(item);
             violated = violated || (window.violates(count, support) && sensitive_for_target(item));
         }
     }
-    scratch.touched.clear();
+    touched.clear();
     over.sort_unstable();
     Verdict {
         violated,
@@ -179,19 +191,23 @@ fn check(
     }
 }
 
-/// Checks every knowledge set of `groups` against the window, on up to `threads` threads; the
-/// verdicts come back in `groups` order.
+/// Checks every knowledge set of the sample against the window, on up to `scratches.len()`
+/// threads; the verdicts come back in group order.
 fn check_all(
     window: &Window,
-    groups: &[(Vec<u32>, Vec<u32>)],
+    sample: &Sample,
     cache: &FxHashMap<Box<[u32]>, Checked>,
     scratches: &mut [Scratch],
 ) -> Vec<Verdict> {
     map_interleaved(
-        groups,
+        &sample.groups,
         scratches,
-        groups.len() / MIN_PARALLEL_CHECKS,
-        |(q, users), scratch| check(window, q, users, cache.get(&q[..]), scratch),
+        sample.groups.len() / MIN_PARALLEL_CHECKS,
+        |group, scratch| {
+            let q = sample.knowledge(group);
+            let users = &sample.users[group.users.0 as usize..group.users.1 as usize];
+            check(window, q, users, cache.get(q), scratch)
+        },
     )
 }
 
@@ -225,58 +241,146 @@ impl Window {
             .map(|_| Scratch::new(item_count))
             .collect();
         let mut cache: FxHashMap<Box<[u32]>, Checked> = FxHashMap::default();
+        let mut sample = Sample::default();
         loop {
             stats.rounds += 1;
-            stats.final_adversaries.clear();
             // (1) The sample, grouped by knowledge set: (Q, its distinct targets), level by level.
-            let mut groups: Vec<(Vec<u32>, Vec<u32>)> = Vec::new();
+            sample.clear();
             for (level_index, users) in users_by_level.iter().enumerate() {
                 let level = level_index + 1;
-                let mut sample: Vec<(Vec<u32>, u32)> = Vec::with_capacity(samples_per_level);
+                let first = sample.draws.len();
                 for _ in 0..samples_per_level {
                     let user = users[self.rng.random_range(0..users.len())];
                     let record = &self.original[user as usize];
-                    let mut picked =
-                        rand::seq::index::sample(&mut self.rng, record.len(), level).into_vec();
-                    picked.sort_unstable();
-                    let knowledge: Vec<u32> = picked.iter().map(|&at| record[at]).collect();
-                    sample.push((knowledge, user));
+                    let picked = rand::seq::index::sample(&mut self.rng, record.len(), level);
+                    let start = sample.items.len();
+                    sample.items.extend(picked.iter().map(|at| record[at]));
+                    sample.items[start..].sort_unstable();
+                    sample.draws.push(Draw {
+                        start: start as u32,
+                        len: level as u32,
+                        user,
+                    });
                 }
-                stats
-                    .final_adversaries
-                    .extend(sample.iter().map(|(knowledge, user)| DenseAdversary {
-                        user: *user,
-                        knowledge: knowledge.clone(),
-                    }));
-                sample.sort_unstable();
-                for (knowledge, user) in sample {
-                    match groups.last_mut() {
-                        Some((q, users)) if *q == knowledge => {
-                            if users.last() != Some(&user) {
-                                users.push(user);
-                            }
-                        }
-                        _ => groups.push((knowledge, vec![user])),
+                sample.group_level(first);
+            }
+            // (2) R_S, read-only.
+            let verdicts = check_all(self, &sample, &cache, &mut scratches);
+            let mut violating: Vec<bool> = Vec::with_capacity(sample.groups.len());
+            for (group, verdict) in sample.groups.iter().zip(verdicts) {
+                violating.push(verdict.violated);
+                if let Some(entry) = verdict.entry {
+                    let q = sample.knowledge(group);
+                    if let Some(slot) = cache.get_mut(q) {
+                        *slot = entry;
+                    } else if cache.len() < MAX_CACHE_ENTRIES {
+                        cache.insert(q.into(), entry);
                     }
                 }
             }
-            // (2) R_S, read-only.
-            let verdicts = check_all(self, &groups, &cache, &mut scratches);
-            let mut violating: Vec<bool> = Vec::with_capacity(groups.len());
-            for ((q, _), verdict) in groups.iter().zip(verdicts) {
-                violating.push(verdict.violated);
-                if let Some(entry) = verdict.entry
-                    && (cache.len() < MAX_CACHE_ENTRIES || cache.contains_key(&q[..]))
-                {
-                    cache.insert(q.clone().into_boxed_slice(), entry);
-                }
-            }
             if !violating.iter().any(|&v| v) {
+                stats.final_adversaries = sample
+                    .draws
+                    .iter()
+                    .map(|draw| DenseAdversary {
+                        user: draw.user,
+                        knowledge: sample.items[draw.range()].to_vec(),
+                    })
+                    .collect();
                 return stats;
             }
             // (3) Fix them in sample order.
-            for ((q, users), _) in groups.iter().zip(&violating).filter(|(_, v)| **v) {
-                stats.violations += self.fix_antecedent(q, &mut Targets::Sampled(users), &[], None);
+            for (group, _) in sample.groups.iter().zip(&violating).filter(|(_, v)| **v) {
+                let users = &sample.users[group.users.0 as usize..group.users.1 as usize];
+                stats.violations += self.fix_antecedent(
+                    sample.knowledge(group),
+                    &mut Targets::Sampled(users),
+                    &[],
+                    None,
+                );
+            }
+        }
+    }
+}
+
+/// One sampled adversary of a round: its knowledge at `start..start + len` of [`Sample::items`].
+struct Draw {
+    start: u32,
+    len: u32,
+    user: u32,
+}
+
+impl Draw {
+    fn range(&self) -> std::ops::Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+}
+
+/// A distinct knowledge set of a round (that of draw `draw`) and its distinct targets
+/// `users.0..users.1` of [`Sample::users`].
+struct Group {
+    draw: u32,
+    users: (u32, u32),
+}
+
+/// One round's sample in flat buffers reused from round to round (a round draws thousands of
+/// adversaries): the knowledge sets in draw order, and their groups.
+#[derive(Default)]
+struct Sample {
+    items: Vec<u32>,
+    draws: Vec<Draw>,
+    /// Draw indices of one level, sorted by (knowledge, user).
+    order: Vec<u32>,
+    groups: Vec<Group>,
+    users: Vec<u32>,
+}
+
+impl Sample {
+    fn clear(&mut self) {
+        self.items.clear();
+        self.draws.clear();
+        self.groups.clear();
+        self.users.clear();
+    }
+
+    fn knowledge(&self, group: &Group) -> &[u32] {
+        &self.items[self.draws[group.draw as usize].range()]
+    }
+
+    /// Groups the draws from `first` on (one level) by knowledge set, in ascending order of it,
+    /// each with its distinct targets in ascending order.
+    fn group_level(&mut self, first: usize) {
+        let Sample {
+            items,
+            draws,
+            order,
+            groups,
+            users,
+        } = self;
+        order.clear();
+        order.extend(first as u32..draws.len() as u32);
+        let key = |at: &u32| {
+            let draw = &draws[*at as usize];
+            (&items[draw.range()], draw.user)
+        };
+        order.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+        for &at in order.iter() {
+            let draw = &draws[at as usize];
+            let knowledge = &items[draw.range()];
+            match groups.last_mut() {
+                Some(group) if &items[draws[group.draw as usize].range()] == knowledge => {
+                    if users.last() != Some(&draw.user) {
+                        users.push(draw.user);
+                        group.users.1 += 1;
+                    }
+                }
+                _ => {
+                    users.push(draw.user);
+                    groups.push(Group {
+                        draw: at,
+                        users: (users.len() as u32 - 1, users.len() as u32),
+                    });
+                }
             }
         }
     }

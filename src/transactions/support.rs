@@ -55,6 +55,11 @@ impl Hasher for FxHasher {
         self.add(i);
     }
     #[inline]
+    fn write_u128(&mut self, i: u128) {
+        self.add(i as u64);
+        self.add((i >> 64) as u64);
+    }
+    #[inline]
     fn write_usize(&mut self, i: usize) {
         self.add(i as u64);
     }
@@ -91,17 +96,24 @@ pub(crate) fn map_interleaved<T: Sync, S: Send, R: Send>(
     if workers == 1 {
         return run(0, &mut scratches[0]);
     }
+    // The calling thread is worker 0; the others are spawned for this call.
     let per_worker: Vec<Vec<R>> = std::thread::scope(|scope| {
         let run = &run;
-        let handles: Vec<_> = scratches[..workers]
+        let (first, others) = scratches[..workers]
+            .split_first_mut()
+            .expect("at least one scratch");
+        let handles: Vec<_> = others
             .iter_mut()
             .enumerate()
-            .map(|(worker, scratch)| scope.spawn(move || run(worker, scratch)))
+            .map(|(at, scratch)| scope.spawn(move || run(at + 1, scratch)))
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("an engine worker panicked"))
-            .collect()
+        let mut results = vec![run(0, first)];
+        results.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("an engine worker panicked")),
+        );
+        results
     });
     let mut iters: Vec<_> = per_worker.into_iter().map(Vec::into_iter).collect();
     (0..items.len())
@@ -111,6 +123,21 @@ pub(crate) fn map_interleaved<T: Sync, S: Send, R: Send>(
                 .expect("every worker returns its share")
         })
         .collect()
+}
+
+/// The vertical tid-lists of `records` (sorted item ids below `item_count`).
+pub(crate) fn tid_lists(records: &[Vec<u32>], item_count: usize) -> Vec<TidList> {
+    let mut sizes = vec![0usize; item_count];
+    for &item in records.iter().flatten() {
+        sizes[item as usize] += 1;
+    }
+    let mut lists: Vec<TidList> = sizes.into_iter().map(Vec::with_capacity).collect();
+    for (tid, record) in records.iter().enumerate() {
+        for &item in record {
+            lists[item as usize].push(tid as u32);
+        }
+    }
+    lists
 }
 
 /// `out` = a ∩ b (both sorted).
@@ -287,7 +314,15 @@ fn tidset_of(
     let Some(first) = order.next() else {
         return;
     };
-    out.extend_from_slice(&lists[first as usize]);
+    let first = &lists[first as usize];
+    // The first step reads the shortest list straight into `out` (no copy of it first).
+    match order.next() {
+        None => out.extend_from_slice(first),
+        Some(second) => match popular.and_then(|p| p.get(second)) {
+            Some(bits) => out.extend(first.iter().copied().filter(|&tid| has(bits, tid))),
+            None => intersect_into(first, &lists[second as usize], out),
+        },
+    }
     for item in order {
         if out.is_empty() {
             return;

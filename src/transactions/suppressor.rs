@@ -45,7 +45,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::support::{
     FxHashMap, PopularSets, TidList, for_each_subset, intersect_with, intersection_len_with,
-    intersects, remove_tid, subset_count, tidset_into, tidset_with,
+    intersects, remove_tid, subset_count, tid_lists, tidset_into, tidset_with,
 };
 
 /// Largest number of antecedents (Σ_u Σ_{k<=m} C(|D_u|, k)) exact mode will enumerate.
@@ -150,14 +150,8 @@ impl Window {
         rho: f64,
         seed: u64,
     ) -> Self {
-        let mut original_tids: Vec<TidList> = vec![Vec::new(); item_count];
-        let mut total = 0u64;
-        for (tid, record) in original.iter().enumerate() {
-            for &item in record {
-                original_tids[item as usize].push(tid as u32);
-            }
-            total += record.len() as u64;
-        }
+        let original_tids = tid_lists(&original, item_count);
+        let total = original.iter().map(|r| r.len() as u64).sum();
         let released_popular = PopularSets::new(&original_tids, original.len());
         Window {
             rho,
@@ -402,7 +396,12 @@ impl Window {
 
     /// Transposed sensitive constraint: for each item, the sorted users u with the item in E_u.
     pub(crate) fn sensitive_holders(&self) -> Vec<TidList> {
-        let mut holders: Vec<TidList> = vec![Vec::new(); self.original_tids.len()];
+        // Sized first: tens of millions of entries on the public data sets.
+        let mut sizes = vec![0usize; self.original_tids.len()];
+        for &item in self.sensitive.iter().flatten() {
+            sizes[item as usize] += 1;
+        }
+        let mut holders: Vec<TidList> = sizes.into_iter().map(Vec::with_capacity).collect();
         for (user, items) in self.sensitive.iter().enumerate() {
             for &item in items {
                 holders[item as usize].push(user as u32);

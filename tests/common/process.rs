@@ -131,6 +131,24 @@ impl DaemonProcess {
         Metrics::parse(body)
     }
 
+    /// Scrapes until `done` holds (the daemon updates some series just after the client saw the
+    /// event), failing the test if it never does within 30 s.
+    pub fn eventually(&self, done: impl Fn(&Metrics) -> bool) -> Metrics {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let metrics = self.scrape();
+            if done(&metrics) {
+                return metrics;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "metrics never reached the expected state:\n{}",
+                metrics.text
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &self.child.id().to_string()])
