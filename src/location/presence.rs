@@ -7,10 +7,14 @@
 //! the users, ordered along the Hilbert curve ([`super::hilbert`]), into consecutive *buckets* of k to
 //! 2k − 1 users; a bucket is the anonymity set of each of its users and its minimum bounding rectangle is
 //! their cloaking region. Plain Hilbert Cloak cuts fixed buckets of k from the start of the order; here
-//! the cut points are chosen by dynamic programming over the order so that the sum over users of their
-//! bucket's larger side (metres) is smallest, which places boundaries in the gaps between clusters and
-//! keeps regions small. Users that fit no small bucket are tried again along Hilbert curves on shifted
-//! grids, then at twice and four times the target side, and a last round places the rest. The region
+//! the cut points are chosen by dynamic programming over the order so that the fewest requests are
+//! lost: a bucket costs, at tolerances of one, two and four times the target side, the members it
+//! could not serve there (all of them when fewer than k members' constraint boxes at that tolerance
+//! hold its MBR, since a request is cloaked only if k do), which places boundaries in the gaps between
+//! clusters and keeps regions small. Users that fit no small bucket are tried again along Hilbert
+//! curves on eleven shifted grids; those still left join a bucket already cut whose region they fit
+//! without pushing any member out of the target (so a bucket can exceed 2k − 1 users); the rest are
+//! tried at twice and four times the target side, and a last round places the rest. The region
 //! is the bucket's MBR padded at random inside its members' padding boxes, with a seed derived from the
 //! anonymity set and its positions under a secret key ([`padded_region`]), so it leaks no member's
 //! coordinate on its edges and is still the same for every member. A request is `Cloaked` with its
