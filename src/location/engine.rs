@@ -1,15 +1,14 @@
-//! The CliqueCloak engine (Gedik & Liu, TMC 2008): pending requests in an R-tree, the constraint graph
+//! The CliqueCloak engine (Gedik & Liu, TMC 2008): pending requests in a spatial grid, the constraint graph
 //! implied by their constraint boxes, a deadline heap, and local-k / nbr-k clique search on each arrival.
 //!
 //! Data structures:
 //! - `pending`: a slab of pending requests (slot = index), with `slot_of` mapping request ids to slots;
-//! - `spatial_index`: an `rstar` R-tree of the pending requests' points (degrees, `[lon, lat]`). The
+//! - `spatial_index`: a uniform grid of the pending requests' points ([`super::point_index`]). The
 //!   constraint graph is never stored: the edges of a new request are found by a range query with its
-//!   constraint box, filtered by the reverse containment, the temporal condition
-//!   `|t_i - t_j| <= min(dt_i, dt_j)` and distinct users. Removed requests stay in the tree as dead
-//!   entries (skipped by queries; their slots are not reused meanwhile) and the tree is bulk-loaded
-//!   again from the live requests when dead entries exceed half of them, which is much cheaper than one
-//!   R-tree deletion per forwarded or expired request;
+//!   grouping box, filtered by the reverse containment, the temporal condition
+//!   `|t_i - t_j| <= min(dt_i, dt_j)` and distinct users. A forwarded or expired request leaves the
+//!   grid at once (one cell touched) and its slot is reused; the grid replaced an R-tree, whose
+//!   insertions and periodic bulk rebuilds took about a third of the engine's time;
 //! - `deadlines`: a min-heap of `(deadline, id)` with lazy deletion; its top is kept live after every
 //!   public call, so [`Engine::next_deadline`] is exact, and it is rebuilt when stale entries dominate.
 //!
@@ -21,10 +20,11 @@
 //! Groups always have exactly the size being searched (the smallest admissible), which keeps cloaking
 //! boxes small. A new request is only put into the index when no group was formed.
 //!
-//! Clique search: the adjacency among the kept neighbours is computed once per arrival (only if a
-//! search gets that far) as 128-bit sets; then a depth-first branch and bound whose first descent is
-//! the greedy nearest-first choice, cutting a branch when the candidates left cannot complete the
-//! group, and stopping after [`BACKTRACK_BUDGET`] branches. Finding a k-clique is NP-hard; the bounds
+//! Clique search: the adjacency among the kept neighbours is a 128-bit set per neighbour, each row
+//! computed when the search first visits that neighbour (at most once per arrival); then a
+//! depth-first branch and bound whose first descent is the greedy nearest-first choice, cutting a
+//! branch when the candidates left cannot complete the group, and stopping after
+//! [`BACKTRACK_BUDGET`] branches. Finding a k-clique is NP-hard; the bounds
 //! keep one arrival at O(n²) bit operations for n <= 128 neighbours plus a constant, so the broker's
 //! latency stays flat in dense areas, at the price of occasionally missing a clique that exists (that
 //! request then waits for later arrivals or expires; it is never forwarded unsafely).
@@ -48,14 +48,14 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use rstar::{AABB, RStarInsertionStrategy, RTree, RTreeObject, RTreeParams};
 
 use super::geo::{GeoBox, METRES_PER_DEGREE_LAT};
 use super::padding;
+use super::point_index::{IdHasher, PointIndex};
 use super::session::{SessionPolicy, SessionSettings, SessionTable};
 use super::{
     CloakRequest, CloakedGroup, Outcome, Pseudonym, RequestId, SearchMode, SubmitError, UserKey,
@@ -63,10 +63,6 @@ use super::{
 
 /// Branches a clique search may explore (each costs a few bit operations).
 pub const BACKTRACK_BUDGET: usize = 512;
-
-/// The R-tree is rebuilt when its dead entries exceed half the live ones and this (small in the unit
-/// tests, so that the proptests exercise rebuilds).
-const REBUILD_MIN_DEAD: usize = if cfg!(test) { 8 } else { 1024 };
 
 /// Only the nearest this many neighbours of a new request are considered for its group, so that the
 /// constraint graph among them fits in 128-bit sets. Groups therefore have at most
@@ -76,10 +72,45 @@ pub const MAX_NEIGHBOURS: usize = 128;
 /// A set of neighbours (bit i = the i-th nearest).
 type Mask = u128;
 
+/// The constraint-graph adjacency among the kept neighbours of one arrival, as bit sets, each row
+/// computed the first time the search asks for it: the greedy first descent of a search for k
+/// members needs about k rows, not all n.
+struct Adjacency<'a> {
+    neighbours: &'a [Vertex],
+    rows: &'a mut [Mask],
+    /// Bit i set: `rows[i]` is computed.
+    ready: &'a mut Mask,
+    /// With sessions: the table and the time, for the memorized-set condition of an edge.
+    sessions: Option<(&'a SessionTable, i64)>,
+}
+
+impl Adjacency<'_> {
+    fn row(&mut self, i: usize) -> Mask {
+        if *self.ready & (1 << i) != 0 {
+            return self.rows[i];
+        }
+        let a = &self.neighbours[i];
+        let mut row: Mask = 0;
+        for (j, b) in self.neighbours.iter().enumerate() {
+            if j != i
+                && a.adjacent(b)
+                && self
+                    .sessions
+                    .is_none_or(|(table, now_ms)| table.compatible(a.user, b.user, now_ms))
+            {
+                row |= 1 << j;
+            }
+        }
+        self.rows[i] = row;
+        *self.ready |= 1 << i;
+        row
+    }
+}
+
 /// Depth-first branch and bound: extends `chosen` with `need - chosen.len()` members of `candidates`
 /// that are pairwise adjacent, trying the lowest (nearest) candidate first.
 fn extend_clique(
-    adjacency: &[Mask],
+    adjacency: &mut Adjacency<'_>,
     mut candidates: Mask,
     chosen: &mut Vec<u32>,
     need: usize,
@@ -96,43 +127,13 @@ fn extend_clique(
         let c = candidates.trailing_zeros();
         candidates &= !(1 << c);
         chosen.push(c);
-        if extend_clique(
-            adjacency,
-            candidates & adjacency[c as usize],
-            chosen,
-            need,
-            budget,
-        ) {
+        let row = adjacency.row(c as usize);
+        if extend_clique(adjacency, candidates & row, chosen, need, budget) {
             return true;
         }
         chosen.pop();
     }
     false
-}
-
-/// R-tree node sizes: wider nodes than rstar's default (6) make the range queries of ~1 km boxes
-/// over a few thousand points cheaper (measured with `cargo bench --bench location_engine`).
-struct IndexParams;
-
-impl RTreeParams for IndexParams {
-    const MIN_SIZE: usize = 5;
-    const MAX_SIZE: usize = 12;
-    const REINSERTION_COUNT: usize = 3;
-    type DefaultInsertionStrategy = RStarInsertionStrategy;
-}
-
-/// A pending request's point in the R-tree (`[lon, lat]` degrees) and its slot in the slab.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct IndexedPoint {
-    lon_lat: [f64; 2],
-    slot: u32,
-}
-
-impl RTreeObject for IndexedPoint {
-    type Envelope = AABB<[f64; 2]>;
-    fn envelope(&self) -> Self::Envelope {
-        AABB::from_point(self.lon_lat)
-    }
 }
 
 /// What the search needs of one request, copied contiguously for cache-friendly clique tests.
@@ -186,29 +187,6 @@ struct Pending {
     deadline_ms: i64,
 }
 
-/// Hasher for the id → slot map. Request ids are assigned by the broker (not by clients), so a fixed
-/// multiplicative hash is safe and keeps the engine free of per-process random state.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        // splitmix64 finaliser
-        let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        self.0 = z ^ (z >> 31);
-    }
-}
-
 type IdMap = HashMap<RequestId, u32, BuildHasherDefault<IdHasher>>;
 
 /// The CliqueCloak engine. See the module documentation.
@@ -217,15 +195,14 @@ pub struct Engine {
     rng: ChaCha20Rng,
     pending: Vec<Option<Pending>>,
     free_slots: Vec<u32>,
-    /// Slots of removed requests whose points are still in the R-tree.
-    retired_slots: Vec<u32>,
     slot_of: IdMap,
-    spatial_index: RTree<IndexedPoint, IndexParams>,
+    spatial_index: PointIndex,
     deadlines: BinaryHeap<Reverse<(i64, RequestId)>>,
     // Scratch buffers reused across arrivals (no allocation per request in the steady state).
     neighbours: Vec<Vertex>,
     adjacency: Vec<Mask>,
-    adjacency_ready: bool,
+    /// Rows of `adjacency` computed for the current arrival (see [`Adjacency`]).
+    adjacency_ready: Mask,
     chosen: Vec<u32>,
     k_values: Vec<u32>,
     candidate_slots: Vec<u32>,
@@ -245,13 +222,12 @@ impl Engine {
             rng: ChaCha20Rng::seed_from_u64(seed),
             pending: Vec::new(),
             free_slots: Vec::new(),
-            retired_slots: Vec::new(),
             slot_of: IdMap::default(),
-            spatial_index: RTree::new_with_params(),
+            spatial_index: PointIndex::new(),
             deadlines: BinaryHeap::new(),
             neighbours: Vec::new(),
             adjacency: Vec::new(),
-            adjacency_ready: false,
+            adjacency_ready: 0,
             chosen: Vec::new(),
             k_values: Vec::new(),
             candidate_slots: Vec::new(),
@@ -305,7 +281,6 @@ impl Engine {
         } else {
             self.insert_pending(req, grouping_box);
         }
-        self.rebuild_index_if_sparse();
         Ok(())
     }
 
@@ -324,7 +299,6 @@ impl Engine {
         }
         self.sessions.forget_ended(now_ms);
         self.clean_deadline_top();
-        self.rebuild_index_if_sparse();
     }
 
     /// Removes a pending request without outcome (its client went away); true if it was pending.
@@ -333,7 +307,6 @@ impl Engine {
             Some(&slot) => {
                 self.remove_slot(slot);
                 self.clean_deadline_top();
-                self.rebuild_index_if_sparse();
                 true
             }
             None => false,
@@ -401,56 +374,31 @@ impl Engine {
         if self.sessions.enabled() {
             self.slots_of_user.entry(user).or_default().push(slot);
         }
-        self.spatial_index.insert(IndexedPoint {
-            lon_lat: point,
-            slot,
-        });
+        self.spatial_index.insert(point[0], point[1], slot);
         self.deadlines.push(Reverse((deadline_ms, id)));
     }
 
-    /// Removes a pending request from the slab and the id map (its heap entry goes stale). Its point
-    /// stays in the R-tree as a dead entry (skipped by queries) until the next rebuild, and its slot
-    /// is not reused before then, so a dead entry never refers to a live request.
+    /// Removes a pending request from the slab, the id map and the spatial index (its heap entry
+    /// goes stale); its slot is free for the next insertion.
     fn remove_slot(&mut self, slot: u32) -> Option<Pending> {
         let pending = self.pending.get_mut(slot as usize)?.take()?;
         self.slot_of.remove(&pending.req.id);
+        self.spatial_index
+            .remove(pending.req.lon, pending.req.lat, slot);
         if let Some(slots) = self.slots_of_user.get_mut(&pending.req.user) {
             slots.retain(|&s| s != slot);
             if slots.is_empty() {
                 self.slots_of_user.remove(&pending.req.user);
             }
         }
-        self.retired_slots.push(slot);
+        self.free_slots.push(slot);
         Some(pending)
-    }
-
-    /// Rebuilds the R-tree from the live requests (bulk load) once dead entries exceed half of them:
-    /// amortised O(log n) per removal instead of an R-tree deletion each time.
-    fn rebuild_index_if_sparse(&mut self) {
-        if self.retired_slots.len() <= (self.slot_of.len() / 2).max(REBUILD_MIN_DEAD) {
-            return;
-        }
-        let live: Vec<IndexedPoint> = self
-            .pending
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, p)| {
-                let p = p.as_ref()?;
-                Some(IndexedPoint {
-                    lon_lat: [p.req.lon, p.req.lat],
-                    slot: u32::try_from(slot).ok()?,
-                })
-            })
-            .collect();
-        self.spatial_index = RTree::bulk_load_with_params(live);
-        self.free_slots.append(&mut self.retired_slots);
     }
 
     /// Fills `self.neighbours` with the pending requests adjacent to `new`, nearest first.
     fn collect_neighbours(&mut self, new: &Vertex) {
         self.neighbours.clear();
         let b = new.grouping_box;
-        let query = AABB::from_corners([b.min_lon, b.min_lat], [b.max_lon, b.max_lat]);
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
         // In a session only memorized users qualify: visit their pending requests, not the box.
         // The candidates go through a reused buffer, so an arrival allocates nothing either way.
@@ -464,10 +412,12 @@ impl Engine {
                     .flatten()
                     .copied(),
             ),
-            None => candidates.extend(
-                self.spatial_index
-                    .locate_in_envelope(&query)
-                    .map(|point| point.slot),
+            None => self.spatial_index.slots_in(
+                b.min_lon,
+                b.min_lat,
+                b.max_lon,
+                b.max_lat,
+                &mut candidates,
             ),
         }
         for &slot in &candidates {
@@ -492,13 +442,21 @@ impl Engine {
             self.neighbours.push(vertex);
         }
         self.candidate_slots = candidates;
-        self.neighbours.sort_unstable_by(|a, b| {
+        let nearest_first = |a: &Vertex, b: &Vertex| {
             a.distance2
                 .total_cmp(&b.distance2)
                 .then_with(|| a.id.cmp(&b.id))
-        });
-        self.neighbours.truncate(MAX_NEIGHBOURS);
-        self.adjacency_ready = false;
+        };
+        if self.neighbours.len() > MAX_NEIGHBOURS {
+            // Only the nearest are kept: select them, then sort only those.
+            self.neighbours
+                .select_nth_unstable_by(MAX_NEIGHBOURS - 1, nearest_first);
+            self.neighbours.truncate(MAX_NEIGHBOURS);
+        }
+        self.neighbours.sort_unstable_by(nearest_first);
+        self.adjacency.clear();
+        self.adjacency.resize(self.neighbours.len(), 0);
+        self.adjacency_ready = 0;
     }
 
     /// Searches for a group containing `new` per the search mode; on success `self.chosen` holds
@@ -524,31 +482,6 @@ impl Engine {
         false
     }
 
-    /// Computes the constraint-graph adjacency among the (at most [`MAX_NEIGHBOURS`]) neighbours as
-    /// bit sets, once per arrival and only when a search needs it.
-    fn build_adjacency(&mut self) {
-        if self.adjacency_ready {
-            return;
-        }
-        let n = self.neighbours.len();
-        self.adjacency.clear();
-        self.adjacency.resize(n, 0);
-        for i in 0..n {
-            let a = self.neighbours[i];
-            for j in i + 1..n {
-                let b = &self.neighbours[j];
-                if a.adjacent(b)
-                    && (!self.sessions.enabled()
-                        || self.sessions.compatible(a.user, b.user, self.now_ms))
-                {
-                    self.adjacency[i] |= 1 << j;
-                    self.adjacency[j] |= 1 << i;
-                }
-            }
-        }
-        self.adjacency_ready = true;
-    }
-
     /// Looks for exactly `size - 1` neighbours with `k <= size`, pairwise adjacent (so of distinct
     /// users; each is adjacent to the new request by construction), leaving their indices in
     /// `self.chosen`. Branch and bound over the distance order: the first descent is the greedy
@@ -572,10 +505,18 @@ impl Engine {
         if (eligible.count_ones() as usize) < need {
             return false;
         }
-        self.build_adjacency();
+        let mut adjacency = Adjacency {
+            neighbours: &self.neighbours,
+            rows: &mut self.adjacency,
+            ready: &mut self.adjacency_ready,
+            sessions: self
+                .sessions
+                .enabled()
+                .then_some((&self.sessions, self.now_ms)),
+        };
         let mut budget = BACKTRACK_BUDGET;
         extend_clique(
-            &self.adjacency,
+            &mut adjacency,
             eligible,
             &mut self.chosen,
             need,

@@ -32,6 +32,7 @@ pub mod geo;
 pub mod grid;
 pub mod hilbert;
 pub mod padding;
+pub mod point_index;
 pub mod presence;
 pub mod presence_checker;
 pub mod replay;

@@ -241,8 +241,9 @@ pub(crate) fn tidset_into(
 
 /// Bitsets over the tids for the items held by many records, beside their tid-lists: a membership
 /// test is then one word instead of a merge or a binary search. An item gets a bitset when its list
-/// has at least max(128, records / 128) tids at construction (so at most 128 · occurrences / records
-/// bitsets of records / 64 words each); the caller keeps both forms in step
+/// has at least max(64, records / 512) tids at construction (so at most 512 · occurrences / records
+/// bitsets of records / 64 words each, 64 bytes per occurrence at most); the caller keeps both
+/// forms in step
 /// ([`PopularSets::remove`], [`PopularSets::insert`]).
 pub(crate) struct PopularSets {
     sets: Vec<Option<Box<[u64]>>>,
@@ -250,7 +251,7 @@ pub(crate) struct PopularSets {
 
 impl PopularSets {
     pub(crate) fn new(lists: &[TidList], records: usize) -> Self {
-        let threshold = (records / 128).max(128);
+        let threshold = (records / 512).max(64);
         let words = records.div_ceil(64);
         let sets = lists
             .iter()
