@@ -5,8 +5,9 @@
 //!
 //! Printed once before the criterion groups, for the workload "one request per user every 30 s (random
 //! phase per user), position updates every 5 s, k uniform in [2, 10], positions kept 10 s": success rate
-//! at 500 m and 1,000 m tolerances, median relative spatial resolution, cloak latency percentiles; and,
-//! on the same requests, CliqueCloak's (the requests model, dt = 10 s) success and resolution.
+//! at 500 m and 1,000 m tolerances (1,000 m both with the default `presence_target_m` of 500 m and
+//! with it set to 1,000 m), median relative spatial resolution, cloak latency percentiles (each
+//! `cloak` call, wall clock and the thread's CPU time) and the expiry reasons; and, on the same requests, CliqueCloak's (the requests model, dt = 10 s) success and resolution.
 //! Criterion group `presence_updates`: a fresh engine fed every trace row as a position update.
 //!
 //! Run: `cargo bench --bench location_presence`.
@@ -15,6 +16,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use cloakd::location::presence::ExpiryReason;
 use cloakd::location::replay::{
     PeriodicEvent, PeriodicParams, PeriodicWorkload, median, periodic_workload,
     relative_spatial_resolution,
@@ -37,19 +39,29 @@ fn trace_path() -> PathBuf {
         .unwrap_or_else(|| root.join("tests/data/oldenburg_60s.csv.gz"))
 }
 
-fn params() -> PresenceParams {
+/// The engine's limits, with `presence_target_m` = `target_side_m`.
+fn params(target_side_m: f64) -> PresenceParams {
     PresenceParams {
         max_age_ms: MAX_AGE_MS,
         max_tracked_users: 1_000_000,
-        target_side_m: 500.0,
+        target_side_m,
     }
 }
 
-fn presence_quality(workload: &PeriodicWorkload, tolerance_m: f64) {
-    let mut engine = PresenceEngine::new(params(), 1);
+/// CPU time of this thread in nanoseconds: the engine's own work, without the time the thread waited
+/// for a core on a loaded machine (which the wall clock counts).
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
+fn presence_quality(workload: &PeriodicWorkload, tolerance_m: f64, target_side_m: f64) {
+    let mut engine = PresenceEngine::new(params(target_side_m), 1);
     let mut latency = Histogram::<u64>::new(3).expect("histogram");
+    let mut cpu = Histogram::<u64>::new(3).expect("histogram");
     let (mut requests, mut cloaked) = (0usize, 0usize);
     let mut resolutions = Vec::new();
+    let mut expired = std::collections::BTreeMap::new();
     for event in &workload.events {
         match *event {
             PeriodicEvent::Update {
@@ -76,27 +88,45 @@ fn presence_quality(workload: &PeriodicWorkload, tolerance_m: f64) {
                     dy_m: tolerance_m,
                 };
                 let start = Instant::now();
+                let cpu_start = thread_cpu_ns();
                 let outcome = engine.cloak(&req, at_ms);
+                let _ = cpu.record(thread_cpu_ns().saturating_sub(cpu_start));
                 let _ = latency.record(start.elapsed().as_nanos() as u64);
                 requests += 1;
-                if let Ok(PresenceOutcome::Cloaked(region)) = outcome {
-                    cloaked += 1;
-                    resolutions.push(relative_spatial_resolution(
-                        &req.constraint_box(),
-                        &region.cloaking_box,
-                    ));
+                match outcome {
+                    Ok(PresenceOutcome::Cloaked(region)) => {
+                        cloaked += 1;
+                        resolutions.push(relative_spatial_resolution(
+                            &req.constraint_box(),
+                            &region.cloaking_box,
+                        ));
+                    }
+                    Ok(PresenceOutcome::Expired(reason)) => {
+                        let name = match reason {
+                            ExpiryReason::TooFewUsers { .. } => "too few users",
+                            ExpiryReason::OutsideTolerance => "outside tolerance",
+                            ExpiryReason::Isolated => "isolated",
+                            ExpiryReason::FewFitTolerance => "few fit tolerance",
+                        };
+                        *expired.entry(name).or_insert(0usize) += 1;
+                    }
+                    Err(_) => *expired.entry("refused").or_insert(0usize) += 1,
                 }
             }
         }
     }
     let us = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+    let cpu_us = |q: f64| cpu.value_at_quantile(q) as f64 / 1000.0;
     eprintln!(
-        "presence {tolerance_m} m: {requests} requests, success {:.4}, median relative spatial resolution {:.3}, cloak latency p50 {:.1} us p99 {:.1} us max {:.1} us",
+        "presence {tolerance_m} m (target {target_side_m} m): {requests} requests, success {:.4}, median relative spatial resolution {:.3}, cloak latency (wall) p50 {:.1} us p99 {:.1} us max {:.1} us, (thread CPU) p50 {:.1} us p99 {:.1} us max {:.1} us; expired: {expired:?}",
         cloaked as f64 / requests.max(1) as f64,
         median(&mut resolutions),
         us(0.5),
         us(0.99),
         latency.max() as f64 / 1000.0,
+        cpu_us(0.5),
+        cpu_us(0.99),
+        cpu.max() as f64 / 1000.0,
     );
 }
 
@@ -184,8 +214,12 @@ fn bench(c: &mut Criterion) {
             seed: 1,
         },
     );
+    // The partition aims at `presence_target_m` (500 m by default, the default tolerance): each
+    // tolerance with the default target, and 1,000 m also with the target set to it.
+    for (tolerance_m, target_side_m) in [(500.0, 500.0), (1000.0, 500.0), (1000.0, 1000.0)] {
+        presence_quality(&workload, tolerance_m, target_side_m);
+    }
     for tolerance_m in [500.0, 1000.0] {
-        presence_quality(&workload, tolerance_m);
         requests_model_quality(&workload, tolerance_m);
     }
     // Every row an update, in trace order, spread evenly within its second.
@@ -217,7 +251,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(updates.len() as u64));
     group.bench_function("ingest", |b| {
         b.iter(|| {
-            let mut engine = PresenceEngine::new(params(), 1);
+            let mut engine = PresenceEngine::new(params(500.0), 1);
             for &(user, at_ms, lat, lon) in &updates {
                 let _ = engine.update(user, lat, lon, at_ms);
             }

@@ -140,3 +140,51 @@ async fn an_evaluation_past_the_servers_budget_is_stopped() {
     );
     daemon.shutdown().await.unwrap();
 }
+
+/// A table of `rows` rows, every row with its own sensitive value, evaluated against itself as the
+/// release: `rows` classes over `rows` sensitive values.
+fn distinct_request(rows: usize) -> EvaluateRequest {
+    let mut csv = String::from("a,s\n");
+    for i in 0..rows {
+        csv.push_str(&format!("{i},v{i}\n"));
+    }
+    EvaluateRequest {
+        job_toml: "[columns]\na = { role = \"quasi\", kind = \"numeric\" }\ns = { role = \"sensitive\" }\n[privacy]\nk = 1\n".into(),
+        hierarchies: Vec::new(),
+        original_csv: csv.clone().into_bytes(),
+        release_csv: csv.into_bytes(),
+        sensitive_csv: Vec::new(),
+        min_support: Some(0.5),
+        queries: Some(10),
+        qd: Some(1),
+        sel: Some(0.5),
+        query_seed: Some(1),
+    }
+}
+
+#[tokio::test]
+async fn a_release_whose_histograms_pass_the_limit_is_refused_before_allocation() {
+    // 1 MiB: 131,072 histogram counts of 8 bytes.
+    let daemon = TestDaemon::start(config_with(|c| c.tables.max_bytes = 1 << 20)).await;
+    let mut client = TableEvaluatorClient::new(daemon.channel().await);
+    // 20,000 rows: 20,000 classes x 20,000 values would be 3.2 GB of class and cell histograms.
+    let status = client
+        .evaluate(distinct_request(20_000))
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().starts_with("release_csv:")
+            && status.message().contains("tables.max_bytes"),
+        "{}",
+        status.message()
+    );
+    // 200 rows: 2 x 200 x 200 = 80,000 counts, within the limit.
+    let response = client
+        .evaluate(distinct_request(200))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((response.rows, response.classes), (200, 200));
+    daemon.shutdown().await.unwrap();
+}

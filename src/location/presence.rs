@@ -7,10 +7,14 @@
 //! the users, ordered along the Hilbert curve ([`super::hilbert`]), into consecutive *buckets* of k to
 //! 2k − 1 users; a bucket is the anonymity set of each of its users and its minimum bounding rectangle is
 //! their cloaking region. Plain Hilbert Cloak cuts fixed buckets of k from the start of the order; here
-//! the cut points are chosen by dynamic programming over the order so that the sum over users of their
-//! bucket's larger side (metres) is smallest, which places boundaries in the gaps between clusters and
-//! keeps regions small. Users that fit no small bucket are tried again along Hilbert curves on shifted
-//! grids, then at twice and four times the target side, and a last round places the rest. The region
+//! the cut points are chosen by dynamic programming over the order so that the fewest requests are
+//! lost: a bucket costs, at tolerances of one, two and four times the target side, the members it
+//! could not serve there (all of them when fewer than k members' constraint boxes at that tolerance
+//! hold its MBR, since a request is cloaked only if k do), which places boundaries in the gaps between
+//! clusters and keeps regions small. Users that fit no small bucket are tried again along Hilbert
+//! curves on eleven shifted grids; those still left join a bucket already cut whose region they fit
+//! without pushing any member out of the target (so a bucket can exceed 2k − 1 users); the rest are
+//! tried at twice and four times the target side, and a last round places the rest. The region
 //! is the bucket's MBR padded at random inside its members' padding boxes, with a seed derived from the
 //! anonymity set and its positions under a secret key ([`padded_region`]), so it leaks no member's
 //! coordinate on its edges and is still the same for every member. A request is `Cloaked` with its
@@ -131,20 +135,21 @@ pub enum PresenceError {
 struct Placed {
     lat: f64,
     lon: f64,
-    cell: (u32, u32),
+    /// The position along the Hilbert curve of each grid shift of [`SHIFTS`] (the first is unshifted).
+    shifted: [u64; SHIFTS.len()],
     cos_lat: f64,
 }
 
 impl Placed {
     fn new(lat: f64, lon: f64) -> (u64, Placed) {
-        let cell = grid_cell(lat, lon);
+        let (x, y) = grid_cell(lat, lon);
         let placed = Placed {
             lat,
             lon,
-            cell,
+            shifted: SHIFTS.map(|(sx, sy)| xy_to_d(ORDER, x.wrapping_add(sx), y.wrapping_add(sy))),
             cos_lat: lat.to_radians().cos().max(0.0),
         };
-        (xy_to_d(ORDER, cell.0, cell.1), placed)
+        (placed.shifted[0], placed)
     }
 }
 
@@ -163,8 +168,8 @@ struct OrderedUser {
     user: UserKey,
     lat: f64,
     lon: f64,
-    /// The Web Mercator grid cell of the position (shifted for the later rounds' curves).
-    cell: (u32, u32),
+    /// The position along the Hilbert curve of each grid shift of [`SHIFTS`].
+    shifted: [u64; SHIFTS.len()],
     /// Cosine of the latitude: metres east per degree of longitude over metres per degree of latitude.
     cos_lat: f64,
 }
@@ -427,7 +432,7 @@ impl PresenceEngine {
                     user,
                     lat: p.lat,
                     lon: p.lon,
-                    cell: p.cell,
+                    shifted: p.shifted,
                     cos_lat: p.cos_lat,
                 }));
         }
@@ -448,34 +453,51 @@ impl PresenceEngine {
 
 /// Grid shifts of the Hilbert curve (in cells of the 2^32 grid) tried in turn. Shifts of 1/3 and 2/3
 /// of the map (and others) move the curve's quadrant boundaries at every level, so users cut apart by
-/// one curve meet on the next.
-const SHIFTS: [(u32, u32); 6] = [
+/// one curve meet on the next. Each user's position along every shifted curve is computed once, when
+/// its position changes ([`Placed::new`]).
+const SHIFTS: [(u32, u32); 12] = [
     (0, 0),
     (0x5555_5555, 0x5555_5555),
     (0xAAAA_AAAA, 0x2AAA_AAAA),
     (0x3333_3333, 0x9999_9999),
     (0xCCCC_CCCC, 0x6666_6666),
     (0x1C71_C71C, 0xE38E_38E3),
+    (0x7000_0001, 0x1000_0007),
+    (0x2492_4924, 0x6DB6_DB6D),
+    (0x9249_2492, 0xB6DB_6DB6),
+    (0xE000_0003, 0x4CCC_CCCC),
+    (0x0F0F_0F0F, 0xF0F0_F0F0),
+    (0x5A5A_5A5A, 0xA5A5_A5A5),
 ];
 
-/// The rounds of the partition: the grid shift of the Hilbert curve and the target side (in multiples
-/// of `target_side_m`) of each round. Every shift at the target; users that fit no bucket there are
-/// tried at twice and four times the target (so a request with a larger tolerance still finds a
-/// small region), and the last round places whoever is left.
-const ROUNDS: [((u32, u32), f64); 13] = [
-    (SHIFTS[0], 1.0),
-    (SHIFTS[1], 1.0),
-    (SHIFTS[2], 1.0),
-    (SHIFTS[3], 1.0),
-    (SHIFTS[4], 1.0),
-    (SHIFTS[5], 1.0),
-    (SHIFTS[0], 2.0),
-    (SHIFTS[1], 2.0),
-    (SHIFTS[2], 2.0),
-    (SHIFTS[3], 2.0),
-    (SHIFTS[0], 4.0),
-    (SHIFTS[1], 4.0),
-    (SHIFTS[0], 2.0),
+/// The rounds of the partition: the grid shift (index into [`SHIFTS`]) of the Hilbert curve and the
+/// target side (in multiples of `target_side_m`) of each round. Every shift at the target; users that
+/// fit no bucket there are tried at twice and four times the target (so a request with a larger
+/// tolerance still finds a small region), and the last round places whoever is left. Where the target
+/// grows, the users left are first offered to the buckets already cut ([`absorb`]).
+///
+/// Measured on the sparse Oldenburg workload (`benches/location_presence.rs`, 500 m): six shifts at the
+/// target gave 74.9 % success, eight 75.1 %, twelve 75.5 %.
+const ROUNDS: [(usize, f64); 19] = [
+    (0, 1.0),
+    (1, 1.0),
+    (2, 1.0),
+    (3, 1.0),
+    (4, 1.0),
+    (5, 1.0),
+    (6, 1.0),
+    (7, 1.0),
+    (8, 1.0),
+    (9, 1.0),
+    (10, 1.0),
+    (11, 1.0),
+    (0, 2.0),
+    (1, 2.0),
+    (2, 2.0),
+    (3, 2.0),
+    (0, 4.0),
+    (1, 4.0),
+    (0, 2.0),
 ];
 
 /// Skip cost of leaving a user out of every bucket of a round (it is tried again in the next round).
@@ -499,8 +521,9 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
     out.buckets.clear();
     let n = users.len();
     out.bucket_of.resize(n, UNASSIGNED);
-    if out.caches.len() != ROUNDS.len() {
-        out.caches = (0..ROUNDS.len()).map(|_| SegmentCache::default()).collect();
+    let rounds = &ROUNDS;
+    if out.caches.len() != rounds.len() {
+        out.caches = (0..rounds.len()).map(|_| SegmentCache::default()).collect();
     }
     if k == 0 || n < k {
         for cache in &mut out.caches {
@@ -511,7 +534,18 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
     let mut pending: Vec<u32> = (0..n as u32).collect();
     let mut left = Vec::new();
     let mut keyed: Vec<(u64, UserKey, u32)> = Vec::new();
-    for (round, &((sx, sy), scale)) in ROUNDS.iter().enumerate() {
+    let mut joined: Vec<(u32, u32)> = Vec::new();
+    for (round, &(shift, scale)) in rounds.iter().enumerate() {
+        if round > 0 && scale != rounds[round - 1].1 {
+            absorb(
+                users,
+                &mut out.buckets,
+                &mut pending,
+                &mut joined,
+                target_side_m * rounds[round - 1].1,
+                target_side_m,
+            );
+        }
         if pending.len() < k {
             out.caches[round].finish_round();
             continue;
@@ -520,19 +554,14 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
             keyed.clear();
             keyed.extend(pending.iter().map(|&i| {
                 let u = &users[i as usize];
-                let (x, y) = u.cell;
-                (
-                    xy_to_d(ORDER, x.wrapping_add(sx), y.wrapping_add(sy)),
-                    u.user,
-                    i,
-                )
+                (u.shifted[shift], u.user, i)
             }));
             keyed.sort_unstable();
             pending.clear();
             pending.extend(keyed.iter().map(|&(_, _, i)| i));
         }
         let target_m = target_side_m * scale;
-        let last_round = round + 1 == ROUNDS.len();
+        let last_round = round + 1 == rounds.len();
         let skip = if last_round { f64::INFINITY } else { SKIP_COST };
         left.clear();
         let mut start = 0;
@@ -568,11 +597,95 @@ fn partition_snapshot(users: &[OrderedUser], k: usize, target_side_m: f64, out: 
         out.caches[round].finish_round();
         std::mem::swap(&mut pending, &mut left);
     }
+    if !joined.is_empty() {
+        // Each bucket's members, then those that joined it, kept in the snapshot's order.
+        joined.sort_unstable();
+        let old_members = std::mem::take(&mut out.members);
+        let mut e = 0;
+        for (b, bucket) in out.buckets.iter_mut().enumerate() {
+            let first = out.members.len();
+            out.members
+                .extend_from_slice(&old_members[bucket.0..bucket.1]);
+            while e < joined.len() && joined[e].0 as usize == b {
+                out.members.push(joined[e].1);
+                e += 1;
+            }
+            out.members[first..].sort_unstable();
+            bucket.0 = first;
+            bucket.1 = out.members.len();
+        }
+    }
     for (index, &(start, end, _)) in out.buckets.iter().enumerate() {
         for &member in &out.members[start..end] {
             out.bucket_of[member as usize] = index as u32;
         }
     }
+}
+
+/// Offers each user left out of every bucket so far (in `pending`, in order) to the buckets already cut,
+/// before the next rounds try a larger target: a user joins the bucket whose region it would fit best
+/// (least larger side, then lowest index) when its own need is within `target_m` and the bucket either
+/// holds its position already (the region does not change) or grows to a larger side of at most
+/// `base_m` (the partition's target, so every member still fits it). No member of a bucket is ever
+/// pushed beyond a tolerance it fitted; buckets may so hold more than 2k - 1 users. Deterministic: a
+/// function of the buckets and the users in `pending` order, like the rest of the partition.
+fn absorb(
+    users: &[OrderedUser],
+    buckets: &mut [(usize, usize, GeoBox)],
+    pending: &mut Vec<u32>,
+    joined: &mut Vec<(u32, u32)>,
+    target_m: f64,
+    base_m: f64,
+) {
+    if buckets.is_empty() || pending.is_empty() {
+        return;
+    }
+    // Buckets by the least latitude of their region as cut; a region grows by at most `base_m`.
+    let mut by_lat: Vec<(f64, u32)> = buckets
+        .iter()
+        .enumerate()
+        .map(|(b, (_, _, mbr))| (mbr.min_lat, b as u32))
+        .collect();
+    by_lat.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let tallest = buckets
+        .iter()
+        .map(|(_, _, mbr)| mbr.max_lat - mbr.min_lat)
+        .fold(0.0, f64::max);
+    let reach = 2.0 * base_m.max(target_m) / METRES_PER_DEGREE_LAT;
+    pending.retain(|&i| {
+        let u = &users[i as usize];
+        let from = by_lat.partition_point(|&(lat, _)| lat < u.lat - reach - tallest);
+        let mut best: Option<(f64, u32, GeoBox)> = None;
+        for &(min_lat, b) in &by_lat[from..] {
+            if min_lat > u.lat + reach {
+                break;
+            }
+            let mbr = buckets[b as usize].2;
+            let mut grown = mbr;
+            grown.extend(u.lat, u.lon);
+            let side = larger_side_m(&grown, u.cos_lat);
+            if grown != mbr && side > base_m {
+                continue;
+            }
+            let need_deg_lat = (u.lat - grown.min_lat).max(grown.max_lat - u.lat);
+            let need_deg_lon = (u.lon - grown.min_lon).max(grown.max_lon - u.lon);
+            let need = need_deg_lat.max(need_deg_lon * u.cos_lat) * METRES_PER_DEGREE_LAT;
+            if need > target_m {
+                continue;
+            }
+            if best.is_none_or(|(s, c, _)| (side, b) < (s, c)) {
+                best = Some((side, b, grown));
+            }
+        }
+        match best {
+            Some((_, b, grown)) => {
+                buckets[b as usize].2 = grown;
+                joined.push((b, i));
+                false
+            }
+            None => true,
+        }
+    });
 }
 
 /// Finest step of the padding ladder below the target side: `target / 2^PAD_LADDER_BELOW`.
@@ -700,34 +813,59 @@ impl SegmentCache {
     }
 }
 
-/// Cost of a bucket: for each member, one step for each of target, 2 × target and 4 × target that its
-/// need (the Chebyshev half-width in metres of the smallest constraint box centred on it that holds the
-/// bucket's MBR) exceeds, plus a small term in the MBR's larger side so smaller regions win ties.
+/// The tolerance steps, in multiples of the round's target, at which a bucket is costed.
+const COST_STEPS: [f64; 3] = [1.0, 2.0, 4.0];
+
+/// Cost of a bucket: at each step `m` of [`COST_STEPS`], the members whose request with tolerance
+/// `m × target` the bucket could not serve. A member's need is the Chebyshev half-width in metres of the
+/// smallest constraint box centred on it that holds the bucket's MBR; a request is cloaked only if at
+/// least k members hold the region in its tolerance, so when fewer than k members' needs are within
+/// the step, every member is lost at that step, and otherwise those beyond it. A small term in the MBR's
+/// larger side makes smaller regions win ties.
 fn bucket_cost(
     users: &[OrderedUser],
     members: &[u32],
     mbr: &GeoBox,
     cos: f64,
     target_m: f64,
+    k: usize,
 ) -> f64 {
     let side = larger_side_m(mbr, cos);
-    let mut cost = members.len() as f64 * 1e-3 * side / target_m;
+    let size = members.len();
+    let mut cost = size as f64 * 1e-3 * side / target_m;
     if side <= target_m {
         return cost;
     }
     if side > 8.0 * target_m {
         // need >= side / 2 > 4 × target for every member.
-        return cost + 3.0 * members.len() as f64;
+        return cost + (COST_STEPS.len() * size) as f64;
     }
-    for &i in members {
-        let u = &users[i as usize];
-        let need_deg_lat = (u.lat - mbr.min_lat).max(mbr.max_lat - u.lat);
-        let need_deg_lon = (u.lon - mbr.min_lon).max(mbr.max_lon - u.lon);
-        let need = need_deg_lat.max(need_deg_lon * cos) * METRES_PER_DEGREE_LAT;
-        cost += [1.0, 2.0, 4.0]
-            .iter()
-            .filter(|&&m| need > m * target_m)
-            .count() as f64;
+    // Members a bucket may leave beyond a step while still serving the others at it.
+    let spare = size.saturating_sub(k);
+    for step in COST_STEPS {
+        let step_m = step * target_m;
+        if side <= step_m {
+            // Every member's need is within the step: nobody is lost at it, nor at a larger one.
+            break;
+        }
+        if side > 2.0 * step_m {
+            // need >= side / 2 > step for every member.
+            cost += size as f64;
+            continue;
+        }
+        let mut beyond = 0usize;
+        for &i in members {
+            let u = &users[i as usize];
+            let need_deg_lat = (u.lat - mbr.min_lat).max(mbr.max_lat - u.lat);
+            let need_deg_lon = (u.lon - mbr.min_lon).max(mbr.max_lon - u.lon);
+            let need = need_deg_lat.max(need_deg_lon * cos) * METRES_PER_DEGREE_LAT;
+            beyond += usize::from(need > step_m);
+            if beyond > spare {
+                // Fewer than k within the step: all of them are lost at it.
+                break;
+            }
+        }
+        cost += if beyond > spare { size } else { beyond } as f64;
     }
     cost
 }
@@ -773,7 +911,13 @@ fn cut_segment(
             if len < k || !best[start].is_finite() {
                 continue;
             }
-            let cost = best[start] + bucket_cost(users, &seq[start..end], &mbr, cos, target_m);
+            // The cost is at least its tie term: a bucket that cannot beat the best so far even
+            // with it alone is not costed in full.
+            let floor = len as f64 * 1e-3 * larger_side_m(&mbr, cos) / target_m;
+            if best[start] + floor >= best[end] {
+                continue;
+            }
+            let cost = best[start] + bucket_cost(users, &seq[start..end], &mbr, cos, target_m, k);
             if cost < best[end] {
                 best[end] = cost;
                 last[end] = len;
@@ -1086,7 +1230,7 @@ mod tests {
     }
 
     #[test]
-    fn buckets_hold_k_to_2k_minus_1_users() {
+    fn buckets_hold_at_least_k_users_each_user_in_one() {
         let mut engine = PresenceEngine::new(params(60_000, 1000), 1);
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         for user in 0..200u64 {
@@ -1102,7 +1246,8 @@ mod tests {
             for &(start, end, mbr) in &partition.buckets {
                 assert_eq!(start, covered);
                 let len = end - start;
-                assert!(len >= k as usize && len < 2 * k as usize, "k {k} len {len}");
+                // k to 2k - 1 as cut, more where users left out joined a bucket.
+                assert!(len >= k as usize, "k {k} len {len}");
                 for &m in &partition.members[start..end] {
                     assert!(!seen[m as usize], "user in two buckets");
                     seen[m as usize] = true;
@@ -1259,10 +1404,9 @@ mod tests {
         );
         assert!(requests > 1000);
         if sparse {
-            // Measured 0.667 with padded regions and at least k members holding the region in the same
-            // tolerance (0.738 without that rule; the target of 0.75 is not reached yet);
-            // guards against regressions.
-            assert!(success >= 0.65, "success {success}");
+            // The target at 500 m (measured 0.755: padded regions, at least k members holding
+            // the region in the same tolerance; deterministic, the workload and engine are seeded).
+            assert!(success >= 0.75, "success {success}");
         }
     }
 }

@@ -171,18 +171,23 @@ pub fn evaluate(
     release: &Release,
 ) -> Result<Evaluation, EvaluateError> {
     let never = AtomicBool::new(false);
-    Ok(evaluate_unless(table, baseline, release, &never)?
-        .expect("an evaluation that cannot be cancelled completes"))
+    Ok(
+        evaluate_unless(table, baseline, release, usize::MAX, &never)?
+            .expect("an evaluation that cannot be cancelled completes"),
+    )
 }
 
-/// [`evaluate`], giving up (`Ok(None)`) soon after `cancelled` turns true.
+/// [`evaluate`], giving up (`Ok(None)`) soon after `cancelled` turns true, and refusing
+/// ([`ViewError::TooLarge`]) a release whose class and cell histograms would pass
+/// `max_histogram_cells` counts before allocating them.
 pub fn evaluate_unless(
     table: &Table,
     baseline: &Baseline,
     release: &Release,
+    max_histogram_cells: usize,
     cancelled: &AtomicBool,
 ) -> Result<Option<Evaluation>, EvaluateError> {
-    let view = ReleaseView::new(table, release)?;
+    let view = ReleaseView::new_within(table, release, max_histogram_cells)?;
     if view.rows() != table.rows() as u64 {
         return Err(EvaluateError::RowCount {
             release: view.rows(),

@@ -57,6 +57,16 @@ pub enum ViewError {
     Group { group: String, rule: String },
     #[error("release is empty")]
     Empty,
+    /// The view's histograms (one per class and per cell, a count per sensitive value) would pass
+    /// the caller's limit; checked before they are allocated.
+    #[error(
+        "the release's {classes} classes over {domain} sensitive values need more than {max} histogram cells"
+    )]
+    TooLarge {
+        classes: usize,
+        domain: usize,
+        max: usize,
+    },
 }
 
 /// Resolves released labels of one categorical QI to hierarchy nodes.
@@ -186,6 +196,16 @@ impl ReleaseView {
 
     /// Builds the view of a release against the table's domains.
     pub fn new(table: &Table, release: &Release) -> Result<ReleaseView, ViewError> {
+        Self::new_within(table, release, usize::MAX)
+    }
+
+    /// [`ReleaseView::new`], refusing with [`ViewError::TooLarge`] before its class and cell
+    /// histograms (classes × domain and cells × domain counts) would pass `max_cells` counts in all.
+    pub fn new_within(
+        table: &Table,
+        release: &Release,
+        max_cells: usize,
+    ) -> Result<ReleaseView, ViewError> {
         let sensitive_index: HashMap<&str, u32> = table
             .sensitive
             .domain
@@ -221,6 +241,19 @@ impl ReleaseView {
             cell_histograms: Vec::new(),
             quasi_count: qn,
         };
+        let within = |classes: usize, cells: usize| {
+            let needed = classes
+                .checked_add(cells)
+                .and_then(|n| n.checked_mul(m.max(1)));
+            match needed {
+                Some(n) if n <= max_cells => Ok(()),
+                _ => Err(ViewError::TooLarge {
+                    classes,
+                    domain: m,
+                    max: max_cells,
+                }),
+            }
+        };
         let region_of = |q: usize, row: usize| -> Region {
             let (codes, regions) = &region_codes[q];
             regions[codes[row] as usize]
@@ -246,6 +279,8 @@ impl ReleaseView {
                         Some(&c) => c,
                         None => {
                             let c = view.class_sizes.len();
+                            // Each class is also a cell.
+                            within(c + 1, c + 1)?;
                             class_of_key.insert(key.clone(), c);
                             view.class_sizes.push(0);
                             view.class_histograms
@@ -276,6 +311,7 @@ impl ReleaseView {
                     .map(|(i, g)| (g.as_str(), i))
                     .collect();
                 let groups = group.dictionary.len();
+                within(groups, 0)?;
                 view.class_sizes = vec![0; groups];
                 view.class_histograms = vec![0; groups * m];
                 let mut counted = vec![0u64; groups];
@@ -312,6 +348,7 @@ impl ReleaseView {
                         });
                     }
                 }
+                within(groups, cell_rows.len())?;
                 view.cell_histograms = Vec::with_capacity(cell_rows.len() * m);
                 for &(class, rows) in &cell_rows {
                     let size = view.class_sizes[class] as f64;

@@ -3,7 +3,8 @@
 //! the measurement runs on a blocking thread.
 //!
 //! Invariants: uploads (after gzip decoding) are bounded by `tables.max_bytes`, the table by
-//! `tables.max_rows` and the query workload by `tables.max_queries`, each checked before anything of
+//! `tables.max_rows`, the query workload by `tables.max_queries` and the release's class and cell
+//! histograms (classes × sensitive values) by `tables.max_bytes` too, each checked before anything of
 //! that size is allocated; evaluations hold a place of the one table-job limiter
 //! (`tables.max_concurrent_jobs`, shared with TableAnonymizer), further ones get RESOURCE_EXHAUSTED;
 //! a call whose client goes away or whose deadline (or `tables.max_job_ms`) passes stops its
@@ -17,8 +18,9 @@ use std::time::Duration;
 use tonic::Status;
 
 use crate::config::TablesConfig;
-use crate::measures::evaluate::{Baseline, EvaluationOptions, evaluate_unless};
+use crate::measures::evaluate::{Baseline, EvaluateError, EvaluationOptions, evaluate_unless};
 use crate::measures::released::read_release;
+use crate::measures::view::ViewError;
 use crate::proto::table_evaluator_server::{TableEvaluator, TableEvaluatorServer};
 use crate::proto::{EvaluateRequest, EvaluateResponse};
 use crate::relational::hierarchy::Hierarchy;
@@ -192,8 +194,20 @@ impl Evaluator {
         let baseline = Baseline::new_unless(&table, options, cancelled)
             .map_err(invalid)?
             .ok_or(EvaluationError::Cancelled)?;
-        let e = evaluate_unless(&table, &baseline, &release, cancelled)
-            .map_err(invalid)?
+        // The view's histograms (8-byte counts) may take at most `tables.max_bytes`, like an upload.
+        let max_cells = max_bytes / 8;
+        let e = evaluate_unless(&table, &baseline, &release, max_cells, cancelled)
+            .map_err(|e| match e {
+                EvaluateError::View(ViewError::TooLarge { classes, domain, .. }) => {
+                    EvaluationError::TooLarge {
+                        field: "release_csv",
+                        got: (classes as u64).saturating_mul(domain as u64).saturating_mul(8),
+                        limit: "tables.max_bytes (bytes of the release's class histograms, 8 per class and sensitive value, or more)",
+                        max: max_bytes as u64,
+                    }
+                }
+                other => invalid(other),
+            })?
             .ok_or(EvaluationError::Cancelled)?;
         Ok(EvaluateResponse {
             ploss: e.ploss,
