@@ -31,6 +31,7 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Code, Status};
 
+use super::routes::Routes;
 use crate::config::CloakModel;
 use crate::config::LocationConfig;
 use crate::location::presence::PresenceError;
@@ -287,7 +288,8 @@ pub(super) struct Broker {
     /// The broker's copy of the provider queues (by service index; grows on reload).
     provider_queues: Vec<ProviderQueue>,
     all_provider_queues: Arc<ProviderQueues>,
-    routes: HashMap<Pseudonym, Route>,
+    /// Sharded so that no single resize pauses the broker ([`super::routes`]).
+    routes: Routes<Route>,
     route_expiry: VecDeque<(i64, Pseudonym)>,
     providers: HashMap<ProviderId, ProviderState>,
     /// When each delivered request must be acknowledged, in order (the ack time is one constant).
@@ -380,7 +382,7 @@ impl Broker {
             clients: HashMap::new(),
             provider_queues,
             all_provider_queues,
-            routes: HashMap::new(),
+            routes: Routes::default(),
             route_expiry: VecDeque::new(),
             providers: HashMap::new(),
             ack_expiry: VecDeque::new(),

@@ -25,6 +25,7 @@ mod grpc;
 mod provider;
 mod providers;
 mod rate;
+mod routes;
 mod validate;
 
 use std::sync::Arc;
