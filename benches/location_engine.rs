@@ -80,17 +80,7 @@ fn requests() -> Option<Vec<CloakRequest>> {
         path.display(),
         points.last().map_or(0, |p| p.timestamp) - points.first().map_or(0, |p| p.timestamp) + 1
     );
-    Some(requests_from_trace(
-        &points,
-        &ReplayParams {
-            k_min: 2,
-            k_max: 10,
-            dx_m: 500.0,
-            dy_m: 500.0,
-            dt_ms: 10_000,
-            seed: 2024,
-        },
-    ))
+    Some(requests_from_trace(&points, &ReplayParams::OLDENBURG))
 }
 
 const MODES: [(&str, SearchMode); 2] =

@@ -26,17 +26,7 @@ fn main() -> anyhow::Result<()> {
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let points = cloakd::workload::read_trace_file(std::path::Path::new(&path), Some(limit))?;
-    let requests = requests_from_trace(
-        &points,
-        &ReplayParams {
-            k_min: 2,
-            k_max: 10,
-            dx_m: 500.0,
-            dy_m: 500.0,
-            dt_ms: 10_000,
-            seed: 2024,
-        },
-    );
+    let requests = requests_from_trace(&points, &ReplayParams::OLDENBURG);
     println!("{} requests from {path}", requests.len());
     println!(
         "| cell size | owners | cells | success rate | relative anonymity | relative spatial resolution |"

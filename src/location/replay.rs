@@ -25,6 +25,19 @@ pub struct ReplayParams {
     pub seed: u64,
 }
 
+impl ReplayParams {
+    /// The workload the issues and benchmarks measure the Oldenburg traces with: k uniform in
+    /// [2, 10], dx = dy = 500 m, dt = 10 s, seed 2024.
+    pub const OLDENBURG: ReplayParams = ReplayParams {
+        k_min: 2,
+        k_max: 10,
+        dx_m: 500.0,
+        dy_m: 500.0,
+        dt_ms: 10_000,
+        seed: 2024,
+    };
+}
+
 /// The requests of a trace, in trace order, with ids 0, 1, 2, ... and one user key per trace user id.
 pub fn requests_from_trace(points: &[TracePoint], params: &ReplayParams) -> Vec<CloakRequest> {
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
@@ -269,15 +282,5 @@ pub(crate) fn oldenburg_slice() -> Vec<CloakRequest> {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
     let points = crate::workload::read_trace_file(&path, None).unwrap();
-    requests_from_trace(
-        &points,
-        &ReplayParams {
-            k_min: 2,
-            k_max: 10,
-            dx_m: 500.0,
-            dy_m: 500.0,
-            dt_ms: 10_000,
-            seed: 2024,
-        },
-    )
+    requests_from_trace(&points, &ReplayParams::OLDENBURG)
 }

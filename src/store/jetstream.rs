@@ -196,18 +196,17 @@ impl JetStreamRecordLog {
         Ok(log)
     }
 
-    /// Publishes `entries` (all of `stream`) as one message that JetStream stores only if the last
-    /// message on the stream's subject is still `fence`; returns the new message's sequence.
+    /// Publishes `encoded` (entries of `stream`, in their storage encoding) as one message that
+    /// JetStream stores only if the last message on the stream's subject is still `fence`; returns
+    /// the new message's sequence.
     async fn publish_batch(
         &self,
         stream: &str,
         fence: u64,
-        entries: &[&LogEntry],
+        encoded: Vec<Vec<u8>>,
     ) -> Result<u64, StoreError> {
         use async_nats::jetstream::context::PublishErrorKind;
-        let wire = WireBatch {
-            entries: entries.iter().map(|e| e.encode()).collect(),
-        };
+        let wire = WireBatch { entries: encoded };
         let publish = Publish::build()
             .payload(Bytes::from(prost::Message::encode_to_vec(&wire)))
             .expected_last_subject_sequence(fence);
@@ -238,23 +237,27 @@ impl JetStreamRecordLog {
         stream: &str,
         entries: Vec<&LogEntry>,
     ) -> Result<(), StoreError> {
-        let mut chunk: Vec<&LogEntry> = Vec::new();
+        // Each entry is encoded once: for its size here and as its bytes in the message.
+        let mut chunks: Vec<(Vec<&LogEntry>, Vec<Vec<u8>>)> = vec![Default::default()];
         let mut bytes = 0usize;
-        let mut chunks = Vec::new();
         for entry in entries {
-            let size = entry.encode().len() + 8;
+            let encoded = entry.encode();
+            let size = encoded.len() + 8;
+            let (chunk, _) = chunks.last().expect("one chunk at least");
             if !chunk.is_empty() && bytes + size > MAX_BATCH_MESSAGE_BYTES {
-                chunks.push(std::mem::take(&mut chunk));
+                chunks.push(Default::default());
                 bytes = 0;
             }
             bytes += size;
+            let (chunk, chunk_bytes) = chunks.last_mut().expect("one chunk at least");
             chunk.push(entry);
+            chunk_bytes.push(encoded);
         }
-        if !chunk.is_empty() {
-            chunks.push(chunk);
-        }
-        for chunk in chunks {
-            seen.fence = self.publish_batch(stream, seen.fence, &chunk).await?;
+        for (chunk, encoded) in chunks {
+            if chunk.is_empty() {
+                continue;
+            }
+            seen.fence = self.publish_batch(stream, seen.fence, encoded).await?;
             for entry in chunk {
                 seen.learn(entry);
             }
