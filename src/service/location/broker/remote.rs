@@ -190,7 +190,9 @@ impl Broker {
         client: ClientId,
         request: AdmittedRequest,
     ) -> Option<AdmittedRequest> {
-        let link = self.cluster.as_ref()?;
+        let Some(link) = self.cluster.as_ref() else {
+            return Some(request);
+        };
         let forwarded_here = self
             .clients
             .get(&client)
