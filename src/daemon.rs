@@ -103,9 +103,16 @@ async fn serve_inner(
     let max_message_bytes = config.server.max_message_bytes;
     let location = LocationServices::start(config.location.clone(), stop_rx.clone())
         .with_max_message_bytes(max_message_bytes);
-    let transactions = TransactionServices::start(config.transactions.clone(), stop_rx.clone())
-        .await
-        .context("opening the transaction store (transactions.data_dir)")?;
+    let transactions = match &cluster {
+        None => TransactionServices::start(config.transactions.clone(), stop_rx.clone())
+            .await
+            .context("opening the transaction store (transactions.data_dir)")?,
+        Some(nats) => {
+            TransactionServices::start_cluster(config.transactions.clone(), nats, stop_rx.clone())
+                .await
+                .context("opening the transaction streams on NATS JetStream ([cluster])")?
+        }
+    };
     let transactions = transactions.with_max_message_bytes(max_message_bytes);
     let table_jobs = crate::service::table::table_jobs(&config.tables);
     let table = crate::service::table::table_anonymizer(

@@ -9,10 +9,12 @@
 pub mod config;
 pub mod connect;
 pub mod lease;
+pub mod lease_table;
 
 pub use config::{ClusterConfig, NatsConfig};
 pub use connect::{Cluster, connect, node_id};
 pub use lease::{Contender, Lease, LeaseAttempt};
+pub use lease_table::{LeaseTable, Owner};
 
 /// What can go wrong talking to NATS; each names what was being done.
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,7 @@
 //! The `[transactions]` section is a `watch` value a SIGHUP reload replaces
 //! ([`TransactionsReload`]): record limits apply from the next record, `max_unacked_per_publish`
 //! and `subscriber_queue` from the next stream, stream settings as [`windows`] describes.
+pub mod cluster;
 pub mod release;
 pub mod windows;
 
@@ -48,7 +49,7 @@ use crate::proto::{PublishAck, ReleaseSubscription, ReleasedWindow, Transaction}
 use crate::service::{InboundError, drain};
 use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
 use crate::text::quote;
-use windows::{Append, AppendError, Appended, WindowManager};
+use windows::{Append, AppendError, Appended, ForwardedKind, WindowManager};
 
 /// Longest stream name, in bytes (its hex form names a directory).
 pub const MAX_STREAM_NAME_BYTES: usize = 120;
@@ -117,7 +118,14 @@ impl From<TransactionsError> for Status {
             TransactionsError::Append(AppendError::TooManyAntecedents { .. }) => {
                 Status::invalid_argument(message)
             }
-            TransactionsError::Append(AppendError::Unavailable(_))
+            TransactionsError::Append(AppendError::Forwarded { kind, .. }) => match kind {
+                ForwardedKind::Exhausted => Status::resource_exhausted(message),
+                ForwardedKind::Invalid => Status::invalid_argument(message),
+                ForwardedKind::Unavailable => Status::unavailable(message),
+            },
+            TransactionsError::Append(
+                AppendError::Unavailable(_) | AppendError::NotWriter { .. },
+            )
             | TransactionsError::Store(_)
             | TransactionsError::ShuttingDown
             | TransactionsError::SubscriptionStopped { .. } => Status::unavailable(message),
@@ -137,6 +145,10 @@ pub struct TransactionServices {
     /// The `[transactions]` section in force (the window manager's; replaced by a reload).
     config: watch::Receiver<Arc<TransactionsConfig>>,
     manager: WindowManager,
+    /// Where Publish hands records: the writer, or in a cluster the router in front of it.
+    appends: mpsc::Sender<Append>,
+    /// The cluster's stream leases, when replicas share NATS JetStream.
+    cluster: Option<cluster::ClusterStreams>,
     /// Largest request message (`server.max_message_bytes`).
     max_message_bytes: usize,
     /// This daemon's hold on `data_dir` (file stores), released when the services are dropped.
@@ -174,8 +186,93 @@ impl TransactionServices {
         releases: Arc<dyn ReleaseStore>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<TransactionServices, StoreError> {
-        let manager = WindowManager::start_with(config.clone(), log, releases).await?;
+        let manager = WindowManager::start_with(config.clone(), log, releases, None).await?;
         Ok(TransactionServices::over(manager, None, shutdown))
+    }
+
+    /// A replica of `cluster`: the record log and the release store on its JetStream
+    /// ([`crate::store::jetstream`], `config.data_dir` is neither locked nor used), one writer per
+    /// stream by lease, records forwarded to it from every replica, and releases announced on every
+    /// replica ([`cluster`]). On shutdown the replica gives its stream leases up, so others take
+    /// its streams over at once.
+    pub async fn start_cluster(
+        config: TransactionsConfig,
+        nats: &crate::cluster::Cluster,
+        shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<TransactionServices> {
+        use anyhow::Context;
+        let layout = crate::store::jetstream::Layout {
+            prefix: nats.config.prefix.clone(),
+            replicas: nats.config.replicas,
+        };
+        let log = crate::store::jetstream::JetStreamRecordLog::open(
+            nats.jetstream.clone(),
+            layout.clone(),
+        )
+        .await
+        .context("opening the record log on JetStream")?;
+        let releases: Arc<dyn ReleaseStore> = Arc::new(
+            crate::store::jetstream::JetStreamReleases::open(nats.jetstream.clone(), layout)
+                .await
+                .context("opening the release store on JetStream")?,
+        );
+        let leases = cluster::ClusterStreams::leases(nats).await?;
+        let manager = WindowManager::start_with(
+            config,
+            Arc::new(log),
+            releases.clone(),
+            Some(Arc::new(leases.clone())),
+        )
+        .await?;
+        let prefix = nats.config.prefix.clone();
+        let ingest = nats
+            .client
+            .subscribe(format!("{prefix}.ingest.{}", nats.node_id))
+            .await
+            .context("subscribing to forwarded records")?;
+        tokio::spawn(cluster::serve_ingest(
+            nats.client.clone(),
+            ingest,
+            manager.appends.clone(),
+            manager.config(),
+        ));
+        let seen = nats
+            .client
+            .subscribe(format!("{prefix}.releases.>"))
+            .await
+            .context("subscribing to releases")?;
+        tokio::spawn(cluster::watch_releases(
+            seen,
+            manager.streams.clone(),
+            releases,
+            nats.config.lease,
+        ));
+        let (appends, routed) = mpsc::channel(windows::WRITER_QUEUE);
+        let router = cluster::Router {
+            writer: manager.appends.clone(),
+            leases: leases.clone(),
+            client: nats.client.clone(),
+            prefix,
+            request_timeout: nats
+                .config
+                .nats
+                .as_ref()
+                .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout),
+            lease: nats.config.lease,
+        };
+        tokio::spawn(router.run(routed));
+        {
+            let mut shutdown = shutdown.clone();
+            let leases = leases.clone();
+            tokio::spawn(async move {
+                stopped(&mut shutdown).await;
+                leases.0.stop().await;
+            });
+        }
+        let mut services = TransactionServices::over(manager, None, shutdown);
+        services.appends = appends;
+        services.cluster = Some(cluster::ClusterStreams { leases });
+        Ok(services)
     }
 
     fn over(
@@ -185,6 +282,8 @@ impl TransactionServices {
     ) -> TransactionServices {
         TransactionServices {
             config: manager.config(),
+            appends: manager.appends.clone(),
+            cluster: None,
             manager,
             max_message_bytes: crate::service::DEFAULT_MAX_MESSAGE_BYTES,
             _lock: lock.map(Arc::new),
@@ -341,6 +440,24 @@ pub fn validate(t: &Transaction, config: &TransactionsConfig) -> Result<(), Tran
 }
 
 /// Completes when the daemon shuts down (or its shutdown signal is gone).
+/// Reads window `window`, announced as stored. A replicated store may answer from a replica that
+/// has not caught up yet: an announced window that reads as missing is read again for a while.
+async fn read_announced(
+    releases: &dyn ReleaseStore,
+    stream: &str,
+    window: u64,
+) -> Result<Option<WindowOutcome>, StoreError> {
+    let mut wait = std::time::Duration::from_millis(10);
+    for _ in 0..10 {
+        match releases.read(stream, window).await? {
+            Some(outcome) => return Ok(Some(outcome)),
+            None => tokio::time::sleep(wait).await,
+        }
+        wait = (wait * 2).min(std::time::Duration::from_secs(1));
+    }
+    releases.read(stream, window).await
+}
+
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
@@ -372,7 +489,7 @@ impl TransactionIngest for TransactionServices {
         // One place beyond the limit is kept for the status that ends the stream.
         let (pending_tx, mut pending_rx) = mpsc::channel::<PendingAck>(limit.saturating_add(1));
         let config = self.config.clone();
-        let appends = self.manager.appends.clone();
+        let appends = self.appends.clone();
         let max_message_bytes = self.max_message_bytes;
         let mut shutdown = self.shutdown.clone();
         // Reader: validate and hand records to the writer, in order, without waiting for acks or for
@@ -494,10 +611,16 @@ impl ReleaseFeed for TransactionServices {
         principal
             .check_stream(&stream)
             .map_err(TransactionsError::from)?;
-        let handle = self
-            .manager
-            .stream(&stream)
-            .ok_or_else(|| TransactionsError::UnknownStream(stream.clone()))?;
+        let handle = match (self.manager.stream(&stream), &self.cluster) {
+            (Some(handle), _) => handle,
+            // A stream another replica writes, first subscribed to here.
+            (None, Some(cluster)) if cluster.exists(&stream).await => self
+                .manager
+                .adopt(&stream)
+                .await
+                .map_err(TransactionsError::from)?,
+            (None, _) => return Err(TransactionsError::UnknownStream(stream.clone()).into()),
+        };
         let mut released = handle.released_upto.subscribe();
         let releases = self.manager.releases.clone();
         let subscriber_queue = self.config.borrow().subscriber_queue;
@@ -508,7 +631,7 @@ impl ReleaseFeed for TransactionServices {
             loop {
                 let upto = *released.borrow_and_update();
                 while next < upto {
-                    let item = match releases.read(&stream, next).await {
+                    let item = match read_announced(releases.as_ref(), &stream, next).await {
                         Ok(Some(WindowOutcome::Released(bytes))) => {
                             <ReleasedWindow as prost::Message>::decode(bytes.as_slice()).map_err(
                                 |e| TransactionsError::WindowUnreadable {

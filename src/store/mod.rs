@@ -98,3 +98,15 @@ pub(crate) fn sync_dir(dir: &std::path::Path) -> Result<(), StoreError> {
 pub fn stream_dir_name(stream: &str) -> String {
     stream.bytes().map(|b| format!("{b:02x}")).collect()
 }
+
+/// The stream named by `dir` ([`stream_dir_name`]'s inverse); `None` if it is not one.
+pub fn stream_name_of_dir(dir: &str) -> Option<String> {
+    if !dir.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes = (0..dir.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(dir.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}

@@ -218,7 +218,7 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TX_RECORDS_REFUSED,
         &["reason"],
-        "Published records refused: invalid, too_many_open (transactions.max_open_records) or unavailable (store error).",
+        "Published records refused: invalid, too_many_open (transactions.max_open_records), unavailable (store error) or not_writer (the stream's lease moved to another replica).",
     ),
     gauge(
         TX_OPEN_RECORDS,

@@ -25,7 +25,7 @@ mod writer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use crate::config::TransactionsConfig;
 use crate::store::{FileRecordLog, RecordLog, ReleaseStore, ReleasedWindows, StoreError};
@@ -64,6 +64,55 @@ pub enum AppendError {
     },
     #[error("transaction store unavailable, record not stored durably: {0}")]
     Unavailable(String),
+    /// The stream's windows are sealed by another replica now (its lease moved); nothing stored.
+    #[error(
+        "stream {stream:?} is being taken over by another replica; the record was not stored, publish it again"
+    )]
+    NotWriter { stream: String },
+    /// The replica that seals the stream's windows refused the record (forwarded there).
+    #[error("{message}")]
+    Forwarded {
+        kind: ForwardedKind,
+        message: String,
+    },
+}
+
+/// How a replica that seals a stream refused a forwarded record, for the status the producer gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardedKind {
+    /// A limit (RESOURCE_EXHAUSTED).
+    Exhausted,
+    /// The record cannot be stored as it is (INVALID_ARGUMENT).
+    Invalid,
+    /// Try again (UNAVAILABLE).
+    Unavailable,
+}
+
+impl AppendError {
+    /// The class of this refusal, as a forwarded refusal carries it.
+    pub fn kind(&self) -> ForwardedKind {
+        match self {
+            AppendError::TooManyOpenRecords { .. } | AppendError::TooManyStreams { .. } => {
+                ForwardedKind::Exhausted
+            }
+            AppendError::TooManyAntecedents { .. } => ForwardedKind::Invalid,
+            AppendError::Unavailable(_) | AppendError::NotWriter { .. } => {
+                ForwardedKind::Unavailable
+            }
+            AppendError::Forwarded { kind, .. } => *kind,
+        }
+    }
+}
+
+/// Which streams this replica seals (in a cluster, the streams whose lease it holds). Standalone
+/// there is none and the writer seals every stream.
+pub trait Ownership: Send + Sync + std::fmt::Debug {
+    /// Whether this replica seals `stream`'s windows now.
+    fn writes(&self, stream: &str) -> bool;
+    /// Starts contending for `stream` (idempotent).
+    fn contend(&self, stream: &str);
+    /// Changes whenever this replica gains or loses a stream.
+    fn changes(&self) -> watch::Receiver<u64>;
 }
 
 /// The acknowledgement of an appended (or already present) record.
@@ -99,6 +148,43 @@ pub struct WindowManager {
     config: Arc<watch::Sender<Arc<TransactionsConfig>>>,
     pub streams: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
     pub releases: Arc<dyn ReleaseStore>,
+    /// The anonymization pool every releaser shares (`transactions.release_workers`).
+    release_workers: Arc<Semaphore>,
+}
+
+/// `name`'s shared handle, created (with its releaser task) on first use; `released`: windows
+/// below it already have an outcome.
+fn stream_handle(
+    handles: &Mutex<HashMap<String, Arc<StreamHandle>>>,
+    name: &str,
+    released: u64,
+    release_workers: &Arc<Semaphore>,
+    releases: &Arc<dyn ReleaseStore>,
+    metrics: &metrics::StreamMetrics,
+) -> Arc<StreamHandle> {
+    let mut handles = handles
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    handles
+        .entry(name.to_string())
+        .or_insert_with(|| {
+            let (releaser, closed) = mpsc::unbounded_channel();
+            let (released_upto, _) = watch::channel(released);
+            let handle = Arc::new(StreamHandle {
+                released_upto,
+                releaser,
+            });
+            tokio::spawn(releaser::run_releaser(
+                name.to_string(),
+                Arc::clone(release_workers),
+                releases.clone(),
+                handle.released_upto.clone(),
+                closed,
+                metrics.clone(),
+            ));
+            handle
+        })
+        .clone()
 }
 
 impl WindowManager {
@@ -112,20 +198,30 @@ impl WindowManager {
                 Ok((log, releases))
             })
             .await?;
-        WindowManager::start_with(config, Arc::new(log), Arc::new(releases)).await
+        WindowManager::start_with(config, Arc::new(log), Arc::new(releases), None).await
     }
 
-    /// Replays `log` and starts the writer and the releasers over `log` and `releases`. Must run
-    /// inside a tokio runtime.
+    /// Replays `log` and starts the writer and the releasers over `log` and `releases`; with
+    /// `ownership`, the writer seals only the streams it says (see [`Ownership`]). Must run inside a
+    /// tokio runtime.
     pub async fn start_with(
         config: TransactionsConfig,
         log: Arc<dyn RecordLog>,
         releases: Arc<dyn ReleaseStore>,
+        ownership: Option<Arc<dyn Ownership>>,
     ) -> Result<WindowManager, StoreError> {
         let streams = Arc::new(Mutex::new(HashMap::new()));
         let (appends, commands) = mpsc::channel(WRITER_QUEUE);
+        let release_workers = Arc::new(Semaphore::new(config.release_workers.max(1)));
         let (reconfigure, live) = watch::channel(Arc::new(config));
-        let mut writer = writer::Writer::new(live, log, releases.clone(), streams.clone());
+        let mut writer = writer::Writer::new(
+            live,
+            log,
+            releases.clone(),
+            streams.clone(),
+            Arc::clone(&release_workers),
+            ownership,
+        );
         writer.recover().await?;
         tokio::spawn(writer.run(commands));
         Ok(WindowManager {
@@ -133,7 +229,25 @@ impl WindowManager {
             config: Arc::new(reconfigure),
             streams,
             releases,
+            release_workers,
         })
+    }
+
+    /// `name`'s handle, created if needed (a stream another replica writes, subscribed to here):
+    /// its releases are announced as they are stored, whoever stores them.
+    pub async fn adopt(&self, name: &str) -> Result<Arc<StreamHandle>, StoreError> {
+        if let Some(handle) = self.stream(name) {
+            return Ok(handle);
+        }
+        let released = self.releases.next_unreleased(name).await?;
+        Ok(stream_handle(
+            &self.streams,
+            name,
+            released,
+            &self.release_workers,
+            &self.releases,
+            &metrics::StreamMetrics::new(name),
+        ))
     }
 
     /// The `[transactions]` section in force, followed as it changes.

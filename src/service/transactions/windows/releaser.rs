@@ -80,7 +80,12 @@ pub(super) async fn run_releaser(
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(10));
         }
-        released_upto.send_replace(window_id + 1);
+        // Another replica's release may have been announced past it meanwhile (a cluster).
+        released_upto.send_if_modified(|upto| {
+            let advanced = window_id + 1 > *upto;
+            *upto = (*upto).max(window_id + 1);
+            advanced
+        });
         if failed {
             metrics.windows_failed.increment(1);
         } else {

@@ -20,7 +20,7 @@ async fn start(cfg: TransactionsConfig) -> (WindowManager, Faults, Arc<dyn Recor
     let faults = Faults::new();
     let log: Arc<dyn RecordLog> = Arc::new(faults.record_log(log));
     let releases = Arc::new(faults.release_store(releases));
-    let manager = WindowManager::start_with(cfg, log.clone(), releases)
+    let manager = WindowManager::start_with(cfg, log.clone(), releases, None)
         .await
         .unwrap();
     (manager, faults, log)

@@ -23,8 +23,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use super::metrics::{StreamMetrics, count_refused};
-use super::releaser::{ClosedWindow, run_releaser};
-use super::{Append, AppendError, Appended, MAX_BATCH, StreamHandle};
+use super::releaser::ClosedWindow;
+use super::{Append, AppendError, Appended, MAX_BATCH, Ownership, StreamHandle};
 use crate::config::{StreamSettings, TransactionsConfig};
 use crate::store::{
     EntryOutcome, LogEntry, LogPosition, RecordLog, ReleaseStore, StoreError, StoredRecord,
@@ -150,6 +150,8 @@ pub(super) struct Writer {
     release_workers: Arc<Semaphore>,
     /// The state may not be the log's (a failed append or lookup): rebuilt before the next batch.
     stale: bool,
+    /// Which streams this writer seals (a cluster's leases); `None`: all of them.
+    ownership: Option<Arc<dyn Ownership>>,
 }
 
 impl Writer {
@@ -158,10 +160,13 @@ impl Writer {
         log: Arc<dyn RecordLog>,
         releases: Arc<dyn ReleaseStore>,
         handles: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
+        release_workers: Arc<Semaphore>,
+        ownership: Option<Arc<dyn Ownership>>,
     ) -> Writer {
         let config = TransactionsConfig::clone(&live.borrow());
         Writer {
-            release_workers: Arc::new(Semaphore::new(config.release_workers.max(1))),
+            release_workers,
+            ownership,
             config,
             live,
             log,
@@ -187,32 +192,17 @@ impl Writer {
         if !self.state.contains_key(name) {
             let released = self.releases.next_unreleased(name).await?;
             let metrics = StreamMetrics::new(name);
-            let handle = {
-                let mut handles = self
-                    .handles
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                handles
-                    .entry(name.to_string())
-                    .or_insert_with(|| {
-                        let (releaser, closed) = mpsc::unbounded_channel();
-                        let (released_upto, _) = watch::channel(released);
-                        let handle = Arc::new(StreamHandle {
-                            released_upto,
-                            releaser,
-                        });
-                        tokio::spawn(run_releaser(
-                            name.to_string(),
-                            Arc::clone(&self.release_workers),
-                            self.releases.clone(),
-                            handle.released_upto.clone(),
-                            closed,
-                            metrics.clone(),
-                        ));
-                        handle
-                    })
-                    .clone()
-            };
+            let handle = super::stream_handle(
+                &self.handles,
+                name,
+                released,
+                &self.release_workers,
+                &self.releases,
+                &metrics,
+            );
+            if let Some(ownership) = &self.ownership {
+                ownership.contend(name);
+            }
             let settings = self.config.settings_for(name).clone();
             let rules = rules_for(&settings, &self.config);
             self.state.insert(
@@ -260,10 +250,12 @@ impl Writer {
                     st.open_records.push(record);
                 }
                 LogEntry::Close(close) => {
+                    let writes = self.writes(&close.stream);
                     let st = self.stream_state(&close.stream).await?;
                     let records = std::mem::take(&mut st.open_records);
                     st.open = OpenWindow::new(close.window_id + 1);
-                    if close.window_id >= st.released_at_open {
+                    // Another replica seals and releases what this one does not write.
+                    if close.window_id >= st.released_at_open && writes {
                         st.closed_pending.insert(close.window_id, records.len());
                         let _ = st.handle.releaser.send(ClosedWindow {
                             close,
@@ -317,15 +309,22 @@ impl Writer {
         }
     }
 
+    /// Whether this replica seals `stream`'s windows now.
+    fn writes(&self, stream: &str) -> bool {
+        self.ownership.as_ref().is_none_or(|o| o.writes(stream))
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         self.state
-            .values()
-            .filter_map(|st| st.open.deadline(&st.rules))
+            .iter()
+            .filter(|(name, _)| self.writes(name))
+            .filter_map(|(_, st)| st.open.deadline(&st.rules))
             .min()
     }
 
     pub async fn run(mut self, mut commands: mpsc::Receiver<Append>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
+        let mut leases = self.ownership.as_ref().map(|o| o.changes());
         loop {
             let deadline = self.next_deadline();
             tokio::select! {
@@ -335,6 +334,9 @@ impl Writer {
                 },
                 () = sleep_until_opt(deadline) => {}
                 Ok(()) = self.live.changed() => self.reconfigure().await,
+                // A stream taken over: its state is rebuilt from the log (what the previous writer
+                // appended), and its closed, unreleased windows are queued, before anything else.
+                () = changed_opt(&mut leases) => self.stale = true,
             }
             while batch.len() < MAX_BATCH {
                 match commands.try_recv() {
@@ -380,7 +382,11 @@ impl Writer {
         let mut planned = Vec::new();
         let mut closed = Vec::new();
         // Windows due by time close before this batch's records arrive.
+        let ownership = self.ownership.clone();
         for (name, st) in self.state.iter_mut() {
+            if ownership.as_ref().is_some_and(|o| !o.writes(name)) {
+                continue;
+            }
             let due = st
                 .open
                 .close_if_due(&st.rules, now)
@@ -401,6 +407,13 @@ impl Writer {
             {
                 let _ = command.reply.send(Err(AppendError::TooManyStreams {
                     streams: self.state.len(),
+                }));
+                continue;
+            }
+            if !self.writes(&command.stream) {
+                count_refused("not_writer");
+                let _ = command.reply.send(Err(AppendError::NotWriter {
+                    stream: command.stream,
                 }));
                 continue;
             }
@@ -576,6 +589,16 @@ fn acknowledge(
         metrics.open_records.increment(1.0);
     }
     let _ = reply.send(Ok(appended));
+}
+
+/// Resolves when `changes` (if any) changes; never if there is none or its sender is gone.
+async fn changed_opt(changes: &mut Option<watch::Receiver<u64>>) {
+    if let Some(rx) = changes
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {

@@ -1,0 +1,478 @@
+//! Transaction streams across replicas on NATS JetStream (`[cluster]`): who seals which stream, how a
+//! record published to any replica reaches it, and how every replica learns of releases.
+//!
+//! * **One writer per stream.** Every replica contends for the lease `stream.<S>` (S = hex of the
+//!   stream's name, [`crate::store::stream_dir_name`]) of each stream it knows (configured, in the
+//!   log, or published to) in the bucket `<prefix>_leases` ([`StreamLeases`] over
+//!   [`LeaseTable`]). Only the holder's window writer admits records, seals windows (by count and by
+//!   time) and releases them; when it takes a stream over it first rebuilds the stream's state from
+//!   the log and queues the closed windows the previous holder did not release. The log's fence
+//!   ([`crate::store::jetstream`]) makes a writer that lost its lease unnoticed harmless, and
+//!   releases are written once, so a window is never released twice or differently.
+//! * **Forwarding** ([`Router`]). A replica that receives a record for a stream another replica
+//!   seals sends it there as a NATS request on `<prefix>.ingest.<node id>` (a `ForwardRequest` of
+//!   up to [`MAX_FORWARD_BYTES`]; one request per batch of the router's queue and holder), and
+//!   acknowledges it to its producer only with the holder's answer (durable, or a duplicate with its
+//!   window). The holder validates the records again with its own limits ([`serve_ingest`]). A
+//!   stream nobody is known to hold is contended for first; records wait up to two lease durations
+//!   for a holder and are otherwise refused UNAVAILABLE (not stored; publish again). A holder that
+//!   does not answer within `cluster.request_timeout_ms` gets the same: the record may or may not
+//!   be stored, and publishing it again is safe (idempotent by record id).
+//! * **Releases everywhere** ([`watch_releases`]). Every replica listens on `<prefix>.releases.>`
+//!   (the release store's subjects; JetStream delivers stored messages to plain subscribers too) and
+//!   announces each release to its local subscribers, and re-reads the release store every lease
+//!   duration for the streams someone subscribes to here, in case a message was missed.
+//!
+//! Records travel between replicas in the clear inside NATS: run NATS with TLS
+//! (`cluster.tls_ca_file`) where the network is not trusted.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::windows::{Append, AppendError, Appended, ForwardedKind, Ownership, StreamHandle};
+use crate::cluster::{Cluster, LeaseTable, Owner};
+use crate::config::TransactionsConfig;
+use crate::store::{ReleaseStore, stream_dir_name, stream_name_of_dir};
+
+/// Largest payload of one forwarded batch: below NATS's default `max_payload` (1 MiB).
+pub const MAX_FORWARD_BYTES: usize = 512 * 1024;
+
+/// The stream leases of this replica, as the window writer asks for them.
+#[derive(Debug, Clone)]
+pub struct StreamLeases(pub LeaseTable);
+
+impl StreamLeases {
+    /// Who seals `stream`, as far as this replica knows.
+    pub fn owner(&self, stream: &str) -> Owner {
+        self.0.owner(&stream_dir_name(stream))
+    }
+}
+
+impl Ownership for StreamLeases {
+    fn writes(&self, stream: &str) -> bool {
+        self.0.holds(&stream_dir_name(stream))
+    }
+
+    fn contend(&self, stream: &str) {
+        self.0.contend(&stream_dir_name(stream));
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.0.changes()
+    }
+}
+
+/// A record as forwarded to the replica that seals its stream.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ForwardRecord {
+    #[prost(string, tag = "1")]
+    pub stream: String,
+    #[prost(string, tag = "2")]
+    pub record_id: String,
+    #[prost(string, repeated, tag = "3")]
+    pub items: Vec<String>,
+    #[prost(string, repeated, tag = "4")]
+    pub sensitive_items: Vec<String>,
+}
+
+/// The body of a request on `<prefix>.ingest.<node id>`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ForwardRequest {
+    #[prost(message, repeated, tag = "1")]
+    pub records: Vec<ForwardRecord>,
+}
+
+/// The answer for one forwarded record: stored (or a duplicate) in a window, or refused.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ForwardResult {
+    #[prost(uint64, tag = "1")]
+    pub window_id: u64,
+    #[prost(bool, tag = "2")]
+    pub duplicate: bool,
+    /// 0: stored; 1: a limit; 2: invalid; 3: unavailable.
+    #[prost(uint32, tag = "3")]
+    pub refused: u32,
+    #[prost(string, tag = "4")]
+    pub message: String,
+}
+
+/// The reply to a [`ForwardRequest`]: one result per record, in order.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ForwardReply {
+    #[prost(message, repeated, tag = "1")]
+    pub results: Vec<ForwardResult>,
+}
+
+impl ForwardResult {
+    fn of(result: Result<Appended, AppendError>) -> ForwardResult {
+        match result {
+            Ok(a) => ForwardResult {
+                window_id: a.window_id,
+                duplicate: a.duplicate,
+                refused: 0,
+                message: String::new(),
+            },
+            Err(e) => ForwardResult {
+                window_id: 0,
+                duplicate: false,
+                refused: match e.kind() {
+                    ForwardedKind::Exhausted => 1,
+                    ForwardedKind::Invalid => 2,
+                    ForwardedKind::Unavailable => 3,
+                },
+                message: e.to_string(),
+            },
+        }
+    }
+
+    fn into_result(self) -> Result<Appended, AppendError> {
+        let kind = match self.refused {
+            0 => {
+                return Ok(Appended {
+                    window_id: self.window_id,
+                    duplicate: self.duplicate,
+                });
+            }
+            1 => ForwardedKind::Exhausted,
+            2 => ForwardedKind::Invalid,
+            _ => ForwardedKind::Unavailable,
+        };
+        Err(AppendError::Forwarded {
+            kind,
+            message: self.message,
+        })
+    }
+}
+
+fn ingest_subject(prefix: &str, node: &str) -> String {
+    format!("{prefix}.ingest.{node}")
+}
+
+/// Sends each record to the replica that seals its stream: this one's writer, or another replica
+/// over NATS (see the module doc). Runs until every sender of its queue is gone.
+#[derive(Debug, Clone)]
+pub struct Router {
+    pub writer: mpsc::Sender<Append>,
+    pub leases: StreamLeases,
+    pub client: async_nats::Client,
+    pub prefix: String,
+    pub request_timeout: Duration,
+    pub lease: Duration,
+}
+
+impl Router {
+    pub async fn run(self, mut input: mpsc::Receiver<Append>) {
+        let mut batch = Vec::with_capacity(super::windows::MAX_BATCH);
+        while let Some(first) = input.recv().await {
+            batch.push(first);
+            while batch.len() < super::windows::MAX_BATCH {
+                match input.try_recv() {
+                    Ok(append) => batch.push(append),
+                    Err(_) => break,
+                }
+            }
+            let mut remote: HashMap<String, Vec<Append>> = HashMap::new();
+            for append in batch.drain(..) {
+                match self.leases.owner(&append.stream) {
+                    Owner::Local => self.local(append),
+                    Owner::Remote(node) => remote.entry(node).or_default().push(append),
+                    Owner::Vacant => {
+                        let router = self.clone();
+                        tokio::spawn(async move {
+                            let key = stream_dir_name(&append.stream);
+                            match router.leases.0.resolve(&key, router.lease * 2).await {
+                                Owner::Local => router.local(append),
+                                Owner::Remote(node) => router.forward(node, vec![append]).await,
+                                Owner::Vacant => {
+                                    let _ = append.reply.send(Err(AppendError::NotWriter {
+                                        stream: append.stream,
+                                    }));
+                                }
+                            }
+                        });
+                    }
+                }
+            }
+            for (node, appends) in remote {
+                let router = self.clone();
+                tokio::spawn(async move { router.forward(node, appends).await });
+            }
+        }
+    }
+
+    fn local(&self, append: Append) {
+        if let Err(e) = self.writer.try_send(append) {
+            let (append, message) = match e {
+                mpsc::error::TrySendError::Full(a) => (
+                    a,
+                    format!(
+                        "the transaction writer's queue is full ({} records waiting); publish the rest again later",
+                        self.writer.max_capacity()
+                    ),
+                ),
+                mpsc::error::TrySendError::Closed(a) => {
+                    (a, "the transaction writer has stopped".to_string())
+                }
+            };
+            let _ = append.reply.send(Err(AppendError::Forwarded {
+                kind: ForwardedKind::Exhausted,
+                message,
+            }));
+        }
+    }
+
+    /// Sends `appends` to `node` in requests of at most [`MAX_FORWARD_BYTES`], one after the other,
+    /// and answers each record with its result.
+    async fn forward(&self, node: String, appends: Vec<Append>) {
+        let subject = ingest_subject(&self.prefix, &node);
+        let mut chunk: Vec<Append> = Vec::new();
+        let mut bytes = 0usize;
+        let mut appends = appends.into_iter().peekable();
+        while let Some(append) = appends.next() {
+            bytes += append.record_id.len()
+                + append.stream.len()
+                + append.items.iter().map(|i| i.len() + 2).sum::<usize>()
+                + append
+                    .sensitive_items
+                    .iter()
+                    .map(|i| i.len() + 2)
+                    .sum::<usize>()
+                + 16;
+            chunk.push(append);
+            if bytes >= MAX_FORWARD_BYTES / 2 || appends.peek().is_none() {
+                self.send(&subject, &node, std::mem::take(&mut chunk)).await;
+                bytes = 0;
+            }
+        }
+    }
+
+    async fn send(&self, subject: &str, node: &str, chunk: Vec<Append>) {
+        let (records, replies): (Vec<ForwardRecord>, Vec<oneshot::Sender<_>>) = chunk
+            .into_iter()
+            .map(|a| {
+                (
+                    ForwardRecord {
+                        stream: a.stream,
+                        record_id: a.record_id,
+                        items: a.items,
+                        sensitive_items: a.sensitive_items,
+                    },
+                    a.reply,
+                )
+            })
+            .unzip();
+        let streams: Vec<String> = records.iter().map(|r| r.stream.clone()).collect();
+        let payload = prost::Message::encode_to_vec(&ForwardRequest { records });
+        let answer = tokio::time::timeout(
+            self.request_timeout,
+            self.client.request(subject.to_string(), payload.into()),
+        )
+        .await;
+        let failure = match answer {
+            Ok(Ok(message)) => {
+                match <ForwardReply as prost::Message>::decode(message.payload.as_ref()) {
+                    Ok(reply) if reply.results.len() == replies.len() => {
+                        for (result, reply) in reply.results.into_iter().zip(replies) {
+                            let _ = reply.send(result.into_result());
+                        }
+                        return;
+                    }
+                    Ok(_) => "answered for a different number of records".to_string(),
+                    Err(e) => format!("sent an unreadable answer ({e})"),
+                }
+            }
+            Ok(Err(e)) => format!("could not be reached ({e})"),
+            Err(_) => format!(
+                "did not answer within {} ms (cluster.request_timeout_ms)",
+                self.request_timeout.as_millis()
+            ),
+        };
+        tracing::warn!(replica = %node, records = replies.len(), failure = %failure, "forwarding records failed");
+        for (reply, stream) in replies.into_iter().zip(streams) {
+            let _ = reply.send(Err(AppendError::Unavailable(format!(
+                "replica {node:?}, which seals stream {stream:?}, {failure}; the record may not be stored, publish it again"
+            ))));
+        }
+    }
+}
+
+/// Serves the records other replicas forward to this one (see the module doc), until the
+/// subscription ends.
+pub async fn serve_ingest(
+    client: async_nats::Client,
+    mut requests: async_nats::Subscriber,
+    writer: mpsc::Sender<Append>,
+    config: watch::Receiver<Arc<TransactionsConfig>>,
+) {
+    while let Some(message) = requests.next().await {
+        let Some(reply_to) = message.reply.clone() else {
+            continue;
+        };
+        let client = client.clone();
+        let writer = writer.clone();
+        let config = config.borrow().clone();
+        tokio::spawn(async move {
+            let request = match <ForwardRequest as prost::Message>::decode(message.payload.as_ref())
+            {
+                Ok(request) => request,
+                Err(e) => {
+                    tracing::warn!(error = %e, "unreadable forwarded records; ignored");
+                    return;
+                }
+            };
+            let mut pending = Vec::with_capacity(request.records.len());
+            for record in request.records {
+                let (reply, answer) = oneshot::channel();
+                let t = crate::proto::Transaction {
+                    stream: record.stream,
+                    record_id: record.record_id,
+                    items: record.items,
+                    sensitive_items: record.sensitive_items,
+                };
+                if let Err(e) = super::validate(&t, &config) {
+                    pending.push(Err(AppendError::Forwarded {
+                        kind: ForwardedKind::Invalid,
+                        message: e.to_string(),
+                    }));
+                    continue;
+                }
+                let append = Append {
+                    stream: t.stream,
+                    record_id: t.record_id,
+                    items: t.items,
+                    sensitive_items: t.sensitive_items,
+                    reply,
+                };
+                match writer.try_send(append) {
+                    Ok(()) => pending.push(Ok(answer)),
+                    Err(_) => pending.push(Err(AppendError::Forwarded {
+                        kind: ForwardedKind::Exhausted,
+                        message: format!(
+                            "the transaction writer's queue is full ({} records waiting); publish the rest again later",
+                            writer.max_capacity()
+                        ),
+                    })),
+                }
+            }
+            let mut results = Vec::with_capacity(pending.len());
+            for p in pending {
+                let result = match p {
+                    Ok(answer) => answer.await.unwrap_or_else(|_| {
+                        Err(AppendError::Unavailable(
+                            "the transaction writer has stopped".into(),
+                        ))
+                    }),
+                    Err(e) => Err(e),
+                };
+                results.push(ForwardResult::of(result));
+            }
+            let payload = prost::Message::encode_to_vec(&ForwardReply { results });
+            if let Err(e) = client.publish(reply_to, payload.into()).await {
+                tracing::warn!(error = %e, "cannot answer forwarded records");
+            }
+        });
+    }
+}
+
+/// Announces releases stored by any replica to this replica's subscribers (see the module doc),
+/// until the subscription ends.
+pub async fn watch_releases(
+    mut releases_seen: async_nats::Subscriber,
+    handles: Arc<Mutex<HashMap<String, Arc<StreamHandle>>>>,
+    store: Arc<dyn ReleaseStore>,
+    resync: Duration,
+) {
+    let handle_of = |stream: &str| {
+        handles
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(stream)
+            .cloned()
+    };
+    let mut tick = tokio::time::interval(resync);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            message = releases_seen.next() => {
+                let Some(message) = message else { return };
+                // <prefix>.releases.<hex stream>.<window id>
+                let mut tokens = message.subject.as_str().rsplit('.');
+                let window = tokens.next().and_then(|w| w.parse::<u64>().ok());
+                let stream = tokens.next().and_then(stream_name_of_dir);
+                // The message reaches plain subscribers when the server takes it in, which may
+                // be before it is stored (or when it is refused as a second write of the window):
+                // announce the window only once it can be read.
+                if let (Some(window), Some(stream)) = (window, stream)
+                    && let Some(handle) = handle_of(&stream)
+                {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..50 {
+                            if let Ok(Some(_)) = store.read(&stream, window).await {
+                                announce(&handle, window + 1);
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    });
+                }
+            }
+            _ = tick.tick() => {
+                let watched: Vec<(String, Arc<StreamHandle>)> = handles
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .iter()
+                    .filter(|(_, h)| h.released_upto.receiver_count() > 0)
+                    .map(|(name, h)| (name.clone(), Arc::clone(h)))
+                    .collect();
+                for (name, handle) in watched {
+                    match store.next_unreleased(&name).await {
+                        Ok(next) => announce(&handle, next),
+                        Err(e) => tracing::warn!(stream = %name, error = %e, "cannot read the release store"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Windows below `upto` are stored: announce them (never moving back).
+fn announce(handle: &StreamHandle, upto: u64) {
+    handle.released_upto.send_if_modified(|current| {
+        let advanced = upto > *current;
+        *current = (*current).max(upto);
+        advanced
+    });
+}
+
+/// What a replica runs for its transaction streams in a cluster: opened by
+/// [`super::TransactionServices::start_cluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterStreams {
+    pub leases: StreamLeases,
+}
+
+impl ClusterStreams {
+    /// Whether `stream` exists in the deployment (some replica has contended for it).
+    pub async fn exists(&self, stream: &str) -> bool {
+        self.leases
+            .0
+            .ever_leased(&stream_dir_name(stream))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Leases for the streams of `cluster`, in its bucket `<prefix>_leases`.
+    pub async fn leases(cluster: &Cluster) -> Result<StreamLeases, crate::cluster::ClusterError> {
+        let kv = cluster.lease_bucket().await?;
+        Ok(StreamLeases(LeaseTable::new(
+            kv,
+            "stream",
+            &cluster.node_id,
+            cluster.config.lease,
+        )))
+    }
+}
