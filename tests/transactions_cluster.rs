@@ -159,7 +159,7 @@ async fn releases_through(endpoint: &str, records: usize) -> Vec<cloakd::proto::
     let mut windows = Vec::new();
     let mut seen = 0;
     while seen < records {
-        let window = tokio::time::timeout(PATIENCE, stream.message())
+        let window = tokio::time::timeout(PATIENCE * 2, stream.message())
             .await
             .unwrap_or_else(|_| panic!("{seen} of {records} records released after {PATIENCE:?}"))
             .expect("release feed failed")
@@ -269,4 +269,89 @@ async fn a_replica_killed_mid_stream_loses_and_repeats_nothing() {
     for r in replicas {
         r.stop();
     }
+}
+
+/// A stream published only through replica a, which is killed right after the acknowledgements: b,
+/// which never saw a record of it, learns of it from the lease bucket, takes it over after the
+/// lease, closes its open window by time and releases every record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_only_the_dead_replica_saw_is_taken_over() {
+    let nats = NatsCluster::three().await;
+    let a = DaemonProcess::start(&replica_config(&nats, "a"));
+    let b = DaemonProcess::start(&replica_config(&nats, "b"));
+    // 60 records: two windows closed by count, the third (10 records) open when a dies.
+    let records: Vec<Transaction> = (0..60).map(|i| record(7, i)).collect();
+    let acks = publish_chunk(&format!("http://{}", a.addr), &records)
+        .await
+        .expect("replica a takes the records");
+    assert!(acks.iter().all(|ack| !ack.duplicate));
+    assert!(
+        b.logs().iter().all(|l| l["message"] != "lease taken"),
+        "b took the stream before a died"
+    );
+    a.signal("KILL");
+    drop(a);
+    let windows = match tokio::time::timeout(
+        PATIENCE,
+        releases_through(&format!("http://{}", b.addr), records.len()),
+    )
+    .await
+    {
+        Ok(windows) => windows,
+        Err(_) => panic!("b released too little; its logs: {:#?}", b.logs()),
+    };
+    let released: usize = windows.iter().map(|w| w.records.len()).sum();
+    assert_eq!(released, records.len());
+    assert_eq!(
+        windows.iter().map(|w| w.window_id).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    b.stop();
+}
+
+/// `cloakd publish-load` (the benchmark's load generator) through both replicas: every record is
+/// acknowledged once, and the CPU time of the processes given is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_load_goes_through_both_replicas() {
+    let nats = NatsCluster::single().await;
+    let url = nats.url();
+    let config = |node: &str| format!("[cluster]\nnats_url = \"{url}\"\nnode_id = \"{node}\"\n");
+    let a = DaemonProcess::start(&config("a"));
+    let b = DaemonProcess::start(&config("b"));
+    let addrs = format!("http://{},http://{}", a.addr, b.addr);
+    let pid = std::process::id().to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cloakd"))
+            .args(["publish-load", "--addr", &addrs, "--records", "3000"])
+            .args([
+                "--producers",
+                "4",
+                "--streams",
+                "3",
+                "--json",
+                "--pid",
+                &pid,
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}\nlogs of a: {:#?}\nlogs of b: {:#?}",
+        String::from_utf8_lossy(&output.stderr),
+        a.logs(),
+        b.logs()
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["records_acknowledged"], 3000);
+    // Duplicates only from records sent again after a refusal (a lease moving).
+    assert!(
+        report["duplicates"] == 0 || report["streams_reopened"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert!(report["processes"][0]["cpu_seconds"].as_f64().unwrap() >= 0.0);
+    a.stop();
+    b.stop();
 }

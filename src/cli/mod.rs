@@ -6,6 +6,7 @@ pub mod config;
 pub mod evaluate;
 pub mod frontier;
 mod item_sets;
+pub mod publish_load;
 pub mod simulate;
 pub mod soak;
 pub mod table;
@@ -60,6 +61,9 @@ pub enum Command {
     /// Hold many concurrent streams (Submit, Publish, ReleaseFeed, a provider) against a running
     /// daemon for a while; report stream failures by code and the daemon's RSS and threads (--pid).
     Soak(soak::SoakArgs),
+    /// Publish records as fast as a daemon (or several replicas) acknowledges them; report records/s
+    /// and, with --pid, CPU seconds per record of each process.
+    PublishLoad(publish_load::PublishLoadArgs),
     /// Batch table anonymization: `cloakd table anonymize JOB.toml --output OUT.csv`.
     Table(table::TableArgs),
     /// Batch anonymization of set-valued records (personalized rho-uncertainty).
@@ -120,6 +124,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Soak(args) => soak::run(args),
+        Command::PublishLoad(args) => publish_load::run(args),
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
         Command::Config(args) => config::run(args),

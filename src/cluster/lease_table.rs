@@ -95,7 +95,11 @@ impl LeaseTable {
 
     /// The names this replica follows.
     pub fn followed(&self) -> Vec<String> {
-        lock(&self.tasks).keys().cloned().collect()
+        lock(&self.tasks)
+            .keys()
+            .filter(|name| !name.is_empty())
+            .cloned()
+            .collect()
     }
 
     /// Counts every gain and loss of a lease by this replica.
@@ -112,6 +116,45 @@ impl LeaseTable {
         let shared = Arc::clone(&self.shared);
         let name = name.to_string();
         tasks.insert(name.clone(), tokio::spawn(follow(shared, name)));
+    }
+
+    /// Contends for every key of this kind any replica has created, now and later: a replica
+    /// then takes over what a failed replica held even if it never saw the key itself. Runs until
+    /// the table stops; a broken watch is opened again.
+    pub fn follow_all(&self) {
+        let table = self.clone();
+        let task = tokio::spawn(async move {
+            let filter = format!("{}.>", table.shared.kind);
+            let prefix = format!("{}.", table.shared.kind);
+            let mut stopping = table.shared.stopping.subscribe();
+            loop {
+                match table.shared.kv.watch_with_history(&filter).await {
+                    Ok(mut keys) => loop {
+                        tokio::select! {
+                            entry = keys.next() => match entry {
+                                Some(Ok(entry)) => {
+                                    if let Some(name) = entry.key.strip_prefix(&prefix) {
+                                        table.contend(name);
+                                    }
+                                }
+                                Some(Err(err)) => {
+                                    tracing::warn!(%err, "watching the lease bucket failed; watching again");
+                                    break;
+                                }
+                                None => break,
+                            },
+                            _ = stopping.wait_for(|stop| *stop) => return,
+                        }
+                    },
+                    Err(err) => tracing::warn!(%err, "cannot watch the lease bucket; retrying"),
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(table.shared.duration / 3) => {}
+                    _ = stopping.wait_for(|stop| *stop) => return,
+                }
+            }
+        });
+        lock(&self.tasks).insert(String::new(), task);
     }
 
     /// Waits until someone (this replica or another) is known to hold `name`, at most `timeout`;

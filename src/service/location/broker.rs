@@ -218,17 +218,17 @@ pub(super) enum Command {
     },
     /// A provider's Subscribe stream ended: the requests it has not acknowledged are handed on.
     ProviderGone { provider: ProviderId },
-    /// The Subscribe stream `provider` of `principal` took the cloaked request of `pseudonym` off
-    /// its queue.
+    /// The Subscribe stream `provider` of `principal` took the cloaked requests of `pseudonyms`
+    /// off its queue (in that order; one command for whatever it took at once).
     Delivered {
-        pseudonym: Pseudonym,
+        pseudonyms: Vec<Pseudonym>,
         principal: Arc<str>,
         provider: ProviderId,
     },
-    /// An answer (`Some` payload) or an acknowledgement alone (`None`).
-    Answer {
-        pseudonym: Pseudonym,
-        payload: Option<Vec<u8>>,
+    /// Answers of one Answer stream, in order: a payload, or an acknowledgement alone (`None`).
+    /// One command for whatever the stream had read at once.
+    Answers {
+        answers: Vec<(Pseudonym, Option<Vec<u8>>)>,
         tally: Arc<AnswerTally>,
         /// Name of the answering principal.
         principal: Arc<str>,
@@ -308,8 +308,9 @@ struct Route {
     service: usize,
     /// The Subscribe stream that took the request and has not acknowledged it yet.
     holder: Option<ProviderId>,
-    /// The request as forwarded, kept until a provider acknowledges it so it can be handed on.
-    unacknowledged: Option<CloakedRequest>,
+    /// The request as forwarded, kept until a provider acknowledges it so it can be handed on
+    /// (boxed: most routes live on long after it, and the table holds `answer_ttl_ms` of them).
+    unacknowledged: Option<Box<CloakedRequest>>,
 }
 
 /// One provider's Subscribe stream, as the broker tracks it.
@@ -345,7 +346,8 @@ pub(super) struct Broker {
     user_keys: std::hash::RandomState,
     /// Interned user ids with the number of their pending requests.
     users: HashMap<String, (UserKey, usize)>,
-    pending: HashMap<RequestId, PendingEntry>,
+    /// By the broker's own sequential id (foldhash: no key here is a client's choice).
+    pending: HashMap<RequestId, PendingEntry, foldhash::fast::RandomState>,
     pending_keys: HashSet<(UserKey, u64)>,
     clients: HashMap<ClientId, ClientState>,
     /// The broker's copy of the provider queues (by service index; grows on reload).
@@ -444,7 +446,7 @@ impl Broker {
             next_request_id: 0,
             user_keys: std::hash::RandomState::new(),
             users: HashMap::new(),
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             pending_keys: HashSet::new(),
             clients: HashMap::new(),
             provider_queues,
@@ -542,16 +544,23 @@ impl Broker {
             }
             Command::ProviderGone { provider } => self.end_provider(provider, HandOver::Gone),
             Command::Delivered {
-                pseudonym,
+                pseudonyms,
                 principal,
                 provider,
-            } => self.delivered(pseudonym, principal, provider),
-            Command::Answer {
-                pseudonym,
-                payload,
+            } => {
+                for pseudonym in pseudonyms {
+                    self.delivered(pseudonym, Arc::clone(&principal), provider);
+                }
+            }
+            Command::Answers {
+                answers,
                 tally,
                 principal,
-            } => self.answer(pseudonym, payload, &tally, &principal),
+            } => {
+                for (pseudonym, payload) in answers {
+                    self.answer(pseudonym, payload, &tally, &principal);
+                }
+            }
             Command::Sync { done } => {
                 let _ = done.send(());
             }
@@ -875,7 +884,7 @@ impl Broker {
                         delivered_to: None,
                         service,
                         holder: None,
-                        unacknowledged: Some(forwarded),
+                        unacknowledged: Some(Box::new(forwarded)),
                     },
                 );
                 self.route_expiry.push_back((
@@ -968,21 +977,6 @@ impl Broker {
         }
     }
 
-    /// A provider acknowledged (or answered) the request of `pseudonym`: stop waiting for it and
-    /// free its place in its stream's window.
-    fn acknowledged(&mut self, pseudonym: Pseudonym) {
-        let Some(route) = self.routes.get_mut(&pseudonym) else {
-            return;
-        };
-        route.unacknowledged = None;
-        if let Some(holder) = route.holder.take()
-            && let Some(state) = self.providers.get_mut(&holder)
-            && state.unacknowledged.remove(&pseudonym)
-        {
-            state.window.release();
-        }
-    }
-
     /// Closes the streams whose acknowledgement is overdue and hands their requests on.
     fn expire_acks(&mut self) {
         let now = self.clock.now_ms();
@@ -991,9 +985,12 @@ impl Broker {
                 break;
             }
             self.ack_expiry.pop_front();
-            let overdue = self.routes.get(&pseudonym).is_some_and(|route| {
-                route.holder == Some(provider) && route.unacknowledged.is_some()
-            });
+            // The stream's own set is small and holds exactly the requests it still has to
+            // acknowledge (so no lookup in the large route table).
+            let overdue = self
+                .providers
+                .get(&provider)
+                .is_some_and(|state| state.unacknowledged.contains(&pseudonym));
             if overdue {
                 self.end_provider(provider, HandOver::Stalled);
             }
@@ -1043,7 +1040,7 @@ impl Broker {
         let (client, request_no, service) = (route.client, route.request_no, route.service);
         let another = self.providers.values().any(|p| p.service == service);
         let refusal = if another {
-            match self.provider_queues[service].sender.try_send(forwarded) {
+            match self.provider_queues[service].sender.try_send(*forwarded) {
                 Ok(()) => {
                     metrics::counter!(
                         catalog::LOCATION_REHANDED,
@@ -1184,17 +1181,25 @@ impl Broker {
             );
             return;
         }
-        self.acknowledged(pseudonym);
+        // An answer or an acknowledgement: stop waiting for the acknowledgement and free the
+        // request's place in its stream's window.
+        route.unacknowledged = None;
+        let holder = route.holder.take();
+        let (client, request_no) = (route.client, route.request_no);
+        let first = payload.is_some() && !route.answered;
+        if payload.is_some() {
+            route.answered = true;
+        }
+        if let Some(holder) = holder
+            && let Some(state) = self.providers.get_mut(&holder)
+            && state.unacknowledged.remove(&pseudonym)
+        {
+            state.window.release();
+        }
         let Some(payload) = payload else {
             tally.acknowledged.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let Some(route) = self.routes.get_mut(&pseudonym) else {
-            return;
-        };
-        let (client, request_no) = (route.client, route.request_no);
-        let first = !route.answered;
-        route.answered = true;
         if !self.clients.contains_key(&client) {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
             self.metrics.answers_undeliverable.increment(1);

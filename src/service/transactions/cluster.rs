@@ -3,8 +3,9 @@
 //!
 //! * **One writer per stream.** Every replica contends for the lease `stream.<S>` (S = hex of the
 //!   stream's name, [`crate::store::stream_dir_name`]) of each stream it knows (configured, in the
-//!   log, or published to) in the bucket `<prefix>_leases` ([`StreamLeases`] over
-//!   [`LeaseTable`]). Only the holder's window writer admits records, seals windows (by count and by
+//!   log, published to, or whose key any replica created) in the bucket `<prefix>_leases`
+//!   ([`StreamLeases`] over [`LeaseTable`]). The first replica to see a stream usually creates its
+//!   key and so seals it, which spreads streams over the replicas their producers use. Only the holder's window writer admits records, seals windows (by count and by
 //!   time) and releases them; when it takes a stream over it first rebuilds the stream's state from
 //!   the log and queues the closed windows the previous holder did not release. The log's fence
 //!   ([`crate::store::jetstream`]) makes a writer that lost its lease unnoticed harmless, and
@@ -468,11 +469,8 @@ impl ClusterStreams {
     /// Leases for the streams of `cluster`, in its bucket `<prefix>_leases`.
     pub async fn leases(cluster: &Cluster) -> Result<StreamLeases, crate::cluster::ClusterError> {
         let kv = cluster.lease_bucket().await?;
-        Ok(StreamLeases(LeaseTable::new(
-            kv,
-            "stream",
-            &cluster.node_id,
-            cluster.config.lease,
-        )))
+        let table = LeaseTable::new(kv, "stream", &cluster.node_id, cluster.config.lease);
+        table.follow_all();
+        Ok(StreamLeases(table))
     }
 }
