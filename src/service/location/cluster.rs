@@ -23,7 +23,9 @@
 //! `cluster.lease_ms`), requests for it are refused with UNAVAILABLE instead of held: a held request
 //! would spend its own deadline (dt) waiting, and refusing tells the client to retry now with its
 //! current position. A cell nobody holds yet is contended for on its first request, which waits for
-//! that (one key-value round trip, at most `cluster.request_timeout_ms`).
+//! that (one key-value round trip, at most `cluster.request_timeout_ms`); every replica follows
+//! every cell any replica has leased, so a stopped owner's cells are taken over by another replica
+//! within `cluster.lease_ms` whether or not it has had requests for them.
 //!
 //! Invariants: a forwarded request is cloaked on the replica it was sent to and never forwarded on
 //! (if the owner lost the cell meanwhile it still cloaks it: every group still comes from one
@@ -234,6 +236,9 @@ impl LocationCluster {
     pub(super) async fn join(cluster: &Cluster) -> Result<LocationCluster, ClusterError> {
         let kv = cluster.lease_bucket().await?;
         let cells = LeaseTable::new(kv, "cell", &cluster.node_id, cluster.config.lease);
+        // Follow every cell any replica has leased, so a failed owner's cells are taken over even
+        // by a replica that has had no request for them yet.
+        cells.follow_all();
         let subscribe = |subject: String| {
             let client = cluster.client.clone();
             async move {
