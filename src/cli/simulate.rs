@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures::StreamExt;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -379,9 +380,14 @@ type GroupKey = (u64, u64, u64, u64, i64, i64);
 /// members seen, group size.
 type GroupSeen = (u64, Instant, u32, u32);
 
+/// Events one stream read at once, with the instant they were read (one message to the main loop
+/// per batch, so the load generator spends less of the shared machine on waking it).
 enum Observation {
-    Event(LocationEvent, Instant),
+    Events(Vec<LocationEvent>, Instant),
 }
+
+/// Most events or cloaked requests taken off a stream at once.
+const READ_BATCH: usize = 256;
 
 /// Runs the simulation (blocking), printing progress and the report.
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
@@ -477,15 +483,19 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
             .submit(ReceiverStream::new(rx))
             .await
             .context("Submit")?
-            .into_inner();
+            .into_inner()
+            .ready_chunks(READ_BATCH);
         let obs = obs_tx.clone();
         tokio::spawn(async move {
-            while let Ok(Some(event)) = events.message().await {
-                if obs
-                    .send(Observation::Event(event, Instant::now()))
-                    .await
-                    .is_err()
-                {
+            while let Some(chunk) = events.next().await {
+                let at = Instant::now();
+                let read = chunk.len();
+                let batch: Vec<LocationEvent> = chunk.into_iter().map_while(Result::ok).collect();
+                let failed = batch.len() < read;
+                if !batch.is_empty() && obs.send(Observation::Events(batch, at)).await.is_err() {
+                    break;
+                }
+                if failed {
                     break;
                 }
             }
@@ -574,88 +584,90 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         if !senders_done && senders.iter().all(|s| s.is_finished()) {
             senders_done = true;
         }
-        let Observation::Event(event, at) = observation;
-        let no = event.request_no as usize;
-        if no >= total {
-            continue;
-        }
-        let sent_ns = sent_at[no].load(std::sync::atomic::Ordering::Relaxed);
-        let since_send_us = at
-            .duration_since(start)
-            .as_nanos()
-            .saturating_sub(sent_ns as u128)
-            / 1000;
-        let since_send_us = u64::try_from(since_send_us).unwrap_or(u64::MAX).max(1);
-        match event.outcome {
-            Some(Outcome::Reply(_)) => {
-                replies += 1;
-                reply_latency.saturating_record(since_send_us);
+        let Observation::Events(events, at) = observation;
+        for event in events {
+            let no = event.request_no as usize;
+            if no >= total {
                 continue;
             }
-            Some(Outcome::Undelivered(_)) => {
-                undelivered += 1;
-                replies_expected = replies_expected.saturating_sub(1);
+            let sent_ns = sent_at[no].load(std::sync::atomic::Ordering::Relaxed);
+            let since_send_us = at
+                .duration_since(start)
+                .as_nanos()
+                .saturating_sub(sent_ns as u128)
+                / 1000;
+            let since_send_us = u64::try_from(since_send_us).unwrap_or(u64::MAX).max(1);
+            match event.outcome {
+                Some(Outcome::Reply(_)) => {
+                    replies += 1;
+                    reply_latency.saturating_record(since_send_us);
+                    continue;
+                }
+                Some(Outcome::Undelivered(_)) => {
+                    undelivered += 1;
+                    replies_expected = replies_expected.saturating_sub(1);
+                    continue;
+                }
+                _ => {}
+            }
+            if std::mem::replace(&mut outcome_seen[no], true) {
                 continue;
             }
-            _ => {}
-        }
-        if std::mem::replace(&mut outcome_seen[no], true) {
-            continue;
-        }
-        outcomes += 1;
-        last_outcome = at;
-        progress.inc(1);
-        let (k, dx, dy, dt) = requested[no];
-        match event.outcome {
-            Some(Outcome::Cloaked(c)) => {
-                cloaked += 1;
-                last_cloaked = at;
-                replies_expected += 1;
-                cloak_latency.saturating_record(since_send_us);
-                anonymity_sum += f64::from(c.group_size) / f64::from(k.max(1));
-                if let Some(b) = c.r#box {
-                    let centre = 0.5 * (b.min_lat + b.max_lat);
-                    let w = ((b.max_lon - b.min_lon)
-                        * METRES_PER_DEGREE_LAT
-                        * centre.to_radians().cos())
-                    .max(1.0);
-                    let h = ((b.max_lat - b.min_lat) * METRES_PER_DEGREE_LAT).max(1.0);
-                    spatial.push(((4.0 * dx * dy) / (w * h)).sqrt());
-                    let interval = ((c.t_end_ms - c.t_start_ms) as f64).max(1.0);
-                    temporal.push(2.0 * dt as f64 / interval);
-                    let key = (
-                        b.min_lat.to_bits(),
-                        b.min_lon.to_bits(),
-                        b.max_lat.to_bits(),
-                        b.max_lon.to_bits(),
-                        c.t_start_ms,
-                        c.t_end_ms,
-                    );
-                    let entry = groups.entry(key).or_insert((0, at, 0, c.group_size));
-                    entry.2 += 1;
-                    if sent_ns >= entry.0 {
-                        entry.0 = sent_ns;
-                        entry.1 = at;
-                    }
-                    if args.session_ms.is_some() {
-                        let next_id = group_ids.len() as u64;
-                        tracked.push(CloakedObservation {
-                            user: user_of[no],
-                            group: *group_ids.entry(key).or_insert(next_id),
-                            formed_at_ms: c.t_end_ms,
-                            k,
-                        });
+            outcomes += 1;
+            last_outcome = at;
+            progress.inc(1);
+            let (k, dx, dy, dt) = requested[no];
+            match event.outcome {
+                Some(Outcome::Cloaked(c)) => {
+                    cloaked += 1;
+                    last_cloaked = at;
+                    replies_expected += 1;
+                    cloak_latency.saturating_record(since_send_us);
+                    anonymity_sum += f64::from(c.group_size) / f64::from(k.max(1));
+                    if let Some(b) = c.r#box {
+                        let centre = 0.5 * (b.min_lat + b.max_lat);
+                        let w = ((b.max_lon - b.min_lon)
+                            * METRES_PER_DEGREE_LAT
+                            * centre.to_radians().cos())
+                        .max(1.0);
+                        let h = ((b.max_lat - b.min_lat) * METRES_PER_DEGREE_LAT).max(1.0);
+                        spatial.push(((4.0 * dx * dy) / (w * h)).sqrt());
+                        let interval = ((c.t_end_ms - c.t_start_ms) as f64).max(1.0);
+                        temporal.push(2.0 * dt as f64 / interval);
+                        let key = (
+                            b.min_lat.to_bits(),
+                            b.min_lon.to_bits(),
+                            b.max_lat.to_bits(),
+                            b.max_lon.to_bits(),
+                            c.t_start_ms,
+                            c.t_end_ms,
+                        );
+                        let entry = groups.entry(key).or_insert((0, at, 0, c.group_size));
+                        entry.2 += 1;
+                        if sent_ns >= entry.0 {
+                            entry.0 = sent_ns;
+                            entry.1 = at;
+                        }
+                        if args.session_ms.is_some() {
+                            let next_id = group_ids.len() as u64;
+                            tracked.push(CloakedObservation {
+                                user: user_of[no],
+                                group: *group_ids.entry(key).or_insert(next_id),
+                                formed_at_ms: c.t_end_ms,
+                                k,
+                            });
+                        }
                     }
                 }
+                Some(Outcome::Expired(_)) => expired += 1,
+                Some(Outcome::Rejected(_)) => rejected += 1,
+                _ => {}
             }
-            Some(Outcome::Expired(_)) => expired += 1,
-            Some(Outcome::Rejected(_)) => rejected += 1,
-            _ => {}
-        }
-        if outcomes.is_multiple_of(4096) {
-            progress.set_message(format!(
-                "{cloaked} cloaked, {expired} expired, {replies} replies"
-            ));
+            if outcomes.is_multiple_of(4096) {
+                progress.set_message(format!(
+                    "{cloaked} cloaked, {expired} expired, {replies} replies"
+                ));
+            }
         }
     }
     progress.finish_and_clear();

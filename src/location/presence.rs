@@ -46,7 +46,7 @@
 //! Pure: time is an argument (taken as non-decreasing; an earlier time is treated as the latest seen),
 //! pseudonyms come from a seeded RNG.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -55,6 +55,9 @@ use super::geo::{self, GeoBox, METRES_PER_DEGREE_LAT};
 use super::hilbert::{ORDER, grid_cell, xy_to_d};
 use super::padding;
 use super::{Pseudonym, UserKey};
+
+/// Entries of `by_age` beyond twice the users before the outdated ones are dropped.
+const AGE_SLACK: usize = 1024;
 
 /// Limits of the presence engine.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -215,8 +218,11 @@ pub struct PresenceEngine {
     users: HashMap<UserKey, Tracked>,
     /// The snapshot ordered by (Hilbert value, user key).
     order: BTreeMap<(u64, UserKey), Placed>,
-    /// Users by (time of latest position, user key), oldest first.
-    by_age: BTreeSet<(i64, UserKey)>,
+    /// (time of a position, user), oldest first, one entry per update that moved a user's time;
+    /// an entry is current while it matches its user's `last_ms` (the others are skipped when they
+    /// come up, and dropped whenever they outnumber the users, so it holds at most twice the
+    /// users plus [`AGE_SLACK`]). Appending keeps an update O(1) where a sorted set moved it.
+    by_age: VecDeque<(i64, UserKey)>,
     now_ms: i64,
     /// Bumped whenever the snapshot's positions change.
     generation: u64,
@@ -235,7 +241,7 @@ impl PresenceEngine {
             params,
             users: HashMap::new(),
             order: BTreeMap::new(),
-            by_age: BTreeSet::new(),
+            by_age: VecDeque::new(),
             now_ms: i64::MIN,
             generation: 0,
             ordered: OrderedSnapshot::default(),
@@ -273,9 +279,8 @@ impl PresenceEngine {
         match self.users.get_mut(&user) {
             Some(tracked) => {
                 if tracked.last_ms != now_ms {
-                    self.by_age.remove(&(tracked.last_ms, user));
-                    self.by_age.insert((now_ms, user));
                     tracked.last_ms = now_ms;
+                    self.by_age.push_back((now_ms, user));
                 }
                 if tracked.lat != lat || tracked.lon != lon {
                     let (hilbert, placed) = Placed::new(lat, lon);
@@ -307,9 +312,14 @@ impl PresenceEngine {
                     },
                 );
                 self.order.insert((hilbert, user), placed);
-                self.by_age.insert((now_ms, user));
+                self.by_age.push_back((now_ms, user));
                 self.generation += 1;
             }
+        }
+        if self.by_age.len() > 2 * self.users.len() + AGE_SLACK {
+            let users = &self.users;
+            self.by_age
+                .retain(|(ms, user)| users.get(user).is_some_and(|t| t.last_ms == *ms));
         }
         Ok(())
     }
@@ -321,23 +331,25 @@ impl PresenceEngine {
         let oldest_kept = self
             .now_ms
             .saturating_sub(i64::try_from(self.params.max_age_ms).unwrap_or(i64::MAX));
-        while let Some(&(last_ms, user)) = self.by_age.first() {
+        while let Some(&(last_ms, user)) = self.by_age.front() {
             if last_ms >= oldest_kept {
                 break;
             }
-            self.by_age.pop_first();
-            if let Some(tracked) = self.users.remove(&user) {
+            self.by_age.pop_front();
+            if self.users.get(&user).is_some_and(|t| t.last_ms == last_ms)
+                && let Some(tracked) = self.users.remove(&user)
+            {
                 self.order.remove(&(tracked.hilbert, user));
+                self.generation += 1;
             }
-            self.generation += 1;
         }
     }
 
     /// Forgets a user at once (for example when its principal is revoked).
     pub fn forget(&mut self, user: UserKey) {
         if let Some(tracked) = self.users.remove(&user) {
+            // Its entry in `by_age` no longer matches a user and is skipped.
             self.order.remove(&(tracked.hilbert, user));
-            self.by_age.remove(&(tracked.last_ms, user));
             self.generation += 1;
         }
     }
@@ -1292,6 +1304,26 @@ mod tests {
             engine.cloak(&request(4, 53.0, 8.0, 0, 10.0), 2001),
             Err(PresenceError::Invalid { field: "k", .. })
         ));
+    }
+
+    #[test]
+    fn the_age_queue_stays_bounded_and_ages_out_the_latest_time() {
+        let mut engine = PresenceEngine::new(params(1_000_000, 100), 1);
+        // Three users updating every millisecond for a long time.
+        for t in 0..20_000i64 {
+            engine.update((t % 3) as u64, 53.0, 8.0, t).unwrap();
+            assert!(engine.by_age.len() <= 2 * engine.users.len() + AGE_SLACK);
+        }
+        engine.forget(1);
+        assert_eq!(engine.tracked_len(), 2);
+        // Only each user's latest time counts: user 0 was last seen at 19,998, user 2 at 19,997.
+        engine.forget_stale(1_019_997);
+        assert_eq!(engine.tracked_len(), 2);
+        engine.forget_stale(1_019_998);
+        assert_eq!(engine.latest_position(2), None);
+        assert_eq!(engine.tracked_len(), 1);
+        engine.forget_stale(1_019_999);
+        assert_eq!(engine.tracked_len(), 0);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Code, Status};
 
+use super::cluster::{CellOwner, ClusterLink, Outbound, RemoteClient};
 use super::routes::Routes;
 use crate::config::CloakModel;
 use crate::config::LocationConfig;
@@ -48,6 +49,8 @@ use super::providers::{ProviderQueue, ProviderQueues};
 use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
+mod remote;
+
 /// Commands the actor takes per wake-up.
 const COMMAND_BATCH: usize = 1024;
 
@@ -55,10 +58,20 @@ pub(super) type ClientId = u64;
 
 /// The bounded event queue of one client stream. One place beyond `location.client_queue` is kept
 /// for the status that ends the stream, so a client that reads too slowly (or whose request stream
-/// broke) always learns why its stream ended once it reads again.
+/// broke) always learns why its stream ended once it reads again. A client of another replica (a
+/// request forwarded here, [`super::cluster`]) has its events published to that replica instead.
 #[derive(Debug, Clone)]
 pub(super) struct EventQueue {
-    sender: mpsc::Sender<Result<LocationEvent, Status>>,
+    sink: EventSink,
+}
+
+#[derive(Debug, Clone)]
+enum EventSink {
+    Stream(mpsc::Sender<Result<LocationEvent, Status>>),
+    Replica {
+        to: RemoteClient,
+        out: mpsc::Sender<Outbound>,
+    },
 }
 
 impl EventQueue {
@@ -66,22 +79,55 @@ impl EventQueue {
         client_queue: usize,
     ) -> (EventQueue, mpsc::Receiver<Result<LocationEvent, Status>>) {
         let (sender, receiver) = mpsc::channel(client_queue.saturating_add(1));
-        (EventQueue { sender }, receiver)
+        (
+            EventQueue {
+                sink: EventSink::Stream(sender),
+            },
+            receiver,
+        )
+    }
+
+    /// The events of a client stream `to` that another replica holds, sent through `out`.
+    pub(super) fn replica(to: RemoteClient, out: mpsc::Sender<Outbound>) -> EventQueue {
+        EventQueue {
+            sink: EventSink::Replica { to, out },
+        }
+    }
+
+    /// Whether the stream is held by another replica.
+    pub(super) fn is_replica(&self) -> bool {
+        matches!(self.sink, EventSink::Replica { .. })
     }
 
     /// Queues an event unless only the place reserved for the final status is left; false when the
     /// event was not queued (the client is too slow, or gone).
     pub(super) fn try_event(&self, event: LocationEvent) -> bool {
-        self.sender.capacity() > 1 && self.sender.try_send(Ok(event)).is_ok()
+        match &self.sink {
+            EventSink::Stream(sender) => {
+                sender.capacity() > 1 && sender.try_send(Ok(event)).is_ok()
+            }
+            EventSink::Replica { to, out } => out
+                .try_send(Outbound::Event {
+                    to: to.clone(),
+                    event,
+                })
+                .is_ok(),
+        }
     }
 
-    /// Ends the stream with `status` (uses the reserved place).
+    /// Ends the stream with `status` (uses the reserved place). The replica holding a remote
+    /// stream ends it itself.
     pub(super) fn finish(&self, status: Status) {
-        let _ = self.sender.try_send(Err(status));
+        if let EventSink::Stream(sender) = &self.sink {
+            let _ = sender.try_send(Err(status));
+        }
     }
 
     pub(super) fn is_closed(&self) -> bool {
-        self.sender.is_closed()
+        match &self.sink {
+            EventSink::Stream(sender) => sender.is_closed(),
+            EventSink::Replica { out, .. } => out.is_closed(),
+        }
     }
 }
 
@@ -172,17 +218,17 @@ pub(super) enum Command {
     },
     /// A provider's Subscribe stream ended: the requests it has not acknowledged are handed on.
     ProviderGone { provider: ProviderId },
-    /// The Subscribe stream `provider` of `principal` took the cloaked request of `pseudonym` off
-    /// its queue.
+    /// The Subscribe stream `provider` of `principal` took the cloaked requests of `pseudonyms`
+    /// off its queue (in that order; one command for whatever it took at once).
     Delivered {
-        pseudonym: Pseudonym,
+        pseudonyms: Vec<Pseudonym>,
         principal: Arc<str>,
         provider: ProviderId,
     },
-    /// An answer (`Some` payload) or an acknowledgement alone (`None`).
-    Answer {
-        pseudonym: Pseudonym,
-        payload: Option<Vec<u8>>,
+    /// Answers of one Answer stream, in order: a payload, or an acknowledgement alone (`None`).
+    /// One command for whatever the stream had read at once.
+    Answers {
+        answers: Vec<(Pseudonym, Option<Vec<u8>>)>,
         tally: Arc<AnswerTally>,
         /// Name of the answering principal.
         principal: Arc<str>,
@@ -194,6 +240,23 @@ pub(super) enum Command {
         updates: Vec<AdmittedUpdate>,
         done: oneshot::Sender<ReportResult>,
     },
+    /// Cluster: a request another replica forwarded here (this replica owns its cell); `client`
+    /// is a new stream of this one request whose events go to that replica.
+    SubmitForwarded {
+        client: ClientId,
+        events: EventQueue,
+        principal: Arc<str>,
+        request: AdmittedRequest,
+        received: std::time::Instant,
+    },
+    /// Cluster: the cell of the remote request `tag` has an owner now (or still none).
+    Resolved {
+        tag: u64,
+        request: AdmittedRequest,
+        owner: CellOwner,
+    },
+    /// Cluster: an event for the remote request `tag` (another replica cloaks it).
+    RemoteEvent { tag: u64, event: LocationEvent },
 }
 
 /// What became of one Report batch.
@@ -245,8 +308,9 @@ struct Route {
     service: usize,
     /// The Subscribe stream that took the request and has not acknowledged it yet.
     holder: Option<ProviderId>,
-    /// The request as forwarded, kept until a provider acknowledges it so it can be handed on.
-    unacknowledged: Option<CloakedRequest>,
+    /// The request as forwarded, kept until a provider acknowledges it so it can be handed on
+    /// (boxed: most routes live on long after it, and the table holds `answer_ttl_ms` of them).
+    unacknowledged: Option<Box<CloakedRequest>>,
 }
 
 /// One provider's Subscribe stream, as the broker tracks it.
@@ -282,7 +346,8 @@ pub(super) struct Broker {
     user_keys: std::hash::RandomState,
     /// Interned user ids with the number of their pending requests.
     users: HashMap<String, (UserKey, usize)>,
-    pending: HashMap<RequestId, PendingEntry>,
+    /// By the broker's own sequential id (foldhash: no key here is a client's choice).
+    pending: HashMap<RequestId, PendingEntry, foldhash::fast::RandomState>,
     pending_keys: HashSet<(UserKey, u64)>,
     clients: HashMap<ClientId, ClientState>,
     /// The broker's copy of the provider queues (by service index; grows on reload).
@@ -302,6 +367,10 @@ pub(super) struct Broker {
     next_delayed: u64,
     jitter_rng: ChaCha20Rng,
     metrics: BrokerMetrics,
+    /// Cluster: cell owners and the way to other replicas (`None`: standalone).
+    cluster: Option<ClusterLink>,
+    /// Cluster: requests of this replica's clients that another replica cloaks.
+    remote: remote::RemoteRequests,
 }
 
 /// The broker's metric handles, registered once (see [`crate::telemetry::catalog`]).
@@ -377,7 +446,7 @@ impl Broker {
             next_request_id: 0,
             user_keys: std::hash::RandomState::new(),
             users: HashMap::new(),
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             pending_keys: HashSet::new(),
             clients: HashMap::new(),
             provider_queues,
@@ -396,7 +465,15 @@ impl Broker {
             metrics: BrokerMetrics::new(),
             cfg,
             live,
+            cluster: None,
+            remote: remote::RemoteRequests::default(),
         }
+    }
+
+    /// Cluster mode: requests go to the replica owning their cell ([`super::cluster`]).
+    pub(super) fn with_cluster(mut self, link: ClusterLink) -> Broker {
+        self.cluster = Some(link);
+        self
     }
 
     fn handle(&mut self, command: Command) {
@@ -467,22 +544,47 @@ impl Broker {
             }
             Command::ProviderGone { provider } => self.end_provider(provider, HandOver::Gone),
             Command::Delivered {
-                pseudonym,
+                pseudonyms,
                 principal,
                 provider,
-            } => self.delivered(pseudonym, principal, provider),
-            Command::Answer {
-                pseudonym,
-                payload,
+            } => {
+                for pseudonym in pseudonyms {
+                    self.delivered(pseudonym, Arc::clone(&principal), provider);
+                }
+            }
+            Command::Answers {
+                answers,
                 tally,
                 principal,
-            } => self.answer(pseudonym, payload, &tally, &principal),
+            } => {
+                for (pseudonym, payload) in answers {
+                    self.answer(pseudonym, payload, &tally, &principal);
+                }
+            }
             Command::Sync { done } => {
                 let _ = done.send(());
             }
             Command::Report { updates, done } => {
                 let _ = done.send(self.report(updates));
             }
+            Command::SubmitForwarded {
+                client,
+                events,
+                principal,
+                request,
+                received,
+            } => {
+                self.submit_forwarded(client, events, principal, request);
+                self.metrics
+                    .overhead
+                    .record(received.elapsed().as_secs_f64());
+            }
+            Command::Resolved {
+                tag,
+                request,
+                owner,
+            } => self.resolved(tag, request, owner),
+            Command::RemoteEvent { tag, event } => self.remote_event(tag, event),
         }
     }
 
@@ -534,6 +636,15 @@ impl Broker {
             );
             return self.reject(client, request_no, &rejection);
         }
+        let Some(request) = self.route_to_owner(client, request) else {
+            return;
+        };
+        self.cloak_here(client, request);
+    }
+
+    /// Feeds a request to this replica's engine.
+    fn cloak_here(&mut self, client: ClientId, request: AdmittedRequest) {
+        let request_no = request.request_no;
         let user = match self.users.get(&request.user_id) {
             Some((key, _)) => *key,
             None => {
@@ -773,7 +884,7 @@ impl Broker {
                         delivered_to: None,
                         service,
                         holder: None,
-                        unacknowledged: Some(forwarded),
+                        unacknowledged: Some(Box::new(forwarded)),
                     },
                 );
                 self.route_expiry.push_back((
@@ -866,21 +977,6 @@ impl Broker {
         }
     }
 
-    /// A provider acknowledged (or answered) the request of `pseudonym`: stop waiting for it and
-    /// free its place in its stream's window.
-    fn acknowledged(&mut self, pseudonym: Pseudonym) {
-        let Some(route) = self.routes.get_mut(&pseudonym) else {
-            return;
-        };
-        route.unacknowledged = None;
-        if let Some(holder) = route.holder.take()
-            && let Some(state) = self.providers.get_mut(&holder)
-            && state.unacknowledged.remove(&pseudonym)
-        {
-            state.window.release();
-        }
-    }
-
     /// Closes the streams whose acknowledgement is overdue and hands their requests on.
     fn expire_acks(&mut self) {
         let now = self.clock.now_ms();
@@ -889,9 +985,12 @@ impl Broker {
                 break;
             }
             self.ack_expiry.pop_front();
-            let overdue = self.routes.get(&pseudonym).is_some_and(|route| {
-                route.holder == Some(provider) && route.unacknowledged.is_some()
-            });
+            // The stream's own set is small and holds exactly the requests it still has to
+            // acknowledge (so no lookup in the large route table).
+            let overdue = self
+                .providers
+                .get(&provider)
+                .is_some_and(|state| state.unacknowledged.contains(&pseudonym));
             if overdue {
                 self.end_provider(provider, HandOver::Stalled);
             }
@@ -941,7 +1040,7 @@ impl Broker {
         let (client, request_no, service) = (route.client, route.request_no, route.service);
         let another = self.providers.values().any(|p| p.service == service);
         let refusal = if another {
-            match self.provider_queues[service].sender.try_send(forwarded) {
+            match self.provider_queues[service].sender.try_send(*forwarded) {
                 Ok(()) => {
                     metrics::counter!(
                         catalog::LOCATION_REHANDED,
@@ -1082,17 +1181,25 @@ impl Broker {
             );
             return;
         }
-        self.acknowledged(pseudonym);
+        // An answer or an acknowledgement: stop waiting for the acknowledgement and free the
+        // request's place in its stream's window.
+        route.unacknowledged = None;
+        let holder = route.holder.take();
+        let (client, request_no) = (route.client, route.request_no);
+        let first = payload.is_some() && !route.answered;
+        if payload.is_some() {
+            route.answered = true;
+        }
+        if let Some(holder) = holder
+            && let Some(state) = self.providers.get_mut(&holder)
+            && state.unacknowledged.remove(&pseudonym)
+        {
+            state.window.release();
+        }
         let Some(payload) = payload else {
             tally.acknowledged.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let Some(route) = self.routes.get_mut(&pseudonym) else {
-            return;
-        };
-        let (client, request_no) = (route.client, route.request_no);
-        let first = !route.answered;
-        route.answered = true;
         if !self.clients.contains_key(&client) {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
             self.metrics.answers_undeliverable.increment(1);
@@ -1184,7 +1291,10 @@ impl Broker {
 
     fn maybe_close(&mut self, client: ClientId) {
         let done = self.clients.get(&client).is_some_and(|state| {
-            state.draining && state.pending.is_empty() && state.awaiting_answer == 0
+            state.draining
+                && state.pending.is_empty()
+                && state.awaiting_answer == 0
+                && self.remote.awaited(client) == 0
         });
         if done
             && let Some(state) = self.clients.remove(&client)
@@ -1199,6 +1309,7 @@ impl Broker {
         let Some(state) = self.clients.remove(&client) else {
             return;
         };
+        self.forget_remote(client);
         for id in state.pending {
             self.engine.cancel(id);
             if self.take_pending(id).is_some() {
@@ -1221,6 +1332,7 @@ impl Broker {
                 self.reject(entry.client, entry.request_no, &rejection);
             }
         }
+        self.shut_down_remote();
         self.clients.clear();
         self.providers.clear();
         self.all_provider_queues.close();
@@ -1258,11 +1370,17 @@ impl Broker {
                 .front()
                 .map(|&(expires, _)| expires.saturating_add(1));
             let next_ack = self.ack_expiry.front().map(|&(due, _, _)| due);
-            let next_expiry = [self.engine.next_deadline(), next_route, next_ack]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
+            let next_remote = self.remote.next_expiry();
+            let next_expiry = [
+                self.engine.next_deadline(),
+                next_route,
+                next_ack,
+                next_remote,
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
             let next_forward = self
                 .delayed
                 .peek()
@@ -1289,6 +1407,7 @@ impl Broker {
             self.forward_due();
             self.expire_acks();
             self.prune_routes();
+            self.expire_remote();
             self.record_gauges();
         }
         self.shut_down();

@@ -32,6 +32,8 @@ use super::validate::{Rejection, validate, validate_update};
 
 /// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
 const REPORT_BATCH: usize = 512;
+/// Answers handed to the broker actor at once, at most (whatever the stream has ready).
+const ANSWER_BATCH: usize = 512;
 use crate::auth::Caller;
 
 /// A response stream that holds its stream-limit place while it lives.
@@ -247,6 +249,33 @@ impl LocationBroker for LocationServices {
     }
 }
 
+impl LocationServices {
+    /// Checks one answer of an Answer stream: its pseudonym, its payload size, and that an
+    /// acknowledgement carries no payload.
+    fn admit_answer(
+        &self,
+        answer: LbsAnswer,
+    ) -> Result<(Pseudonym, Option<Vec<u8>>), LocationError> {
+        let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
+            Ok(p) if answer.pseudonym.len() == 32 => p,
+            _ => return Err(LocationError::InvalidPseudonym(answer.pseudonym)),
+        };
+        let max_payload_bytes = self.cfg.borrow().max_payload_bytes;
+        if answer.payload.len() > max_payload_bytes {
+            return Err(LocationError::PayloadTooLarge {
+                limit: max_payload_bytes,
+                got: answer.payload.len(),
+            });
+        }
+        if answer.ack && !answer.payload.is_empty() {
+            return Err(LocationError::AckWithPayload {
+                got: answer.payload.len(),
+            });
+        }
+        Ok((pseudonym, (!answer.ack).then_some(answer.payload)))
+    }
+}
+
 #[tonic::async_trait]
 impl LbsGateway for LocationServices {
     type SubscribeStream = CloakedStream;
@@ -314,69 +343,57 @@ impl LbsGateway for LocationServices {
     ) -> Result<Response<AnswerSummary>, Status> {
         let principal = Caller::of(&request)?;
         let name: Arc<str> = Arc::from(principal.name.as_str());
-        let mut inbound = request.into_inner();
+        let mut inbound = request.into_inner().ready_chunks(ANSWER_BATCH);
         let tally = Arc::new(AnswerTally::default());
         let mut failure: Option<LocationError> = None;
-        loop {
+        // Whatever the stream has read at once goes to the broker in one command.
+        while let Some(chunk) = inbound.next().await {
             if tally.denied.load(Ordering::Relaxed) > 0 {
                 // A refused answer ends the stream (the summary below says why).
                 break;
             }
-            match inbound.message().await {
-                Ok(Some(answer)) => {
-                    let pseudonym = match answer.pseudonym.parse::<Pseudonym>() {
-                        Ok(p) if answer.pseudonym.len() == 32 => p,
-                        _ => {
-                            failure = Some(LocationError::InvalidPseudonym(answer.pseudonym));
-                            break;
-                        }
-                    };
-                    let max_payload_bytes = self.cfg.borrow().max_payload_bytes;
-                    if answer.payload.len() > max_payload_bytes {
-                        failure = Some(LocationError::PayloadTooLarge {
-                            limit: max_payload_bytes,
-                            got: answer.payload.len(),
-                        });
+            let mut answers = Vec::with_capacity(chunk.len());
+            for message in chunk {
+                match message.map(|answer| self.admit_answer(answer)) {
+                    Ok(Ok(answer)) => answers.push(answer),
+                    Ok(Err(error)) => {
+                        failure = Some(error);
                         break;
                     }
-                    if answer.ack && !answer.payload.is_empty() {
-                        failure = Some(LocationError::AckWithPayload {
-                            got: answer.payload.len(),
-                        });
+                    Err(status) => {
+                        match InboundError::classify(&status, self.max_message_bytes) {
+                            InboundError::Transport { .. } => return Err(status),
+                            error => failure = Some(error.into()),
+                        }
                         break;
                     }
-                    let command = Command::Answer {
-                        pseudonym,
-                        payload: (!answer.ack).then_some(answer.payload),
-                        tally: Arc::clone(&tally),
-                        principal: Arc::clone(&name),
-                    };
-                    match self.commands.try_send(command) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(_)) => {
-                            failure = Some(LocationError::Overloaded {
-                                queue: self.commands.max_capacity(),
-                                what: "this answer and the ones after it were",
-                            });
-                            break;
-                        }
-                        Err(mpsc::error::TrySendError::Closed(_)) => {
-                            return Err(LocationError::ShuttingDown.into());
-                        }
+                }
+            }
+            if !answers.is_empty() {
+                let command = Command::Answers {
+                    answers,
+                    tally: Arc::clone(&tally),
+                    principal: Arc::clone(&name),
+                };
+                match self.commands.try_send(command) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        failure = Some(LocationError::Overloaded {
+                            queue: self.commands.max_capacity(),
+                            what: "these answers and the ones after them were",
+                        });
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        return Err(LocationError::ShuttingDown.into());
                     }
                 }
-                Ok(None) => break,
-                Err(status) => {
-                    match InboundError::classify(&status, self.max_message_bytes) {
-                        InboundError::Transport { .. } => return Err(status),
-                        error => failure = Some(error.into()),
-                    }
-                    break;
-                }
+            }
+            if failure.is_some() {
+                break;
             }
         }
         if failure.is_some() {
-            drain(inbound);
+            drain(inbound.into_inner());
         }
         // Every answer sent so far is routed before the summary (or the error) is returned.
         let (done, wait) = oneshot::channel();

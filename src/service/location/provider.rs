@@ -7,7 +7,10 @@
 //! (`Delivered`), and of its end (`ProviderGone`, sent when the stream is dropped) after all of them,
 //! so every request a stream took is either acknowledged or handed on by the broker. The window count
 //! is raised here when a request is taken and lowered only by the broker (acknowledgement, answer, or
-//! the request handed on), so a stream that never acknowledges takes at most the window.
+//! the request handed on), so a stream that never acknowledges takes at most the window. A stream
+//! takes whatever its queue holds at once (up to the window), reports it in one `Delivered`, and then
+//! hands it out in order; what it took and had not handed out when it ends is handed on like the rest.
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -42,6 +45,11 @@ impl ProviderWindow {
             .unacknowledged
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         self.room.notify_one();
+    }
+
+    /// Whether fewer than `limit` requests are unacknowledged.
+    fn has_room(&self, limit: usize) -> bool {
+        self.unacknowledged.load(Ordering::Acquire) < limit
     }
 
     /// Waits until fewer than `limit` requests are unacknowledged.
@@ -93,9 +101,14 @@ pub(super) struct ProviderStream {
 struct State {
     stream: ProviderStream,
     queue: async_channel::Receiver<CloakedRequest>,
+    /// Requests taken (and reported `Delivered`) but not yet handed to the stream.
+    taken: VecDeque<CloakedRequest>,
     _guard: ProviderGuard,
     ended: bool,
 }
+
+/// Most requests a stream takes off its queue at once (one `Delivered` command for all of them).
+const TAKE_BATCH: usize = 256;
 
 impl ProviderStream {
     /// The response stream of Subscribe over the service's `queue`.
@@ -110,12 +123,24 @@ impl ProviderStream {
         let state = State {
             stream: self,
             queue,
+            taken: VecDeque::new(),
             _guard: guard,
             ended: false,
         };
         futures::stream::unfold(state, |mut state| async move {
             if state.ended {
                 return None;
+            }
+            if let Some(cloaked) = state.taken.pop_front() {
+                // A close from the broker still ends the stream first.
+                return match state.stream.close.try_recv() {
+                    Err(oneshot::error::TryRecvError::Empty) => Some((Ok(cloaked), state)),
+                    Ok(status) => {
+                        state.ended = true;
+                        Some((Err(status), state))
+                    }
+                    Err(oneshot::error::TryRecvError::Closed) => None,
+                };
             }
             let s = &mut state.stream;
             // Wait for room in the window, then for a request; the broker may close the stream meanwhile.
@@ -138,16 +163,26 @@ impl ProviderStream {
                 Err(None) => return None,
             };
             s.window.take();
-            if let Ok(pseudonym) = cloaked.pseudonym.parse::<Pseudonym>() {
-                let _ = s
-                    .commands
-                    .send(Command::Delivered {
-                        pseudonym,
-                        principal: Arc::clone(&s.principal),
-                        provider: s.provider,
-                    })
-                    .await;
+            // Whatever else is queued already, while the window has room: one command for all.
+            while state.taken.len() + 1 < TAKE_BATCH && s.window.has_room(s.window_limit) {
+                let Ok(more) = state.queue.try_recv() else {
+                    break;
+                };
+                s.window.take();
+                state.taken.push_back(more);
             }
+            let pseudonyms = std::iter::once(&cloaked)
+                .chain(state.taken.iter())
+                .filter_map(|c| c.pseudonym.parse::<Pseudonym>().ok())
+                .collect();
+            let _ = s
+                .commands
+                .send(Command::Delivered {
+                    pseudonyms,
+                    principal: Arc::clone(&s.principal),
+                    provider: s.provider,
+                })
+                .await;
             Some((Ok(cloaked), state))
         })
     }
