@@ -316,6 +316,17 @@ fn subject(cluster: &Cluster, kind: &str, node: &str) -> String {
     cluster.name('.', &format!("location.{kind}.{node}"))
 }
 
+/// What `next` yields, or `None` once the daemon shuts down.
+async fn until_stopped<T>(
+    next: impl std::future::Future<Output = Option<T>>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<T> {
+    tokio::select! {
+        item = next => item,
+        _ = shutdown.wait_for(|stop| *stop) => None,
+    }
+}
+
 /// Publishes events for other replicas' clients and sends forwarded requests, until shutdown.
 async fn publish(
     cluster: Cluster,
@@ -324,11 +335,9 @@ async fn publish(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let message = tokio::select! {
-            message = outbound.recv() => message,
-            _ = shutdown.wait_for(|stop| *stop) => None,
+        let Some(message) = until_stopped(outbound.recv(), &mut shutdown).await else {
+            return;
         };
-        let Some(message) = message else { return };
         match message {
             Outbound::Event { to, event } => {
                 let payload = ReplicaEvent {
@@ -420,11 +429,10 @@ struct Owners {
 /// The owner side: takes forwarded requests and hands each to the broker as a replica client.
 async fn take_forwarded(mut owners: Owners) {
     loop {
-        let message = tokio::select! {
-            message = owners.subscriber.next() => message,
-            _ = owners.shutdown.wait_for(|stop| *stop) => None,
+        let Some(message) = until_stopped(owners.subscriber.next(), &mut owners.shutdown).await
+        else {
+            return;
         };
-        let Some(message) = message else { return };
         let reply = match ForwardedRequest::decode(message.payload) {
             Ok(request) => owners.admit(request),
             Err(_) => refused(
@@ -518,11 +526,9 @@ async fn take_events(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let message = tokio::select! {
-            message = subscriber.next() => message,
-            _ = shutdown.wait_for(|stop| *stop) => None,
+        let Some(message) = until_stopped(subscriber.next(), &mut shutdown).await else {
+            return;
         };
-        let Some(message) = message else { return };
         let Ok(ReplicaEvent {
             tag,
             event: Some(event),
