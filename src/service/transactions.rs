@@ -533,13 +533,7 @@ impl TransactionIngest for TransactionServices {
                 }
                 let (reply, receive) = oneshot::channel();
                 let record_id = t.record_id.clone();
-                let append = Append {
-                    stream: t.stream,
-                    record_id: t.record_id,
-                    items: t.items,
-                    sensitive_items: t.sensitive_items,
-                    reply,
-                };
+                let append = Append::of(t, reply);
                 match appends.try_send(append) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {
