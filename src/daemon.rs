@@ -101,8 +101,15 @@ async fn serve_inner(
         .await
         .context("connecting to the NATS cluster ([cluster])")?;
     let max_message_bytes = config.server.max_message_bytes;
-    let location = LocationServices::start(config.location.clone(), stop_rx.clone())
-        .with_max_message_bytes(max_message_bytes);
+    let location = match &cluster {
+        Some(cluster) => {
+            LocationServices::start_clustered(config.location.clone(), stop_rx.clone(), cluster)
+                .await
+                .context("joining the location cells of the cluster ([cluster])")?
+        }
+        None => LocationServices::start(config.location.clone(), stop_rx.clone()),
+    }
+    .with_max_message_bytes(max_message_bytes);
     let transactions = match &cluster {
         None => TransactionServices::start(config.transactions.clone(), stop_rx.clone())
             .await

@@ -266,6 +266,21 @@ async fn a_replica_killed_mid_stream_loses_and_repeats_nothing() {
             );
         }
     }
+    // Exactly one replica holds the stream now, and the survivor, which did not hold it before the
+    // kill, forwarded its producer's records to the replica that did.
+    let held: f64 = replicas
+        .iter()
+        .map(|r| {
+            r.scrape()
+                .sum("cloakd_cluster_leases_held", &[("kind", "stream")])
+        })
+        .sum();
+    assert_eq!(held, 1.0);
+    let forwarded = replicas[survivor].scrape().sum(
+        "cloakd_transaction_records_forwarded_total",
+        &[("result", "stored")],
+    );
+    assert!(forwarded > 0.0, "the survivor forwarded nothing");
     for r in replicas {
         r.stop();
     }

@@ -223,7 +223,14 @@ fn set_owner(shared: &Shared, name: &str, owner: Owner) {
         let before = owners.insert(name.to_string(), owner.clone());
         before == Some(Owner::Local)
     };
-    if local_before != (owner == Owner::Local) {
+    let local_now = owner == Owner::Local;
+    if local_before != local_now {
+        let held = metrics::gauge!(crate::telemetry::catalog::CLUSTER_LEASES_HELD, "kind" => shared.kind.clone());
+        if local_now {
+            held.increment(1.0);
+        } else {
+            held.decrement(1.0);
+        }
         shared.changes.send_modify(|n| *n += 1);
     }
 }

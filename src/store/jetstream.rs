@@ -117,6 +117,9 @@ impl Layout {
 /// refuses it).
 pub const MAX_BATCH_MESSAGE_BYTES: usize = 512 * 1024;
 
+/// Reads of the log a replay retries after a failure before it fails.
+const REPLAY_ATTEMPTS: u32 = 5;
+
 /// Storage encoding of one batch message: the entries' own encodings ([`LogEntry::encode`]), in
 /// order (protobuf, field 1 `repeated bytes`).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -178,6 +181,52 @@ pub struct JetStreamRecordLog {
 }
 
 impl JetStreamRecordLog {
+    /// The entries of the messages with sequences `start..=last`, in order (nothing if
+    /// `start > last`).
+    async fn read_range(&self, start: u64, last: u64) -> Result<Vec<(u64, LogEntry)>, StoreError> {
+        let mut entries = Vec::new();
+        if start > last {
+            return Ok(entries);
+        }
+        let consumer = self
+            .stream
+            .clone()
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                },
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
+        while let Some(message) = messages.next().await {
+            let message =
+                message.map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
+            let sequence = message
+                .info()
+                .map_err(|e| unavailable("replaying the record log")(e.to_string()))?
+                .stream_sequence;
+            if sequence > last {
+                break;
+            }
+            let batch = <WireBatch as prost::Message>::decode(message.payload.as_ref())
+                .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
+            for bytes in batch.entries {
+                let entry =
+                    LogEntry::decode(&bytes).map_err(unavailable("replaying the record log"))?;
+                entries.push((sequence, entry));
+            }
+            if sequence == last {
+                break;
+            }
+        }
+        Ok(entries)
+    }
+
     /// Opens (creating) the deployment's record stream and reads it whole, so that ids already in
     /// the log are known and this log's appends expect what it has read.
     pub async fn open(
@@ -325,51 +374,29 @@ impl RecordLog for JetStreamRecordLog {
 
     async fn replay(&self, from: LogPosition) -> Result<Replayed, StoreError> {
         let mut seen = self.seen.lock().await;
-        let mut stream = self.stream.clone();
-        let last = stream
+        let last = self
+            .stream
+            .clone()
             .info()
             .await
             .map_err(|e| unavailable("reading the record log")(e.to_string()))?
             .state
             .last_sequence;
         let start = from.0.max(1);
-        let mut entries = Vec::new();
-        if start <= last {
-            let consumer = stream
-                .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                    deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
-                        start_sequence: start,
-                    },
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
-            let mut messages = consumer
-                .messages()
-                .await
-                .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
-            while let Some(message) = messages.next().await {
-                let message =
-                    message.map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
-                let sequence = message
-                    .info()
-                    .map_err(|e| unavailable("replaying the record log")(e.to_string()))?
-                    .stream_sequence;
-                if sequence > last {
-                    break;
+        // A consumer may fail while JetStream moves a leader or is busy (503): read again, a few
+        // times, before giving up. Nothing is learnt from a failed read.
+        let mut attempt = 0;
+        let entries = loop {
+            match self.read_range(start, last).await {
+                Ok(entries) => break entries,
+                Err(e) if attempt < REPLAY_ATTEMPTS => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "replaying the record log failed; reading again");
+                    tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt)).await;
                 }
-                let batch = <WireBatch as prost::Message>::decode(message.payload.as_ref())
-                    .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
-                for bytes in batch.entries {
-                    let entry = LogEntry::decode(&bytes)
-                        .map_err(unavailable("replaying the record log"))?;
-                    entries.push((sequence, entry));
-                }
-                if sequence == last {
-                    break;
-                }
+                Err(e) => return Err(e),
             }
-        }
+        };
         // Learnt only now: a replay that fails half-way must not move a fence past entries its
         // caller has not seen.
         for (sequence, entry) in &entries {

@@ -113,6 +113,8 @@ pub const LBS_ANSWERS: &str = "cloakd_lbs_answers_total";
 
 pub const TX_RECORDS: &str = "cloakd_transaction_records_total";
 pub const TX_RECORDS_REFUSED: &str = "cloakd_transaction_records_refused_total";
+pub const TX_RECORDS_FORWARDED: &str = "cloakd_transaction_records_forwarded_total";
+pub const CLUSTER_LEASES_HELD: &str = "cloakd_cluster_leases_held";
 pub const TX_OPEN_RECORDS: &str = "cloakd_transaction_open_records";
 pub const TX_LOG_FSYNC_SECONDS: &str = "cloakd_transaction_log_fsync_seconds";
 pub const TX_LOG_BYTES: &str = "cloakd_transaction_log_bytes";
@@ -219,6 +221,16 @@ pub const METRICS: &[MetricDef] = &[
         TX_RECORDS_REFUSED,
         &["reason"],
         "Published records refused: invalid, too_many_open (transactions.max_open_records), unavailable (store error) or not_writer (the stream's lease moved to another replica).",
+    ),
+    counter(
+        TX_RECORDS_FORWARDED,
+        &["result"],
+        "Records this replica forwarded to the replica sealing their stream ([cluster]), by result: stored, duplicate, refused (by that replica) or failed (no answer; the producer publishes again).",
+    ),
+    gauge(
+        CLUSTER_LEASES_HELD,
+        &["kind"],
+        "Leases this replica holds ([cluster]), by kind: stream (it seals the stream's windows) or cell (it cloaks the cell's requests).",
     ),
     gauge(
         TX_OPEN_RECORDS,

@@ -31,6 +31,7 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Code, Status};
 
+use super::cluster::{CellOwner, ClusterLink, Outbound, RemoteClient};
 use super::routes::Routes;
 use crate::config::CloakModel;
 use crate::config::LocationConfig;
@@ -48,6 +49,8 @@ use super::providers::{ProviderQueue, ProviderQueues};
 use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
+mod remote;
+
 /// Commands the actor takes per wake-up.
 const COMMAND_BATCH: usize = 1024;
 
@@ -55,10 +58,20 @@ pub(super) type ClientId = u64;
 
 /// The bounded event queue of one client stream. One place beyond `location.client_queue` is kept
 /// for the status that ends the stream, so a client that reads too slowly (or whose request stream
-/// broke) always learns why its stream ended once it reads again.
+/// broke) always learns why its stream ended once it reads again. A client of another replica (a
+/// request forwarded here, [`super::cluster`]) has its events published to that replica instead.
 #[derive(Debug, Clone)]
 pub(super) struct EventQueue {
-    sender: mpsc::Sender<Result<LocationEvent, Status>>,
+    sink: EventSink,
+}
+
+#[derive(Debug, Clone)]
+enum EventSink {
+    Stream(mpsc::Sender<Result<LocationEvent, Status>>),
+    Replica {
+        to: RemoteClient,
+        out: mpsc::Sender<Outbound>,
+    },
 }
 
 impl EventQueue {
@@ -66,22 +79,55 @@ impl EventQueue {
         client_queue: usize,
     ) -> (EventQueue, mpsc::Receiver<Result<LocationEvent, Status>>) {
         let (sender, receiver) = mpsc::channel(client_queue.saturating_add(1));
-        (EventQueue { sender }, receiver)
+        (
+            EventQueue {
+                sink: EventSink::Stream(sender),
+            },
+            receiver,
+        )
+    }
+
+    /// The events of a client stream `to` that another replica holds, sent through `out`.
+    pub(super) fn replica(to: RemoteClient, out: mpsc::Sender<Outbound>) -> EventQueue {
+        EventQueue {
+            sink: EventSink::Replica { to, out },
+        }
+    }
+
+    /// Whether the stream is held by another replica.
+    pub(super) fn is_replica(&self) -> bool {
+        matches!(self.sink, EventSink::Replica { .. })
     }
 
     /// Queues an event unless only the place reserved for the final status is left; false when the
     /// event was not queued (the client is too slow, or gone).
     pub(super) fn try_event(&self, event: LocationEvent) -> bool {
-        self.sender.capacity() > 1 && self.sender.try_send(Ok(event)).is_ok()
+        match &self.sink {
+            EventSink::Stream(sender) => {
+                sender.capacity() > 1 && sender.try_send(Ok(event)).is_ok()
+            }
+            EventSink::Replica { to, out } => out
+                .try_send(Outbound::Event {
+                    to: to.clone(),
+                    event,
+                })
+                .is_ok(),
+        }
     }
 
-    /// Ends the stream with `status` (uses the reserved place).
+    /// Ends the stream with `status` (uses the reserved place). The replica holding a remote
+    /// stream ends it itself.
     pub(super) fn finish(&self, status: Status) {
-        let _ = self.sender.try_send(Err(status));
+        if let EventSink::Stream(sender) = &self.sink {
+            let _ = sender.try_send(Err(status));
+        }
     }
 
     pub(super) fn is_closed(&self) -> bool {
-        self.sender.is_closed()
+        match &self.sink {
+            EventSink::Stream(sender) => sender.is_closed(),
+            EventSink::Replica { out, .. } => out.is_closed(),
+        }
     }
 }
 
@@ -194,6 +240,23 @@ pub(super) enum Command {
         updates: Vec<AdmittedUpdate>,
         done: oneshot::Sender<ReportResult>,
     },
+    /// Cluster: a request another replica forwarded here (this replica owns its cell); `client`
+    /// is a new stream of this one request whose events go to that replica.
+    SubmitForwarded {
+        client: ClientId,
+        events: EventQueue,
+        principal: Arc<str>,
+        request: AdmittedRequest,
+        received: std::time::Instant,
+    },
+    /// Cluster: the cell of the remote request `tag` has an owner now (or still none).
+    Resolved {
+        tag: u64,
+        request: AdmittedRequest,
+        owner: CellOwner,
+    },
+    /// Cluster: an event for the remote request `tag` (another replica cloaks it).
+    RemoteEvent { tag: u64, event: LocationEvent },
 }
 
 /// What became of one Report batch.
@@ -301,6 +364,10 @@ pub(super) struct Broker {
     next_delayed: u64,
     jitter_rng: ChaCha20Rng,
     metrics: BrokerMetrics,
+    /// Cluster: cell owners and the way to other replicas (`None`: standalone).
+    cluster: Option<ClusterLink>,
+    /// Cluster: requests of this replica's clients that another replica cloaks.
+    remote: remote::RemoteRequests,
 }
 
 /// The broker's metric handles, registered once (see [`crate::telemetry::catalog`]).
@@ -394,7 +461,15 @@ impl Broker {
             metrics: BrokerMetrics::new(),
             cfg,
             live,
+            cluster: None,
+            remote: remote::RemoteRequests::default(),
         }
+    }
+
+    /// Cluster mode: requests go to the replica owning their cell ([`super::cluster`]).
+    pub(super) fn with_cluster(mut self, link: ClusterLink) -> Broker {
+        self.cluster = Some(link);
+        self
     }
 
     fn handle(&mut self, command: Command) {
@@ -488,6 +563,24 @@ impl Broker {
             Command::Report { updates, done } => {
                 let _ = done.send(self.report(updates));
             }
+            Command::SubmitForwarded {
+                client,
+                events,
+                principal,
+                request,
+                received,
+            } => {
+                self.submit_forwarded(client, events, principal, request);
+                self.metrics
+                    .overhead
+                    .record(received.elapsed().as_secs_f64());
+            }
+            Command::Resolved {
+                tag,
+                request,
+                owner,
+            } => self.resolved(tag, request, owner),
+            Command::RemoteEvent { tag, event } => self.remote_event(tag, event),
         }
     }
 
@@ -539,6 +632,15 @@ impl Broker {
             );
             return self.reject(client, request_no, &rejection);
         }
+        let Some(request) = self.route_to_owner(client, request) else {
+            return;
+        };
+        self.cloak_here(client, request);
+    }
+
+    /// Feeds a request to this replica's engine.
+    fn cloak_here(&mut self, client: ClientId, request: AdmittedRequest) {
+        let request_no = request.request_no;
         let user = self.user_key(&request.user_id);
         if !self.pending_keys.insert((user, request_no)) {
             let rejection = Rejection {
@@ -1167,7 +1269,10 @@ impl Broker {
 
     fn maybe_close(&mut self, client: ClientId) {
         let done = self.clients.get(&client).is_some_and(|state| {
-            state.draining && state.pending.is_empty() && state.awaiting_answer == 0
+            state.draining
+                && state.pending.is_empty()
+                && state.awaiting_answer == 0
+                && self.remote.awaited(client) == 0
         });
         if done
             && let Some(state) = self.clients.remove(&client)
@@ -1182,6 +1287,7 @@ impl Broker {
         let Some(state) = self.clients.remove(&client) else {
             return;
         };
+        self.forget_remote(client);
         for id in state.pending {
             self.engine.cancel(id);
             if self.take_pending(id).is_some() {
@@ -1204,6 +1310,7 @@ impl Broker {
                 self.reject(entry.client, entry.request_no, &rejection);
             }
         }
+        self.shut_down_remote();
         self.clients.clear();
         self.providers.clear();
         self.all_provider_queues.close();
@@ -1241,11 +1348,17 @@ impl Broker {
                 .front()
                 .map(|&(expires, _)| expires.saturating_add(1));
             let next_ack = self.ack_expiry.front().map(|&(due, _, _)| due);
-            let next_expiry = [self.engine.next_deadline(), next_route, next_ack]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
+            let next_remote = self.remote.next_expiry();
+            let next_expiry = [
+                self.engine.next_deadline(),
+                next_route,
+                next_ack,
+                next_remote,
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
             let next_forward = self
                 .delayed
                 .peek()
@@ -1272,6 +1385,7 @@ impl Broker {
             self.forward_due();
             self.expire_acks();
             self.prune_routes();
+            self.expire_remote();
             self.record_gauges();
         }
         self.shut_down();

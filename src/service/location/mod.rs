@@ -20,6 +20,7 @@
 //! limits, answer TTL, rate limit, jitter); a request keeps what it was admitted with. The engines'
 //! construction parameters, stream limits and queue sizes are restart-only (see [`crate::reload`]).
 mod broker;
+mod cluster;
 mod error;
 mod grpc;
 mod provider;
@@ -68,12 +69,40 @@ pub struct LocationServices {
 impl LocationServices {
     /// Starts the broker actor; it stops when `shutdown` turns true (or every handle is dropped).
     pub fn start(cfg: LocationConfig, shutdown: watch::Receiver<bool>) -> LocationServices {
+        Self::start_with(cfg, shutdown, None)
+    }
+
+    /// [`Self::start`] as one replica of a cluster: each request is cloaked by the replica owning
+    /// its grid cell, whichever replica received it ([`cluster`]).
+    pub async fn start_clustered(
+        cfg: LocationConfig,
+        shutdown: watch::Receiver<bool>,
+        cluster: &crate::cluster::Cluster,
+    ) -> Result<LocationServices, crate::cluster::ClusterError> {
+        let joined = cluster::LocationCluster::join(cluster).await?;
+        Ok(Self::start_with(cfg, shutdown, Some(joined)))
+    }
+
+    fn start_with(
+        cfg: LocationConfig,
+        shutdown: watch::Receiver<bool>,
+        cluster: Option<cluster::LocationCluster>,
+    ) -> LocationServices {
         let seed = cfg.seed.unwrap_or_else(rand::random::<u64>);
         let provider_queues = Arc::new(ProviderQueues::new(&cfg.services, cfg.provider_queue));
         let (reconfigure, live) = watch::channel(Arc::new(cfg));
         let cfg = live.borrow().clone();
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
-        let broker = Broker::new(live.clone(), seed, Arc::clone(&provider_queues));
+        let next_client = Arc::new(AtomicU64::new(0));
+        let mut broker = Broker::new(live.clone(), seed, Arc::clone(&provider_queues));
+        if let Some(cluster) = cluster {
+            broker = broker.with_cluster(cluster.start(
+                commands.clone(),
+                Arc::clone(&provider_queues),
+                Arc::clone(&next_client),
+                shutdown.clone(),
+            ));
+        }
         tokio::spawn(broker.run(command_rx, shutdown.clone()));
         LocationServices {
             client_streams: StreamLimit::new("location.max_client_streams", cfg.max_client_streams),
@@ -89,7 +118,7 @@ impl LocationServices {
             reconfigure: Arc::new(reconfigure),
             commands,
             provider_queues,
-            next_client: Arc::new(AtomicU64::new(0)),
+            next_client,
             next_provider: Arc::new(AtomicU64::new(0)),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             stop: shutdown,

@@ -148,6 +148,11 @@ impl ForwardResult {
     }
 }
 
+fn count_forwarded(result: &'static str) {
+    metrics::counter!(crate::telemetry::catalog::TX_RECORDS_FORWARDED, "result" => result)
+        .increment(1);
+}
+
 fn ingest_subject(prefix: &str, node: &str) -> String {
     format!("{prefix}.ingest.{node}")
 }
@@ -277,7 +282,13 @@ impl Router {
                 match <ForwardReply as prost::Message>::decode(message.payload.as_ref()) {
                     Ok(reply) if reply.results.len() == replies.len() => {
                         for (result, reply) in reply.results.into_iter().zip(replies) {
-                            let _ = reply.send(result.into_result());
+                            let result = result.into_result();
+                            count_forwarded(match &result {
+                                Ok(a) if a.duplicate => "duplicate",
+                                Ok(_) => "stored",
+                                Err(_) => "refused",
+                            });
+                            let _ = reply.send(result);
                         }
                         return;
                     }
@@ -292,6 +303,8 @@ impl Router {
             ),
         };
         tracing::warn!(replica = %node, records = replies.len(), failure = %failure, "forwarding records failed");
+        metrics::counter!(crate::telemetry::catalog::TX_RECORDS_FORWARDED, "result" => "failed")
+            .increment(replies.len() as u64);
         for (reply, stream) in replies.into_iter().zip(streams) {
             let _ = reply.send(Err(AppendError::Unavailable(format!(
                 "replica {node:?}, which seals stream {stream:?}, {failure}; the record may not be stored, publish it again"

@@ -1,0 +1,444 @@
+//! The broker's side of location across replicas ([`super::super::cluster`]): which requests go
+//! to another replica, and what the origin keeps of them until their stream may close.
+//!
+//! A request of a local client whose cell another replica owns becomes a *remote request*: its
+//! `(user, request_no)` stays taken (duplicates are refused as for a pending one) and the client's
+//! stream stays open until it has its outcome. Phases: `Resolving` (its cell's owner is being
+//! found), `Forwarded` (sent; waiting for Cloaked, Expired or Rejected), `Cloaked` (waiting for the
+//! provider's first reply or `Undelivered`, as a local route does). Each phase has a deadline: a
+//! request whose owner never answers is Rejected with UNAVAILABLE after its own deadline plus
+//! `cluster.request_timeout_ms`; a cloaked one is forgotten after `location.answer_ttl_ms` plus that
+//! (the owner reports `Undelivered` before). Events for a request the origin no longer tracks (its
+//! client went away, or it was given up) are dropped, so a client never gets two outcomes.
+//!
+//! On the owner, a forwarded request is a one-request client stream (its events go to the origin):
+//! it is cloaked here and never forwarded on.
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+
+use tonic::Code;
+
+use super::{Broker, ClientId, ClientState, EventQueue};
+use crate::location::UserKey;
+use crate::proto::LocationEvent;
+use crate::proto::location_event::Outcome as EventOutcome;
+use crate::service::location::cluster::CellOwner;
+use crate::service::location::validate::{AdmittedRequest, Rejection};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Resolving,
+    Forwarded,
+    Cloaked { answered: bool },
+}
+
+impl Phase {
+    /// Whether the client's stream waits for this request before it closes.
+    fn awaited(self) -> bool {
+        !matches!(self, Phase::Cloaked { answered: true })
+    }
+}
+
+#[derive(Debug)]
+struct RemoteEntry {
+    client: ClientId,
+    request_no: u64,
+    user: UserKey,
+    phase: Phase,
+    /// Unix ms after which the entry ends (see the module doc).
+    expires_ms: i64,
+}
+
+/// The remote requests of this replica's clients, by tag (a number unique on this replica that
+/// the owner's events carry back: one stream may use a request number for several users).
+#[derive(Debug, Default)]
+pub(in crate::service::location) struct RemoteRequests {
+    next_tag: u64,
+    entries: HashMap<u64, RemoteEntry>,
+    /// Each client's tags, and how many of them its stream still waits for.
+    by_client: HashMap<ClientId, (usize, HashSet<u64>)>,
+    /// Deadlines, checked against the entry when they come due (an entry's deadline only grows).
+    expiry: BinaryHeap<Reverse<(i64, u64)>>,
+}
+
+impl RemoteRequests {
+    /// How many remote requests `client`'s stream waits for.
+    pub(in crate::service::location) fn awaited(&self, client: ClientId) -> usize {
+        self.by_client.get(&client).map_or(0, |(n, _)| *n)
+    }
+
+    /// The earliest deadline, if any.
+    pub(in crate::service::location) fn next_expiry(&self) -> Option<i64> {
+        self.expiry
+            .peek()
+            .map(|Reverse((due, _))| due.saturating_add(1))
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// A new entry; its tag.
+    fn insert(
+        &mut self,
+        client: ClientId,
+        request_no: u64,
+        user: UserKey,
+        phase: Phase,
+        expires_ms: i64,
+    ) -> u64 {
+        self.next_tag += 1;
+        let tag = self.next_tag;
+        self.entries.insert(
+            tag,
+            RemoteEntry {
+                client,
+                request_no,
+                user,
+                phase,
+                expires_ms,
+            },
+        );
+        let (awaited, tags) = self.by_client.entry(client).or_default();
+        tags.insert(tag);
+        if phase.awaited() {
+            *awaited += 1;
+        }
+        self.expiry.push(Reverse((expires_ms, tag)));
+        tag
+    }
+
+    /// Moves an entry to `phase`, extending its deadline to `expires_ms`.
+    fn advance(&mut self, tag: u64, phase: Phase, expires_ms: i64) {
+        let Some(entry) = self.entries.get_mut(&tag) else {
+            return;
+        };
+        let (was, now) = (entry.phase.awaited(), phase.awaited());
+        entry.phase = phase;
+        if expires_ms > entry.expires_ms {
+            entry.expires_ms = expires_ms;
+            self.expiry.push(Reverse((expires_ms, tag)));
+        }
+        if let Some((awaited, _)) = self.by_client.get_mut(&entry.client) {
+            match (was, now) {
+                (true, false) => *awaited = awaited.saturating_sub(1),
+                (false, true) => *awaited += 1,
+                _ => {}
+            }
+        }
+    }
+
+    fn remove(&mut self, tag: u64) -> Option<RemoteEntry> {
+        let entry = self.entries.remove(&tag)?;
+        if let Some((awaited, tags)) = self.by_client.get_mut(&entry.client) {
+            tags.remove(&tag);
+            if entry.phase.awaited() {
+                *awaited = awaited.saturating_sub(1);
+            }
+            if tags.is_empty() {
+                self.by_client.remove(&entry.client);
+            }
+        }
+        Some(entry)
+    }
+
+    fn get(&self, tag: u64) -> Option<&RemoteEntry> {
+        self.entries.get(&tag)
+    }
+
+    /// Removes and returns every entry of `client`.
+    fn take_client(&mut self, client: ClientId) -> Vec<RemoteEntry> {
+        let tags = self
+            .by_client
+            .get(&client)
+            .map(|(_, tags)| tags.iter().copied().collect::<Vec<_>>())
+            .unwrap_or_default();
+        tags.into_iter()
+            .filter_map(|tag| self.remove(tag))
+            .collect()
+    }
+
+    /// Removes and returns the entries whose deadline has passed.
+    fn take_expired(&mut self, now: i64) -> Vec<RemoteEntry> {
+        let mut expired = Vec::new();
+        while let Some(&Reverse((due, tag))) = self.expiry.peek() {
+            if due > now {
+                break;
+            }
+            self.expiry.pop();
+            if self.entries.get(&tag).is_some_and(|e| e.expires_ms <= now)
+                && let Some(entry) = self.remove(tag)
+            {
+                expired.push(entry);
+            }
+        }
+        expired
+    }
+}
+
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Broker {
+    /// Cluster: hands `request` to the replica owning its cell and returns `None`, or returns it
+    /// to be cloaked here (standalone, this replica owns the cell, or another replica forwarded
+    /// it here).
+    pub(super) fn route_to_owner(
+        &mut self,
+        client: ClientId,
+        request: AdmittedRequest,
+    ) -> Option<AdmittedRequest> {
+        let Some(link) = self.cluster.as_ref() else {
+            return Some(request);
+        };
+        let forwarded_here = self
+            .clients
+            .get(&client)
+            .is_none_or(|state| state.events.is_replica());
+        let owner = link.owner_of(request.lat, request.lon);
+        if forwarded_here || owner == CellOwner::Here {
+            return Some(request);
+        }
+        let request_no = request.request_no;
+        let held =
+            self.remote.awaited(client) + self.clients.get(&client).map_or(0, |s| s.pending.len());
+        if held >= self.cfg.max_pending_per_stream {
+            let rejection = Rejection::exhausted(
+                "request_no",
+                format!(
+                    "this stream already has {held} pending requests (location.max_pending_per_stream)"
+                ),
+            );
+            self.reject(client, request_no, &rejection);
+            return None;
+        }
+        if self.remote.len() >= self.cfg.max_pending {
+            let rejection = Rejection::exhausted(
+                "request_no",
+                format!(
+                    "the broker already waits for {} requests other replicas cloak (location.max_pending)",
+                    self.remote.len()
+                ),
+            );
+            self.reject(client, request_no, &rejection);
+            return None;
+        }
+        let user = self.user_key(&request.user_id);
+        if !self.pending_keys.insert((user, request_no)) {
+            let rejection = Rejection {
+                field: "request_no",
+                reason: format!("the user already has request {request_no} pending"),
+                code: Code::AlreadyExists,
+            };
+            self.reject(client, request_no, &rejection);
+            return None;
+        }
+        let tag = self
+            .remote
+            .insert(client, request_no, user, Phase::Resolving, i64::MAX);
+        self.send_to_owner(tag, request, owner);
+        None
+    }
+
+    /// Sends the remote request `tag` on according to what is known of its cell's owner.
+    fn send_to_owner(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
+        let (Some(link), Some(entry)) = (self.cluster.as_ref(), self.remote.get(tag)) else {
+            return;
+        };
+        let (client, user) = (entry.client, entry.user);
+        let now = self.clock.now_ms();
+        let timeout = millis(link.request_timeout);
+        match owner {
+            CellOwner::Here => {
+                // Resolved to this replica: cloak it here like any other.
+                self.remote.remove(tag);
+                self.pending_keys.remove(&(user, request.request_no));
+                self.cloak_here(client, request);
+            }
+            CellOwner::Unknown => {
+                let wait = millis(link.resolve_within);
+                self.remote.advance(
+                    tag,
+                    Phase::Resolving,
+                    now.saturating_add(wait).saturating_add(timeout),
+                );
+                link.resolve(tag, request);
+            }
+            CellOwner::Replica(node) => {
+                let principal = self
+                    .clients
+                    .get(&client)
+                    .map(|s| Arc::clone(&s.principal))
+                    .unwrap_or_else(|| Arc::from(""));
+                let service = self.provider_queues[request.service].service.clone();
+                let deadline = now
+                    .saturating_add(i64::try_from(request.dt_ms).unwrap_or(i64::MAX))
+                    .saturating_add(timeout);
+                self.remote.advance(tag, Phase::Forwarded, deadline);
+                if !link.forward(node, tag, &principal, &request, &service) {
+                    self.end_remote(
+                        tag,
+                        Rejection::exhausted(
+                            "request_no",
+                            "too many requests are waiting to be sent to other replicas",
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The remote request `tag`, whose cell was being contended for, has an owner now (or still
+    /// none).
+    pub(super) fn resolved(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
+        if self.remote.get(tag).map(|e| e.phase) != Some(Phase::Resolving) {
+            // The client went away meanwhile, or the request was given up.
+            return;
+        }
+        match owner {
+            CellOwner::Unknown => self.end_remote(
+                tag,
+                Rejection {
+                    field: "lat",
+                    reason: "no replica holds the lease of the request's cell yet (it is being taken over); retry".into(),
+                    code: Code::Unavailable,
+                },
+            ),
+            owner => self.send_to_owner(tag, request, owner),
+        }
+    }
+
+    /// Ends the remote request `tag` with `rejection`, telling its client.
+    fn end_remote(&mut self, tag: u64, rejection: Rejection) {
+        if let Some(entry) = self.remote.remove(tag) {
+            self.pending_keys.remove(&(entry.user, entry.request_no));
+            self.reject(entry.client, entry.request_no, &rejection);
+            self.maybe_close(entry.client);
+        }
+    }
+
+    /// An event from the replica cloaking the remote request `tag`.
+    pub(super) fn remote_event(&mut self, tag: u64, event: LocationEvent) {
+        let Some(entry) = self.remote.get(tag) else {
+            // Given up, or the client is gone: it has had its outcome already.
+            return;
+        };
+        let (client, phase, user, request_no) =
+            (entry.client, entry.phase, entry.user, entry.request_no);
+        let now = self.clock.now_ms();
+        let answer_window = i64::try_from(self.cfg.answer_ttl_ms)
+            .unwrap_or(i64::MAX)
+            .saturating_add(
+                self.cluster
+                    .as_ref()
+                    .map_or(0, |l| millis(l.request_timeout)),
+            );
+        match &event.outcome {
+            Some(EventOutcome::Cloaked(_)) if phase == Phase::Forwarded => {
+                self.pending_keys.remove(&(user, request_no));
+                self.remote.advance(
+                    tag,
+                    Phase::Cloaked { answered: false },
+                    now.saturating_add(answer_window),
+                );
+            }
+            Some(EventOutcome::Expired(_) | EventOutcome::Rejected(_))
+                if phase == Phase::Forwarded =>
+            {
+                self.pending_keys.remove(&(user, request_no));
+                self.remote.remove(tag);
+            }
+            Some(EventOutcome::Reply(_)) if matches!(phase, Phase::Cloaked { .. }) => {
+                self.remote
+                    .advance(tag, Phase::Cloaked { answered: true }, now);
+            }
+            Some(EventOutcome::Undelivered(_)) if matches!(phase, Phase::Cloaked { .. }) => {
+                self.remote.remove(tag);
+            }
+            // Out of order or unexpected for its phase: not for this client.
+            _ => return,
+        }
+        // The owner's request number is the client's own.
+        let event = LocationEvent {
+            request_no,
+            outcome: event.outcome,
+        };
+        self.send(client, event);
+        self.maybe_close(client);
+    }
+
+    /// Ends the remote requests whose deadline passed: one still waiting for its owner is Rejected
+    /// with UNAVAILABLE; a cloaked one is forgotten.
+    pub(super) fn expire_remote(&mut self) {
+        let now = self.clock.now_ms();
+        for entry in self.remote.take_expired(now) {
+            match entry.phase {
+                Phase::Resolving | Phase::Forwarded => {
+                    self.pending_keys.remove(&(entry.user, entry.request_no));
+                    let rejection = Rejection {
+                        field: "lat",
+                        reason: "the replica owning the request's cell did not answer by the request's deadline (it may have stopped; its cells move to another replica within cluster.lease_ms); retry".into(),
+                        code: Code::Unavailable,
+                    };
+                    self.reject(entry.client, entry.request_no, &rejection);
+                }
+                Phase::Cloaked { .. } => {}
+            }
+            self.maybe_close(entry.client);
+        }
+    }
+
+    /// Forgets the remote requests of a client that went away.
+    pub(super) fn forget_remote(&mut self, client: ClientId) {
+        for entry in self.remote.take_client(client) {
+            if matches!(entry.phase, Phase::Resolving | Phase::Forwarded) {
+                self.pending_keys.remove(&(entry.user, entry.request_no));
+            }
+        }
+    }
+
+    /// At shutdown: every remote request without an outcome is told it was not forwarded.
+    pub(super) fn shut_down_remote(&mut self) {
+        let clients: Vec<ClientId> = self.remote.by_client.keys().copied().collect();
+        for client in clients {
+            for entry in self.remote.take_client(client) {
+                if matches!(entry.phase, Phase::Resolving | Phase::Forwarded) {
+                    let rejection = Rejection {
+                        field: "request_no",
+                        reason: "the broker is shutting down; the request's outcome from the replica owning its cell will not be relayed".into(),
+                        code: Code::Unavailable,
+                    };
+                    self.reject(client, entry.request_no, &rejection);
+                }
+            }
+        }
+    }
+
+    /// A request another replica forwarded here: a stream of its own, closed once its one request
+    /// has its outcome and answer.
+    pub(super) fn submit_forwarded(
+        &mut self,
+        client: ClientId,
+        events: EventQueue,
+        principal: Arc<str>,
+        request: AdmittedRequest,
+    ) {
+        self.clients.insert(
+            client,
+            ClientState {
+                events,
+                final_status: None,
+                principal,
+                // The origin holds its principal to the rate limit.
+                rate_limited: false,
+                pending: HashSet::new(),
+                awaiting_answer: 0,
+                draining: true,
+            },
+        );
+        self.submit(client, request);
+        self.maybe_close(client);
+    }
+}

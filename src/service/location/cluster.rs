@@ -1,0 +1,537 @@
+//! Location cloaking across replicas (`[cluster]` configured): each grid cell
+//! ([`crate::location::grid`], side `cluster.cell_size_m`) is owned by one replica at a time
+//! through the lease `cell.<row>.<col>` of the bucket `<prefix>_leases`, and a request is cloaked by
+//! the owner of the cell of its own position (the border rule), whichever replica the client is
+//! connected to.
+//!
+//! Subjects (core NATS, `<prefix>` is `cluster.prefix`):
+//! - `<prefix>.location.cloak.<node>`: request/reply. The replica holding a client's stream (the
+//!   *origin*) sends the owner a [`ForwardedRequest`] (user id, exact position, tolerances, payload,
+//!   service); the owner replies [`ForwardReply`] at once: accepted (handed to its broker) or refused
+//!   (not the owner any more, overloaded). No responder means the owner is gone.
+//! - `<prefix>.location.events.<node>`: the owner publishes every later event of a forwarded request
+//!   (`Cloaked`, `Expired`, `Rejected`, then the provider's `LbsReply` or `Undelivered`) to the
+//!   origin as a [`ReplicaEvent`]; the origin hands it to the client's stream.
+//!
+//! On the owner, a forwarded request is a stream of its own holding one request (a *replica
+//! client*), so it goes through the same broker as a local one: the same limits, the same engine and
+//! groups (k distinct users, padding), the same provider queues, acknowledgements and answer binding
+//! (only the principal whose Subscribe stream received a pseudonym may answer it). The origin keeps
+//! what it needs to end its client's stream correctly ([`super::broker`]'s remote requests).
+//!
+//! While a cell's lease moves (its owner stopped and the lease has not lapsed yet, at most
+//! `cluster.lease_ms`), requests for it are refused with UNAVAILABLE instead of held: a held request
+//! would spend its own deadline (dt) waiting, and refusing tells the client to retry now with its
+//! current position. A cell nobody holds yet is contended for on its first request, which waits for
+//! that (one key-value round trip, at most `cluster.request_timeout_ms`).
+//!
+//! Invariants: a forwarded request is cloaked on the replica it was sent to and never forwarded on
+//! (if the owner lost the cell meanwhile it still cloaks it: every group still comes from one
+//! engine, so every guarantee holds; only grouping across the move is lost); every request accepted
+//! on the origin gets exactly one of Cloaked, Expired or Rejected there.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use prost::Message as _;
+use tokio::sync::{mpsc, watch};
+use tonic::Code;
+
+use super::broker::{Command, EventQueue};
+use super::providers::ProviderQueues;
+use super::validate::{AdmittedRequest, Rejection};
+use crate::cluster::{Cluster, ClusterError, LeaseTable, Owner};
+use crate::config::CloakModel;
+use crate::location::grid::CellGrid;
+use crate::proto::LocationEvent;
+
+/// Messages waiting for the NATS publisher; past this the broker treats the replica as too slow.
+const OUTBOUND_QUEUE: usize = 65_536;
+
+/// A location request on its way from the replica holding the client's stream to its cell's owner.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct ForwardedRequest {
+    /// Node id of the replica holding the client's stream.
+    #[prost(string, tag = "1")]
+    pub origin: String,
+    /// The request's tag on the origin (what its events carry back).
+    #[prost(uint64, tag = "2")]
+    pub tag: u64,
+    /// Name of the client's principal (for the owner's logs and permission checks).
+    #[prost(string, tag = "3")]
+    pub principal: String,
+    #[prost(string, tag = "4")]
+    pub user_id: String,
+    #[prost(uint64, tag = "5")]
+    pub request_no: u64,
+    #[prost(double, tag = "6")]
+    pub lat: f64,
+    #[prost(double, tag = "7")]
+    pub lon: f64,
+    #[prost(uint32, tag = "8")]
+    pub k: u32,
+    #[prost(double, tag = "9")]
+    pub dx_m: f64,
+    #[prost(double, tag = "10")]
+    pub dy_m: f64,
+    #[prost(uint64, tag = "11")]
+    pub dt_ms: u64,
+    #[prost(bytes = "vec", tag = "12")]
+    pub payload: Vec<u8>,
+    #[prost(string, tag = "13")]
+    pub service: String,
+}
+
+/// The owner's immediate answer to a [`ForwardedRequest`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct ForwardReply {
+    #[prost(bool, tag = "1")]
+    pub accepted: bool,
+    /// When refused: the gRPC code, field and reason the client is told.
+    #[prost(int32, tag = "2")]
+    pub code: i32,
+    #[prost(string, tag = "3")]
+    pub field: String,
+    #[prost(string, tag = "4")]
+    pub reason: String,
+}
+
+/// An event for a client stream held by another replica.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct ReplicaEvent {
+    /// The request's tag on the origin.
+    #[prost(uint64, tag = "1")]
+    pub tag: u64,
+    #[prost(message, optional, tag = "2")]
+    pub event: Option<LocationEvent>,
+}
+
+/// A request whose client stream another replica holds: that replica, and the request's tag there.
+#[derive(Debug, Clone)]
+pub(super) struct RemoteClient {
+    pub node: Arc<str>,
+    pub tag: u64,
+}
+
+/// What the broker hands the NATS side.
+#[derive(Debug)]
+pub(super) enum Outbound {
+    /// An event for a client of another replica.
+    Event {
+        to: RemoteClient,
+        event: LocationEvent,
+    },
+    /// A request for the replica owning its cell.
+    Forward {
+        owner: String,
+        tag: u64,
+        request: ForwardedRequest,
+    },
+}
+
+/// Where a request is cloaked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum CellOwner {
+    Here,
+    Replica(String),
+    /// Nobody is known to hold the cell: being contended for, or being taken over.
+    Unknown,
+}
+
+/// The broker's handle on the cluster: who owns which cell, and the way out to NATS.
+pub(super) struct ClusterLink {
+    cells: LeaseTable,
+    grid: CellGrid,
+    node: Arc<str>,
+    out: mpsc::Sender<Outbound>,
+    commands: mpsc::Sender<Command>,
+    /// How long a request waits for a cell nobody is known to hold to get an owner.
+    pub(super) resolve_within: Duration,
+    /// How long the origin waits past a request's deadline for its owner's outcome.
+    pub(super) request_timeout: Duration,
+}
+
+impl ClusterLink {
+    /// The owner of the cell of `(lat, lon)` as far as this replica knows now.
+    pub(super) fn owner_of(&self, lat: f64, lon: f64) -> CellOwner {
+        match self.cells.owner(&self.grid.cell_of(lat, lon).key()) {
+            Owner::Local => CellOwner::Here,
+            Owner::Remote(node) => CellOwner::Replica(node),
+            Owner::Vacant => CellOwner::Unknown,
+        }
+    }
+
+    /// Contends for the cell of `request` and hands the request back to the broker
+    /// ([`Command::Resolved`]) once someone holds it, or after [`Self::resolve_within`].
+    pub(super) fn resolve(&self, tag: u64, request: AdmittedRequest) {
+        let cells = self.cells.clone();
+        let name = self.grid.cell_of(request.lat, request.lon).key();
+        let commands = self.commands.clone();
+        let wait = self.resolve_within;
+        tokio::spawn(async move {
+            let owner = match cells.resolve(&name, wait).await {
+                Owner::Local => CellOwner::Here,
+                Owner::Remote(node) => CellOwner::Replica(node),
+                Owner::Vacant => CellOwner::Unknown,
+            };
+            let _ = commands
+                .send(Command::Resolved {
+                    tag,
+                    request,
+                    owner,
+                })
+                .await;
+        });
+    }
+
+    /// Sends `request` to `owner`; false when the outbound queue is full.
+    pub(super) fn forward(
+        &self,
+        owner: String,
+        tag: u64,
+        principal: &str,
+        request: &AdmittedRequest,
+        service: &str,
+    ) -> bool {
+        let request = ForwardedRequest {
+            origin: self.node.to_string(),
+            tag,
+            principal: principal.to_string(),
+            user_id: request.user_id.clone(),
+            request_no: request.request_no,
+            lat: request.lat,
+            lon: request.lon,
+            k: request.k,
+            dx_m: request.dx_m,
+            dy_m: request.dy_m,
+            dt_ms: request.dt_ms,
+            payload: request.payload.clone(),
+            service: service.to_string(),
+        };
+        self.out
+            .try_send(Outbound::Forward {
+                owner,
+                tag,
+                request,
+            })
+            .is_ok()
+    }
+}
+
+/// The NATS side of location across replicas, before the broker starts.
+pub(super) struct LocationCluster {
+    cluster: Cluster,
+    cells: LeaseTable,
+    grid: CellGrid,
+    forwarded: async_nats::Subscriber,
+    events: async_nats::Subscriber,
+}
+
+impl LocationCluster {
+    /// Opens the lease bucket and subscribes this replica's subjects.
+    pub(super) async fn join(cluster: &Cluster) -> Result<LocationCluster, ClusterError> {
+        let kv = cluster.lease_bucket().await?;
+        let cells = LeaseTable::new(kv, "cell", &cluster.node_id, cluster.config.lease);
+        let subscribe = |subject: String| {
+            let client = cluster.client.clone();
+            async move {
+                client
+                    .subscribe(subject.clone())
+                    .await
+                    .map_err(|e| ClusterError::KeyValue {
+                        key: subject,
+                        message: format!("cannot subscribe: {e}"),
+                    })
+            }
+        };
+        let forwarded = subscribe(subject(cluster, "cloak", &cluster.node_id)).await?;
+        let events = subscribe(subject(cluster, "events", &cluster.node_id)).await?;
+        Ok(LocationCluster {
+            cluster: cluster.clone(),
+            cells,
+            grid: CellGrid::new(cluster.config.cell_size_m),
+            forwarded,
+            events,
+        })
+    }
+
+    /// Starts the NATS tasks; the link goes to the broker. Held cells are released at shutdown.
+    pub(super) fn start(
+        self,
+        commands: mpsc::Sender<Command>,
+        provider_queues: Arc<ProviderQueues>,
+        next_client: Arc<AtomicU64>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> ClusterLink {
+        let (out, outbound) = mpsc::channel(OUTBOUND_QUEUE);
+        let node: Arc<str> = Arc::from(self.cluster.node_id.as_str());
+        let nats = self.cluster.config.nats.as_ref();
+        let request_timeout = nats.map_or(Duration::from_secs(5), |n| n.request_timeout);
+        let link = ClusterLink {
+            cells: self.cells.clone(),
+            grid: self.grid,
+            node,
+            out: out.clone(),
+            commands: commands.clone(),
+            resolve_within: request_timeout,
+            request_timeout,
+        };
+        tokio::spawn(publish(
+            self.cluster.clone(),
+            outbound,
+            commands.clone(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(take_forwarded(Owners {
+            cluster: self.cluster.clone(),
+            cells: self.cells.clone(),
+            grid: self.grid,
+            subscriber: self.forwarded,
+            commands: commands.clone(),
+            provider_queues,
+            next_client,
+            out,
+            shutdown: shutdown.clone(),
+        }));
+        tokio::spawn(take_events(self.events, commands, shutdown.clone()));
+        let cells = self.cells;
+        tokio::spawn(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+            // Others take the cells over at once instead of after a lease duration.
+            cells.stop().await;
+        });
+        link
+    }
+}
+
+/// `<prefix>.location.<kind>.<node>`.
+fn subject(cluster: &Cluster, kind: &str, node: &str) -> String {
+    cluster.name('.', &format!("location.{kind}.{node}"))
+}
+
+/// Publishes events for other replicas' clients and sends forwarded requests, until shutdown.
+async fn publish(
+    cluster: Cluster,
+    mut outbound: mpsc::Receiver<Outbound>,
+    commands: mpsc::Sender<Command>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let message = tokio::select! {
+            message = outbound.recv() => message,
+            _ = shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(message) = message else { return };
+        match message {
+            Outbound::Event { to, event } => {
+                let payload = ReplicaEvent {
+                    tag: to.tag,
+                    event: Some(event),
+                }
+                .encode_to_vec();
+                let subject = subject(&cluster, "events", &to.node);
+                if let Err(err) = cluster.client.publish(subject, Bytes::from(payload)).await {
+                    tracing::warn!(node = %to.node, %err, "cannot publish a location event to its replica");
+                }
+            }
+            Outbound::Forward {
+                owner,
+                tag,
+                request,
+            } => {
+                // Each in its own task: a slow owner delays only its own requests.
+                let cluster = cluster.clone();
+                let commands = commands.clone();
+                tokio::spawn(async move {
+                    let request_no = request.request_no;
+                    let subject = subject(&cluster, "cloak", &owner);
+                    let payload = Bytes::from(request.encode_to_vec());
+                    let refusal = match cluster.client.request(subject, payload).await {
+                        Ok(reply) => match ForwardReply::decode(reply.payload) {
+                            Ok(reply) if reply.accepted => return,
+                            Ok(reply) => Rejection {
+                                field: known_field(&reply.field),
+                                reason: reply.reason,
+                                code: Code::from_i32(reply.code),
+                            },
+                            Err(_) => unavailable(
+                                "the replica owning the request's cell answered with an unreadable message",
+                            ),
+                        },
+                        Err(err) => {
+                            tracing::warn!(%owner, %err, "cannot forward a location request to the owner of its cell");
+                            unavailable(&format!(
+                                "the replica owning the request's cell does not answer ({}); a stopped replica's cells move to another within cluster.lease_ms: retry",
+                                err.kind()
+                            ))
+                        }
+                    };
+                    let _ = commands
+                        .send(Command::RemoteEvent {
+                            tag,
+                            event: refusal.to_event(request_no),
+                        })
+                        .await;
+                });
+            }
+        }
+    }
+}
+
+fn unavailable(reason: &str) -> Rejection {
+    Rejection {
+        field: "lat",
+        reason: reason.to_string(),
+        code: Code::Unavailable,
+    }
+}
+
+/// A rejection field named by another replica, as one of ours (they run the same code).
+fn known_field(field: &str) -> &'static str {
+    match field {
+        "service" => "service",
+        "user_id" => "user_id",
+        "lat" => "lat",
+        "lon" => "lon",
+        _ => "request_no",
+    }
+}
+
+/// What the owner side needs to take forwarded requests.
+struct Owners {
+    cluster: Cluster,
+    cells: LeaseTable,
+    grid: CellGrid,
+    subscriber: async_nats::Subscriber,
+    commands: mpsc::Sender<Command>,
+    provider_queues: Arc<ProviderQueues>,
+    next_client: Arc<AtomicU64>,
+    out: mpsc::Sender<Outbound>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// The owner side: takes forwarded requests and hands each to the broker as a replica client.
+async fn take_forwarded(mut owners: Owners) {
+    loop {
+        let message = tokio::select! {
+            message = owners.subscriber.next() => message,
+            _ = owners.shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(message) = message else { return };
+        let reply = match ForwardedRequest::decode(message.payload) {
+            Ok(request) => owners.admit(request),
+            Err(_) => refused(
+                Code::InvalidArgument,
+                "request_no",
+                "unreadable forwarded request",
+            ),
+        };
+        if let Some(to) = message.reply {
+            let _ = owners
+                .cluster
+                .client
+                .publish(to, Bytes::from(reply.encode_to_vec()))
+                .await;
+        }
+    }
+}
+
+fn refused(code: Code, field: &str, reason: &str) -> ForwardReply {
+    ForwardReply {
+        accepted: false,
+        code: code as i32,
+        field: field.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+impl Owners {
+    fn admit(&self, request: ForwardedRequest) -> ForwardReply {
+        let cell = self.grid.cell_of(request.lat, request.lon);
+        if self.cells.owner(&cell.key()) != Owner::Local {
+            return refused(
+                Code::Unavailable,
+                "lat",
+                "the request's cell is moving between replicas; retry",
+            );
+        }
+        let Some(service) = self.provider_queues.index_of(&request.service) else {
+            return refused(
+                Code::InvalidArgument,
+                "service",
+                "the replica owning the request's cell does not serve this service",
+            );
+        };
+        let client = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let events = EventQueue::replica(
+            RemoteClient {
+                node: Arc::from(request.origin.as_str()),
+                tag: request.tag,
+            },
+            self.out.clone(),
+        );
+        let admitted = AdmittedRequest {
+            user_id: request.user_id,
+            request_no: request.request_no,
+            lat: request.lat,
+            lon: request.lon,
+            k: request.k,
+            dx_m: request.dx_m,
+            dy_m: request.dy_m,
+            dt_ms: request.dt_ms,
+            payload: request.payload,
+            service,
+            model: CloakModel::Requests,
+        };
+        let command = Command::SubmitForwarded {
+            client,
+            events,
+            principal: Arc::from(request.principal.as_str()),
+            request: admitted,
+            received: std::time::Instant::now(),
+        };
+        match self.commands.try_send(command) {
+            Ok(()) => ForwardReply {
+                accepted: true,
+                ..Default::default()
+            },
+            Err(_) => refused(
+                Code::ResourceExhausted,
+                "request_no",
+                "the broker of the replica owning the request's cell is overloaded",
+            ),
+        }
+    }
+}
+
+/// The origin side: events of forwarded requests, handed to their client streams.
+async fn take_events(
+    mut subscriber: async_nats::Subscriber,
+    commands: mpsc::Sender<Command>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let message = tokio::select! {
+            message = subscriber.next() => message,
+            _ = shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(message) = message else { return };
+        let Ok(ReplicaEvent {
+            tag,
+            event: Some(event),
+        }) = ReplicaEvent::decode(message.payload)
+        else {
+            tracing::warn!("unreadable location event from another replica; dropped");
+            continue;
+        };
+        if commands
+            .send(Command::RemoteEvent { tag, event })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}

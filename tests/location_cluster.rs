@@ -1,0 +1,387 @@
+//! Location cloaking across replicas, against a real 3-node NATS JetStream cluster (`nats-server`
+//! processes started here; the tests fail without one) and real cloakd replicas: requests of one
+//! cell entering through different replicas are cloaked together by the cell's owner (checked by a
+//! brute-force checker of every group), a provider on the owner answers clients of the other
+//! replica, and when the owner is killed with SIGKILL its cells move to the surviving replica,
+//! which serves them.
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use cloakd::config::Config;
+use cloakd::location::geo::constraint_box;
+use cloakd::location::grid::CellGrid;
+use cloakd::proto::location_event::Outcome;
+use cloakd::proto::{LbsAnswer, LocationRequest};
+use common::nats::NatsCluster;
+use common::process::DaemonProcess;
+use common::{MobileClient, TestDaemon, next_cloaked, subscribe_provider};
+
+const LEASE_MS: u64 = 1500;
+const CELL_M: f64 = 5000.0;
+
+fn replica_config(nats: &NatsCluster, node: &str) -> Config {
+    let mut config = Config::embedded_defaults();
+    config.cluster = nats.cluster_config(&[0, 1, 2], node, 3, LEASE_MS);
+    config.cluster.cell_size_m = CELL_M;
+    config
+}
+
+/// A request `east_m` metres east and `north_m` north of Oldenburg's centre.
+fn request(user: &str, request_no: u64, east_m: f64, north_m: f64, k: u32) -> LocationRequest {
+    let lat = 53.14 + north_m / 111_195.0;
+    let lon = 8.21 + east_m / (111_195.0 * lat.to_radians().cos());
+    LocationRequest {
+        user_id: user.to_string(),
+        request_no,
+        lat,
+        lon,
+        k: Some(k),
+        dx_m: Some(500.0),
+        dy_m: Some(500.0),
+        dt_ms: Some(10_000),
+        payload: format!("{user}#{request_no}").into_bytes(),
+        service: "poi".to_string(),
+        model: None,
+    }
+}
+
+/// Waits until `node` holds the lease of the cell of `(lat, lon)`, as the bucket says.
+async fn wait_for_holder(nats: &NatsCluster, lat: f64, lon: f64, node: &str) {
+    let observer = cloakd::cluster::connect(&nats.cluster_config(&[0], "observer", 3, LEASE_MS))
+        .await
+        .expect("connect")
+        .expect("configured");
+    let kv = observer.lease_bucket().await.expect("bucket");
+    let key = format!("cell.{}", CellGrid::new(CELL_M).cell_of(lat, lon).key());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(entry)) = kv.entry(&key).await {
+            let value: serde_json::Value = serde_json::from_slice(&entry.value).unwrap_or_default();
+            if entry.operation == async_nats::jetstream::kv::Operation::Put
+                && value["holder"] == node
+            {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "{node} never held {key}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One request as sent and the Cloaked event its client got.
+struct Cloaked {
+    request: LocationRequest,
+    event: cloakd::proto::Cloaked,
+}
+
+/// Brute force over every group (members share box and interval): its size is what each member
+/// was told, it holds at least the largest k of its members in distinct users, every member's
+/// point lies inside the box and the box inside every member's constraint box.
+fn check_groups(cloaked: &[Cloaked]) {
+    let mut groups: HashMap<String, Vec<&Cloaked>> = HashMap::new();
+    for c in cloaked {
+        let b = c.event.r#box.unwrap();
+        let key = format!(
+            "{:?}/{}/{}",
+            (b.min_lat, b.min_lon, b.max_lat, b.max_lon),
+            c.event.t_start_ms,
+            c.event.t_end_ms
+        );
+        groups.entry(key).or_default().push(c);
+    }
+    for members in groups.values() {
+        let size = members[0].event.group_size as usize;
+        assert_eq!(members.len(), size, "every member of the group was seen");
+        let mut users: Vec<&str> = members.iter().map(|m| m.request.user_id.as_str()).collect();
+        users.sort();
+        users.dedup();
+        assert_eq!(users.len(), size, "a user appears once per group");
+        let max_k = members.iter().map(|m| m.request.k.unwrap()).max().unwrap();
+        assert!(size >= max_k as usize, "group of {size} for k = {max_k}");
+        let b = members[0].event.r#box.unwrap();
+        for m in members {
+            let r = &m.request;
+            assert!(b.min_lat <= r.lat && r.lat <= b.max_lat);
+            assert!(b.min_lon <= r.lon && r.lon <= b.max_lon);
+            let cb = constraint_box(r.lat, r.lon, r.dx_m.unwrap(), r.dy_m.unwrap());
+            let eps = 1e-9;
+            assert!(
+                cb.min_lat - eps <= b.min_lat
+                    && b.max_lat <= cb.max_lat + eps
+                    && cb.min_lon - eps <= b.min_lon
+                    && b.max_lon <= cb.max_lon + eps,
+                "cloaking box inside every member's constraint box"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_cell_through_two_replicas_is_cloaked_together_and_answered_across() {
+    let nats = NatsCluster::three().await;
+    let a = TestDaemon::start(replica_config(&nats, "a")).await;
+    let b = TestDaemon::start(replica_config(&nats, "b")).await;
+    let mut provider = subscribe_provider(a.channel().await, "poi").await;
+    let mut on_a = MobileClient::connect(a.channel().await).await;
+    let mut on_b = MobileClient::connect(b.channel().await).await;
+
+    // A takes the cell with its client's first request; B's client then joins it there.
+    let first = request("alice", 1, 0.0, 0.0, 2);
+    on_a.send(first.clone()).await;
+    wait_for_holder(&nats, first.lat, first.lon, "a").await;
+    let second = request("bob", 1, 40.0, 30.0, 2);
+    on_b.send(second.clone()).await;
+    let mut cloaked = Vec::new();
+    for (client, req) in [(&mut on_a, &first), (&mut on_b, &second)] {
+        let event = client.next_event(20).await;
+        let Some(Outcome::Cloaked(c)) = event.outcome else {
+            panic!("{} got {event:?}", req.user_id);
+        };
+        assert_eq!(c.group_size, 2, "cloaked together across replicas");
+        cloaked.push(Cloaked {
+            request: req.clone(),
+            event: c,
+        });
+    }
+    assert_eq!(cloaked[0].event.r#box, cloaked[1].event.r#box);
+    check_groups(&cloaked);
+
+    // The provider on A answers both; B's client gets its reply through B.
+    let mut gateway = cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(a.channel().await);
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let forwarded = next_cloaked(&mut provider, 10).await;
+        answers.push(LbsAnswer {
+            pseudonym: forwarded.pseudonym.clone(),
+            payload: format!("answer for {}", forwarded.pseudonym).into_bytes(),
+            ack: false,
+        });
+    }
+    let summary = gateway
+        .answer(tokio_stream::iter(answers))
+        .await
+        .expect("answer")
+        .into_inner();
+    assert_eq!(summary.delivered, 2, "{summary:?}");
+    for (client, c) in [(&mut on_a, &cloaked[0]), (&mut on_b, &cloaked[1])] {
+        let event = client.next_event(10).await;
+        let Some(Outcome::Reply(reply)) = event.outcome else {
+            panic!("{event:?}");
+        };
+        assert_eq!(event.request_no, 1);
+        assert_eq!(
+            reply.payload,
+            format!("answer for {}", c.event.pseudonym).into_bytes()
+        );
+    }
+
+    // Many users of one cell, entering through either replica at random, k in [2, 4]: every group
+    // passes the checker, and groups mix clients of both replicas.
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut sent = Vec::new();
+    for i in 0..40u64 {
+        let through_a = rng.random_bool(0.5);
+        let req = request(
+            &format!("user{i}"),
+            100 + i,
+            rng.random_range(-300.0..300.0),
+            rng.random_range(-300.0..300.0),
+            rng.random_range(2..=4),
+        );
+        let client = if through_a { &on_a } else { &on_b };
+        client.send(req.clone()).await;
+        sent.push((through_a, req));
+    }
+    // The provider acknowledges every copy as it takes it (so none is handed on), and keeps it.
+    let copies = {
+        let mut gateway =
+            cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(a.channel().await);
+        let (acks, ack_rx) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(async move {
+            let _ = gateway
+                .answer(tokio_stream::wrappers::ReceiverStream::new(ack_rx))
+                .await;
+        });
+        tokio::spawn(async move {
+            let mut copies = Vec::new();
+            while let Ok(Ok(Some(copy))) =
+                tokio::time::timeout(Duration::from_secs(5), provider.message()).await
+            {
+                let _ = acks
+                    .send(LbsAnswer {
+                        pseudonym: copy.pseudonym.clone(),
+                        payload: Vec::new(),
+                        ack: true,
+                    })
+                    .await;
+                copies.push(copy);
+            }
+            copies
+        })
+    };
+    // Every request gets exactly one outcome (Cloaked or Expired) on its own stream.
+    let mut pending_a = sent.iter().filter(|(a, _)| *a).count();
+    let mut pending_b = sent.len() - pending_a;
+    let mut by_pseudonym: HashMap<String, (bool, cloakd::proto::Cloaked, LocationRequest)> =
+        HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while pending_a + pending_b > 0 {
+        assert!(Instant::now() < deadline, "outcomes missing");
+        let (through_a, event) = tokio::select! {
+            e = on_a.events.message(), if pending_a > 0 => (true, e.unwrap().unwrap()),
+            e = on_b.events.message(), if pending_b > 0 => (false, e.unwrap().unwrap()),
+            () = tokio::time::sleep_until(deadline.into()) => {
+                panic!("outcomes missing: {pending_a} through A, {pending_b} through B")
+            }
+        };
+        let (sent_through_a, req) = &sent[(event.request_no - 100) as usize];
+        assert_eq!(
+            *sent_through_a, through_a,
+            "the outcome reached its own replica"
+        );
+        match event.outcome {
+            Some(Outcome::Cloaked(c)) => {
+                by_pseudonym.insert(c.pseudonym.clone(), (through_a, c, req.clone()));
+            }
+            Some(Outcome::Expired(_)) => {}
+            other => panic!("{other:?}"),
+        }
+        if through_a {
+            pending_a -= 1;
+        } else {
+            pending_b -= 1;
+        }
+    }
+    // The provider's copies carry the payload, which names the user: join them by pseudonym.
+    let copies = copies.await.unwrap();
+    assert_eq!(
+        copies.len(),
+        by_pseudonym.len(),
+        "one copy per cloaked request"
+    );
+    let mut checked = Vec::new();
+    let mut mixed = false;
+    let mut origins_by_box: HashMap<String, Vec<bool>> = HashMap::new();
+    for copy in copies {
+        let (through_a, c, req) = by_pseudonym
+            .get(&copy.pseudonym)
+            .expect("the provider's copy matches a client's Cloaked")
+            .clone();
+        assert_eq!(
+            copy.payload, req.payload,
+            "the copy carries its request's payload"
+        );
+        assert_eq!(copy.r#box, c.r#box, "the provider sees the client's box");
+        origins_by_box
+            .entry(format!("{:?}", c.r#box))
+            .or_default()
+            .push(through_a);
+        checked.push(Cloaked {
+            request: req,
+            event: c,
+        });
+    }
+    for origins in origins_by_box.values() {
+        mixed |= origins.contains(&true) && origins.contains(&false);
+    }
+    assert!(
+        checked.len() >= 30,
+        "most requests are cloaked ({})",
+        checked.len()
+    );
+    check_groups(&checked);
+    assert!(mixed, "some group has members of both replicas");
+    drop((on_a, on_b));
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_owner_loses_its_cells_to_the_other_replica() {
+    let nats = NatsCluster::three().await;
+    // The owner is the real binary, so it can be killed with SIGKILL.
+    let owner = DaemonProcess::start(&format!(
+        "[cluster]\nnats_url = {:?}\nnode_id = \"a\"\nreplicas = 3\nlease_ms = {LEASE_MS}\ncell_size_m = {CELL_M:.1}\n",
+        nats.url()
+    ));
+    let b = TestDaemon::start(replica_config(&nats, "b")).await;
+    let mut on_a = MobileClient::connect(owner.channel().await).await;
+    let mut on_b = MobileClient::connect(b.channel().await).await;
+    let first = request("alice", 1, 0.0, 0.0, 2);
+    on_a.send(first.clone()).await;
+    wait_for_holder(&nats, first.lat, first.lon, "a").await;
+    on_b.send(request("bob", 1, 20.0, 0.0, 2)).await;
+    for client in [&mut on_a, &mut on_b] {
+        let event = client.next_event(20).await;
+        assert!(
+            matches!(&event.outcome, Some(Outcome::Cloaked(c)) if c.group_size == 2),
+            "{event:?}"
+        );
+    }
+
+    owner.signal("KILL");
+    let killed = Instant::now();
+    drop(on_a);
+    // Clients of the dead replica reconnect to B. Until B holds the cell, requests are refused with
+    // UNAVAILABLE; then B cloaks them.
+    let mut carol = MobileClient::connect(b.channel().await).await;
+    let mut request_no = 2;
+    let served = loop {
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "the cell never moved to B"
+        );
+        on_b.send(request("bob", request_no, 20.0, 0.0, 2)).await;
+        carol
+            .send(request("carol", request_no, -20.0, 10.0, 2))
+            .await;
+        let mut cloaked = 0;
+        for client in [&mut on_b, &mut carol] {
+            let event = client.next_event(30).await;
+            assert_eq!(event.request_no, request_no);
+            match event.outcome {
+                Some(Outcome::Cloaked(c)) => {
+                    assert_eq!(c.group_size, 2);
+                    cloaked += 1;
+                }
+                Some(Outcome::Rejected(r)) => {
+                    assert_eq!(r.code, tonic::Code::Unavailable as i32, "{r:?}");
+                    assert!(!r.reason.contains("53.14"), "no position in a status");
+                }
+                Some(Outcome::Expired(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        if cloaked == 2 {
+            break killed.elapsed();
+        }
+        // A request refused while the other was accepted may leave that one pending on B until
+        // its deadline: drain it before the next round.
+        if cloaked == 1 {
+            for client in [&mut on_b, &mut carol] {
+                while let Ok(Some(event)) =
+                    tokio::time::timeout(Duration::from_millis(200), client.events.message())
+                        .await
+                        .map(|m| m.unwrap())
+                {
+                    assert_eq!(event.request_no, request_no, "{event:?}");
+                }
+            }
+        }
+        request_no += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    wait_for_holder(&nats, first.lat, first.lon, "b").await;
+    eprintln!("cell served by B {served:?} after the owner was killed (lease {LEASE_MS} ms)");
+    // The lease protocol lets B take over one lease duration after A's last renewal; allow for a
+    // loaded machine, but a cell must not stay unserved for many leases.
+    assert!(
+        served < Duration::from_millis(LEASE_MS * 4 + 5_000),
+        "served only {served:?} after the kill"
+    );
+    drop((on_b, carol));
+    b.shutdown().await.unwrap();
+}
