@@ -13,6 +13,7 @@
 #   cargo build --release
 #   benches/publish_replicas.sh 1 0 --records 200000      # standalone, file store
 #   benches/publish_replicas.sh 2 3 --records 200000      # 2 replicas, 3-node NATS, replication 3
+#   LOAD=simulate benches/publish_replicas.sh 2 1 --trace T --limit 300000 --clients 32 --rate 20000
 set -euo pipefail
 
 replicas=${1:?usage: publish_replicas.sh REPLICAS NATS_NODES [publish-load options]}
@@ -94,4 +95,5 @@ done
 
 echo "replicas $replicas, NATS nodes $nodes (replication $nodes); pids: cloakd ${pids[*]: -$replicas}, nats ${pids[*]:0:$nodes}" >&2
 pid_list=$(IFS=,; echo "${pids[*]}")
-"$cloakd" publish-load --addr "$addrs" --pid "$pid_list" "$@"
+# LOAD=simulate replays a mobility trace through the replicas instead (location requests).
+"$cloakd" "${LOAD:-publish-load}" --addr "$addrs" --pid "$pid_list" "$@"

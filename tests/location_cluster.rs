@@ -25,6 +25,10 @@ fn replica_config(nats: &NatsCluster, node: &str) -> Config {
     let mut config = Config::embedded_defaults();
     config.cluster = nats.cluster_config(&[0, 1, 2], node, 3, LEASE_MS);
     config.cluster.cell_size_m = CELL_M;
+    // A request sent to an owner in the instant it is killed waits this long for its answer.
+    if let Some(nats) = config.cluster.nats.as_mut() {
+        nats.request_timeout = Duration::from_millis(1000);
+    }
     config
 }
 

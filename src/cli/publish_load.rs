@@ -51,7 +51,7 @@ pub struct PublishLoadArgs {
 }
 
 /// User plus system CPU seconds `pid` has used, from /proc.
-fn cpu_seconds(pid: u32) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) in parentheses.
     let rest = &stat[stat.rfind(')')? + 2..];

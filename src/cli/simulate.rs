@@ -40,9 +40,13 @@ use crate::workload::{TracePoint, read_trace_file};
 
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
-    /// The daemon to load, as a URL.
+    /// The daemon to load, as a URL; several replicas of a cluster as a comma-separated list
+    /// (client streams are spread over them in turn, and one provider subscribes on each).
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     pub addr: String,
+    /// Processes whose CPU time to report per request (the daemon or its replicas, NATS servers).
+    #[arg(long, value_delimiter = ',')]
+    pub pid: Vec<u32>,
     /// Trace file (`user_id,timestamp_unix,lat,lon[,...]`, optionally .gz), e.g. from shared/data/mobility/.
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
@@ -151,6 +155,9 @@ pub struct SimulationReport {
     /// With `--update-period-s`: position updates sent, and accepted by the broker.
     pub updates_sent: u64,
     pub updates_accepted: u64,
+    /// With `--pid`: user plus system CPU seconds those processes used during the run, together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
     /// With `--session-ms`: what intersecting each user's groups over a session leaves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_anonymity: Option<SessionAnonymity>,
@@ -416,42 +423,60 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     } = plan(args, points)?;
     let total = planned.len();
     anyhow::ensure!(total > 0, "the workload has no requests");
-    // Each simulated client stream gets its own connection, as phones would; the provider one more.
-    let endpoint = tonic::transport::Endpoint::from_shared(args.addr.clone())
-        .context("--addr: not a URL")?
-        .tcp_nodelay(true)
-        .http2_adaptive_window(true);
-    let connect = || async {
-        endpoint
-            .connect()
-            .await
-            .with_context(|| format!("cannot connect to {}", args.addr))
-    };
-    let channel = connect().await?;
-    // The provider: answers every cloaked request at once.
-    let mut gateway = LbsGatewayClient::new(channel.clone());
-    let mut cloaked_feed = gateway
-        .subscribe(LbsSubscription {
-            service: args.service.clone(),
-        })
-        .await
-        .context("Subscribe")?
-        .into_inner();
-    let (answer_tx, answer_rx) = mpsc::channel::<LbsAnswer>(65_536);
-    let answer_task =
-        tokio::spawn(async move { gateway.answer(ReceiverStream::new(answer_rx)).await });
-    let provider_task = tokio::spawn(async move {
-        while let Ok(Some(cloaked)) = cloaked_feed.message().await {
-            let answer = LbsAnswer {
-                pseudonym: cloaked.pseudonym,
-                payload: b"cafe at the corner".to_vec(),
-                ack: false,
-            };
-            if answer_tx.send(answer).await.is_err() {
-                break;
-            }
+    // Each simulated client stream gets its own connection, as phones would, to the replicas in
+    // turn; each replica's provider one more.
+    let mut endpoints = Vec::new();
+    for addr in args
+        .addr
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let endpoint = tonic::transport::Endpoint::from_shared(addr.to_string())
+            .with_context(|| format!("--addr: {addr:?} is not a URL"))?
+            .tcp_nodelay(true)
+            .http2_adaptive_window(true);
+        endpoints.push((addr.to_string(), endpoint));
+    }
+    anyhow::ensure!(!endpoints.is_empty(), "--addr: no daemon given");
+    let connect = |i: usize| {
+        let (addr, endpoint) = endpoints[i % endpoints.len()].clone();
+        async move {
+            endpoint
+                .connect()
+                .await
+                .with_context(|| format!("cannot connect to {addr}"))
         }
-    });
+    };
+    // The providers, one per replica: each answers every cloaked request at once.
+    let mut provider_tasks = Vec::new();
+    for i in 0..endpoints.len() {
+        let mut gateway = LbsGatewayClient::new(connect(i).await?);
+        let mut cloaked_feed = gateway
+            .subscribe(LbsSubscription {
+                service: args.service.clone(),
+            })
+            .await
+            .context("Subscribe")?
+            .into_inner();
+        let (answer_tx, answer_rx) = mpsc::channel::<LbsAnswer>(65_536);
+        provider_tasks.push(tokio::spawn(async move {
+            gateway.answer(ReceiverStream::new(answer_rx)).await
+        }));
+        provider_tasks.push(tokio::spawn(async move {
+            while let Ok(Some(cloaked)) = cloaked_feed.message().await {
+                let answer = LbsAnswer {
+                    pseudonym: cloaked.pseudonym,
+                    payload: b"cafe at the corner".to_vec(),
+                    ack: false,
+                };
+                if answer_tx.send(answer).await.is_err() {
+                    break;
+                }
+            }
+            Ok(tonic::Response::new(crate::proto::AnswerSummary::default()))
+        }));
+    }
 
     // Per-stream request lists; the send instants are recorded per request_no.
     let mut per_stream: Vec<Vec<(Duration, LocationRequest)>> = vec![Vec::new(); args.clients];
@@ -473,11 +498,12 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
             .collect(),
     );
     let (obs_tx, mut obs_rx) = mpsc::channel::<Observation>(65_536);
+    let cpu_before = cpu_of(&args.pid);
     let start = Instant::now();
     let tokio_start = tokio::time::Instant::now();
     let mut senders = Vec::new();
-    for requests in per_stream.into_iter().filter(|r| !r.is_empty()) {
-        let mut broker = LocationBrokerClient::new(connect().await?);
+    for (i, requests) in per_stream.into_iter().filter(|r| !r.is_empty()).enumerate() {
+        let mut broker = LocationBrokerClient::new(connect(i).await?);
         let (tx, rx) = mpsc::channel::<LocationRequest>(4096);
         let mut events = broker
             .submit(ReceiverStream::new(rx))
@@ -526,7 +552,7 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     let reporter = if updates.is_empty() {
         None
     } else {
-        let mut broker = LocationBrokerClient::new(connect().await?);
+        let mut broker = LocationBrokerClient::new(connect(0).await?);
         let (tx, rx) = mpsc::channel::<PositionUpdate>(4096);
         let report = tokio::spawn(async move { broker.report(ReceiverStream::new(rx)).await });
         let feeder = tokio::spawn(async move {
@@ -693,8 +719,9 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     for s in senders {
         drop(s.await);
     }
-    provider_task.abort();
-    answer_task.abort();
+    for task in provider_tasks {
+        task.abort();
+    }
     let updates_accepted = match reporter {
         None => 0,
         Some((feeder, report)) => {
@@ -715,7 +742,9 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let cpu_seconds = cpu_before.zip(cpu_of(&args.pid)).map(|(a, b)| b - a);
     Ok(SimulationReport {
+        cpu_seconds,
         requests: total as u64,
         cloaked,
         expired,
@@ -743,6 +772,16 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
             .session_ms
             .map(|session_ms| session_anonymity(&tracked, session_ms)),
     })
+}
+
+/// CPU seconds `pids` used so far, together; `None` without pids or when one is unreadable.
+fn cpu_of(pids: &[u32]) -> Option<f64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter()
+        .map(|&pid| super::publish_load::cpu_seconds(pid))
+        .sum()
 }
 
 fn print_report(r: &SimulationReport) {
@@ -782,6 +821,13 @@ fn print_report(r: &SimulationReport) {
         println!(
             "{name:<20} p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             p.p50, p.p90, p.p99, p.max
+        );
+    }
+    if let Some(cpu) = r.cpu_seconds {
+        println!(
+            "CPU of --pid        {cpu:.2} s, {:.1} us per request, {:.0} requests per CPU second",
+            1e6 * cpu / r.requests.max(1) as f64,
+            r.requests as f64 / cpu.max(1e-9)
         );
     }
     if let Some(a) = &r.session_anonymity {

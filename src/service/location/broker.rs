@@ -643,12 +643,7 @@ impl Broker {
         let request_no = request.request_no;
         let user = self.user_key(&request.user_id);
         if !self.pending_keys.insert((user, request_no)) {
-            let rejection = Rejection {
-                field: "request_no",
-                reason: format!("the user already has request {request_no} pending"),
-                code: Code::AlreadyExists,
-            };
-            return self.reject(client, request_no, &rejection);
+            return self.reject(client, request_no, &already_pending(request_no));
         }
         // The request's position is its user's latest for the PRESENCE model too; when the presence
         // table is full it is simply not recorded (this request does not depend on it).
@@ -1389,6 +1384,16 @@ impl Broker {
             self.record_gauges();
         }
         self.shut_down();
+    }
+}
+
+/// The refusal of a request whose user has one of the same number pending (here or, forwarded,
+/// at its cell's owner).
+fn already_pending(request_no: u64) -> Rejection {
+    Rejection {
+        field: "request_no",
+        reason: format!("the user already has request {request_no} pending"),
+        code: Code::AlreadyExists,
     }
 }
 

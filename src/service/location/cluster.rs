@@ -23,7 +23,9 @@
 //! `cluster.lease_ms`), requests for it are refused with UNAVAILABLE instead of held: a held request
 //! would spend its own deadline (dt) waiting, and refusing tells the client to retry now with its
 //! current position. A cell nobody holds yet is contended for on its first request, which waits for
-//! that (one key-value round trip, at most `cluster.request_timeout_ms`).
+//! that (one key-value round trip, at most `cluster.request_timeout_ms`); every replica follows
+//! every cell any replica has leased, so a stopped owner's cells are taken over by another replica
+//! within `cluster.lease_ms` whether or not it has had requests for them.
 //!
 //! Invariants: a forwarded request is cloaked on the replica it was sent to and never forwarded on
 //! (if the owner lost the cell meanwhile it still cloaks it: every group still comes from one
@@ -234,6 +236,9 @@ impl LocationCluster {
     pub(super) async fn join(cluster: &Cluster) -> Result<LocationCluster, ClusterError> {
         let kv = cluster.lease_bucket().await?;
         let cells = LeaseTable::new(kv, "cell", &cluster.node_id, cluster.config.lease);
+        // Follow every cell any replica has leased, so a failed owner's cells are taken over even
+        // by a replica that has had no request for them yet.
+        cells.follow_all();
         let subscribe = |subject: String| {
             let client = cluster.client.clone();
             async move {
@@ -311,6 +316,17 @@ fn subject(cluster: &Cluster, kind: &str, node: &str) -> String {
     cluster.name('.', &format!("location.{kind}.{node}"))
 }
 
+/// What `next` yields, or `None` once the daemon shuts down.
+async fn until_stopped<T>(
+    next: impl std::future::Future<Output = Option<T>>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<T> {
+    tokio::select! {
+        item = next => item,
+        _ = shutdown.wait_for(|stop| *stop) => None,
+    }
+}
+
 /// Publishes events for other replicas' clients and sends forwarded requests, until shutdown.
 async fn publish(
     cluster: Cluster,
@@ -319,11 +335,9 @@ async fn publish(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let message = tokio::select! {
-            message = outbound.recv() => message,
-            _ = shutdown.wait_for(|stop| *stop) => None,
+        let Some(message) = until_stopped(outbound.recv(), &mut shutdown).await else {
+            return;
         };
-        let Some(message) = message else { return };
         match message {
             Outbound::Event { to, event } => {
                 let payload = ReplicaEvent {
@@ -415,11 +429,10 @@ struct Owners {
 /// The owner side: takes forwarded requests and hands each to the broker as a replica client.
 async fn take_forwarded(mut owners: Owners) {
     loop {
-        let message = tokio::select! {
-            message = owners.subscriber.next() => message,
-            _ = owners.shutdown.wait_for(|stop| *stop) => None,
+        let Some(message) = until_stopped(owners.subscriber.next(), &mut owners.shutdown).await
+        else {
+            return;
         };
-        let Some(message) = message else { return };
         let reply = match ForwardedRequest::decode(message.payload) {
             Ok(request) => owners.admit(request),
             Err(_) => refused(
@@ -513,11 +526,9 @@ async fn take_events(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let message = tokio::select! {
-            message = subscriber.next() => message,
-            _ = shutdown.wait_for(|stop| *stop) => None,
+        let Some(message) = until_stopped(subscriber.next(), &mut shutdown).await else {
+            return;
         };
-        let Some(message) = message else { return };
         let Ok(ReplicaEvent {
             tag,
             event: Some(event),

@@ -227,12 +227,7 @@ impl Broker {
         }
         let user = self.user_key(&request.user_id);
         if !self.pending_keys.insert((user, request_no)) {
-            let rejection = Rejection {
-                field: "request_no",
-                reason: format!("the user already has request {request_no} pending"),
-                code: Code::AlreadyExists,
-            };
-            self.reject(client, request_no, &rejection);
+            self.reject(client, request_no, &super::already_pending(request_no));
             return None;
         }
         let tag = self
