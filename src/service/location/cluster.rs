@@ -18,6 +18,8 @@
 //! groups (k distinct users, padding), the same provider queues, acknowledgements and answer binding
 //! (only the principal whose Subscribe stream received a pseudonym may answer it). The origin keeps
 //! what it needs to end its client's stream correctly ([`super::broker`]'s remote requests).
+//! Groups reach the providers subscribed on the owner only: every service needs a provider on every
+//! replica (relaying groups to other replicas' providers is not implemented).
 //!
 //! While a cell's lease moves (its owner stopped and the lease has not lapsed yet, at most
 //! `cluster.lease_ms`), requests for it are refused with UNAVAILABLE instead of held: a held request

@@ -14,6 +14,9 @@
 //! still-pending ones get Rejected with UNAVAILABLE); providers never see a user id, k or exact point;
 //! every queue and table is bounded by a configured limit.
 //!
+//! With `[cluster]` set, [`cluster`] shards CliqueCloak by grid cell: each request is cloaked by the
+//! replica holding its cell's lease, whichever replica the client is connected to.
+//!
 //! Live configuration: the `[location]` section is a `watch` value that a SIGHUP reload replaces
 //! ([`LocationServices::reconfigure`]). Client streams read it per request (k bounds and default,
 //! tolerances, services, model, payload size), the broker actor per batch of commands (pending
