@@ -95,7 +95,25 @@ impl Cluster {
     }
 
     /// Opens (creating it if absent) the bucket `<prefix>_<name>` with `cluster.replicas` replicas.
+    /// JetStream may still be electing leaders when replicas start together: a failure is retried
+    /// for about 30 s (pauses doubling from 0.25 s to 8 s) before it is returned.
     pub async fn bucket(&self, name: &str, description: &str) -> Result<kv::Store, ClusterError> {
+        let mut pause = std::time::Duration::from_millis(250);
+        let mut attempt = 1;
+        loop {
+            match self.try_bucket(name, description).await {
+                Err(e) if attempt < 8 => {
+                    tracing::warn!(error = %e, attempt, "cannot open a key-value bucket; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(8));
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn try_bucket(&self, name: &str, description: &str) -> Result<kv::Store, ClusterError> {
         let bucket = self.name('_', name);
         let config = kv::Config {
             bucket: bucket.clone(),

@@ -152,13 +152,27 @@ impl Contender {
 
     /// Waits until this contender holds the lease (retrying on NATS errors, which are logged).
     pub async fn acquire(&mut self) -> Lease {
+        self.acquire_observing(|_| {}).await
+    }
+
+    /// As [`Self::acquire`], telling `held_by` after each attempt who holds the lease meanwhile:
+    /// `Some(holder)` as the key names it (`"(unknown)"` when another contender created it just
+    /// before), `None` after a failed attempt.
+    pub async fn acquire_observing(&mut self, mut held_by: impl FnMut(Option<&str>)) -> Lease {
         let mut changes = self.kv.watch(&self.key).await.ok();
         loop {
             let wait = match self.try_acquire().await {
                 Ok(LeaseAttempt::Acquired(lease)) => return lease,
-                Ok(LeaseAttempt::HeldBy { takeover_in, .. }) => takeover_in,
+                Ok(LeaseAttempt::HeldBy {
+                    holder,
+                    takeover_in,
+                }) => {
+                    held_by(Some(&holder));
+                    takeover_in
+                }
                 Err(err) => {
                     tracing::warn!(%err, "lease acquisition failed; retrying");
+                    held_by(None);
                     changes = self.kv.watch(&self.key).await.ok();
                     self.duration / 3
                 }

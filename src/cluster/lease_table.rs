@@ -19,7 +19,7 @@ use async_nats::jetstream::kv;
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use super::lease::{Contender, Lease, LeaseAttempt};
+use super::lease::{Contender, Lease};
 
 /// Who holds a key, as far as this replica knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,40 +265,17 @@ async fn follow(shared: Arc<Shared>, name: String) {
 
 /// As [`Contender::acquire`], recording each holder seen on the way.
 async fn acquire(shared: &Shared, name: &str, contender: &mut Contender) -> Lease {
-    let mut changes = shared.kv.watch(contender.key()).await.ok();
-    loop {
-        let wait = match contender.try_acquire().await {
-            Ok(LeaseAttempt::Acquired(lease)) => return lease,
-            Ok(LeaseAttempt::HeldBy {
-                holder,
-                takeover_in,
-            }) => {
-                let owner = if holder == shared.holder || holder.starts_with('(') {
-                    // Our own earlier tenure (lost, not yet taken over), or unknown: nobody to
-                    // send work to.
-                    Owner::Vacant
-                } else {
-                    Owner::Remote(holder)
-                };
-                set_owner(shared, name, owner);
-                takeover_in
-            }
-            Err(err) => {
-                tracing::warn!(%err, "lease acquisition failed; retrying");
-                set_owner(shared, name, Owner::Vacant);
-                changes = shared.kv.watch(contender.key()).await.ok();
-                shared.duration / 3
-            }
-        };
-        let sleep = tokio::time::sleep(wait.max(Duration::from_millis(1)));
-        match changes.as_mut() {
-            Some(watch) => {
-                tokio::select! {
-                    _ = sleep => {}
-                    change = watch.next() => if change.is_none() { changes = None },
+    contender
+        .acquire_observing(|holder| {
+            let owner = match holder {
+                // Our own earlier tenure (lost, not yet taken over), unknown, or a failed attempt:
+                // nobody to send work to.
+                Some(holder) if holder != shared.holder && !holder.starts_with('(') => {
+                    Owner::Remote(holder.to_string())
                 }
-            }
-            None => sleep.await,
-        }
-    }
+                _ => Owner::Vacant,
+            };
+            set_owner(shared, name, owner);
+        })
+        .await
 }

@@ -205,18 +205,27 @@ impl TransactionServices {
             prefix: nats.config.prefix.clone(),
             replicas: nats.config.replicas,
         };
-        let log = crate::store::jetstream::JetStreamRecordLog::open(
-            nats.jetstream.clone(),
-            layout.clone(),
-        )
-        .await
-        .context("opening the record log on JetStream")?;
-        let releases: Arc<dyn ReleaseStore> = Arc::new(
-            crate::store::jetstream::JetStreamReleases::open(nats.jetstream.clone(), layout)
-                .await
-                .context("opening the release store on JetStream")?,
-        );
-        let leases = cluster::ClusterStreams::leases(nats).await?;
+        // JetStream may still be electing leaders when replicas start together (a fresh cluster, a
+        // rolling restart): opening is retried for a while before the replica gives up.
+        let (log, releases) = retry_opening(|| async {
+            let log = crate::store::jetstream::JetStreamRecordLog::open(
+                nats.jetstream.clone(),
+                layout.clone(),
+            )
+            .await
+            .context("opening the record log on JetStream")?;
+            let releases = crate::store::jetstream::JetStreamReleases::open(
+                nats.jetstream.clone(),
+                layout.clone(),
+            )
+            .await
+            .context("opening the release store on JetStream")?;
+            Ok((log, releases))
+        })
+        .await?;
+        let releases: Arc<dyn ReleaseStore> = Arc::new(releases);
+        let leases =
+            retry_opening(|| async { Ok(cluster::ClusterStreams::leases(nats).await?) }).await?;
         let manager = WindowManager::start_with(
             config,
             Arc::new(log),
@@ -440,6 +449,36 @@ pub fn validate(t: &Transaction, config: &TransactionsConfig) -> Result<(), Tran
 }
 
 /// Completes when the daemon shuts down (or its shutdown signal is gone).
+/// Attempts to open cluster stores at start, before giving up on the first error kept.
+const OPEN_ATTEMPTS: u32 = 8;
+
+/// Runs `open` until it succeeds, at most [`OPEN_ATTEMPTS`] times with a doubling pause (0.25 s to
+/// 8 s, about 30 s in all); the last error otherwise.
+async fn retry_opening<T, F, Fut>(mut open: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut pause = std::time::Duration::from_millis(250);
+    let mut attempt = 1;
+    loop {
+        match open().await {
+            Ok(opened) => return Ok(opened),
+            Err(e) if attempt < OPEN_ATTEMPTS => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    attempt,
+                    "opening the transaction stores on JetStream failed; trying again"
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(8));
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Reads window `window`, announced as stored. A replicated store may answer from a replica that
 /// has not caught up yet: an announced window that reads as missing is read again for a while.
 async fn read_announced(
@@ -533,13 +572,7 @@ impl TransactionIngest for TransactionServices {
                 }
                 let (reply, receive) = oneshot::channel();
                 let record_id = t.record_id.clone();
-                let append = Append {
-                    stream: t.stream,
-                    record_id: t.record_id,
-                    items: t.items,
-                    sensitive_items: t.sensitive_items,
-                    reply,
-                };
+                let append = Append::of(t, reply);
                 match appends.try_send(append) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {

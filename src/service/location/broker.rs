@@ -291,7 +291,6 @@ struct PendingEntry {
     /// The request's deadline (Unix ms): a group is forwarded no later than it, jitter included.
     deadline_ms: i64,
     client: ClientId,
-    user_id: String,
     request_no: u64,
     user: UserKey,
     service: usize,
@@ -344,8 +343,6 @@ pub(super) struct Broker {
     /// Keyed hash (random key per broker) giving each user id the same key for the broker's lifetime,
     /// also while he has nothing pending, as memorized anonymity sets need.
     user_keys: std::hash::RandomState,
-    /// Interned user ids with the number of their pending requests.
-    users: HashMap<String, (UserKey, usize)>,
     /// By the broker's own sequential id (foldhash: no key here is a client's choice).
     pending: HashMap<RequestId, PendingEntry, foldhash::fast::RandomState>,
     pending_keys: HashSet<(UserKey, u64)>,
@@ -445,7 +442,6 @@ impl Broker {
             clock: BrokerClock::new(),
             next_request_id: 0,
             user_keys: std::hash::RandomState::new(),
-            users: HashMap::new(),
             pending: HashMap::default(),
             pending_keys: HashSet::new(),
             clients: HashMap::new(),
@@ -645,14 +641,7 @@ impl Broker {
     /// Feeds a request to this replica's engine.
     fn cloak_here(&mut self, client: ClientId, request: AdmittedRequest) {
         let request_no = request.request_no;
-        let user = match self.users.get(&request.user_id) {
-            Some((key, _)) => *key,
-            None => {
-                let key = std::hash::BuildHasher::hash_one(&self.user_keys, &request.user_id);
-                self.users.insert(request.user_id.clone(), (key, 0));
-                key
-            }
-        };
+        let user = self.user_key(&request.user_id);
         if !self.pending_keys.insert((user, request_no)) {
             return self.reject(client, request_no, &already_pending(request_no));
         }
@@ -675,14 +664,10 @@ impl Broker {
             arrival_ms: self.clock.now_ms(),
         };
         let deadline_ms = cloak.deadline_ms();
-        if let Some(entry) = self.users.get_mut(&request.user_id) {
-            entry.1 += 1;
-        }
         self.pending.insert(
             id,
             PendingEntry {
                 client,
-                user_id: request.user_id,
                 request_no,
                 user,
                 service: request.service,
@@ -732,13 +717,6 @@ impl Broker {
         self.pending_keys.remove(&(entry.user, entry.request_no));
         if let Some(state) = self.clients.get_mut(&entry.client) {
             state.pending.remove(&id);
-        }
-        // Forget the user once it has nothing pending, so the table stays bounded.
-        if let Some((_, count)) = self.users.get_mut(&entry.user_id) {
-            *count -= 1;
-            if *count == 0 {
-                self.users.remove(&entry.user_id);
-            }
         }
         Some(entry)
     }

@@ -353,13 +353,7 @@ pub async fn serve_ingest(
                     }));
                     continue;
                 }
-                let append = Append {
-                    stream: t.stream,
-                    record_id: t.record_id,
-                    items: t.items,
-                    sensitive_items: t.sensitive_items,
-                    reply,
-                };
+                let append = Append::of(t, reply);
                 match writer.try_send(append) {
                     Ok(()) => pending.push(Ok(answer)),
                     Err(_) => pending.push(Err(AppendError::Forwarded {

@@ -132,6 +132,22 @@ pub struct Append {
     pub reply: oneshot::Sender<Result<Appended, AppendError>>,
 }
 
+impl Append {
+    /// The validated record `t`, to be answered on `reply`.
+    pub fn of(
+        t: crate::proto::Transaction,
+        reply: oneshot::Sender<Result<Appended, AppendError>>,
+    ) -> Append {
+        Append {
+            stream: t.stream,
+            record_id: t.record_id,
+            items: t.items,
+            sensitive_items: t.sensitive_items,
+            reply,
+        }
+    }
+}
+
 /// What subscribers and publishers share about one stream.
 #[derive(Debug)]
 pub struct StreamHandle {
