@@ -519,6 +519,16 @@ impl RawConfig {
     /// Checks every rule once and produces the typed configuration.
     pub fn validate(self) -> Result<Config, ConfigError> {
         let location = self.location.validate()?;
+        let cluster = self.cluster.validate()?;
+        // Each engine remembers its own users' sessions; across replicas a user's requests may be
+        // cloaked by different cell owners, whose groups nobody intersects: refuse rather than
+        // claim a guarantee that does not hold.
+        if cluster.enabled() && location.sessions.session_ms > 0 {
+            return Err(invalid(
+                "location.session_ms",
+                "must be 0 with [cluster] nats_url set: memorized anonymity sets are kept per replica, so a user whose requests reach different cell owners would not be protected against query tracking",
+            ));
+        }
         Ok(Config {
             server: self.server.validate()?,
             auth: self.auth.validate(&location.services)?,
@@ -526,7 +536,7 @@ impl RawConfig {
             transactions: self.transactions.validate()?,
             tables: self.tables.validate()?,
             telemetry: self.telemetry.validate()?,
-            cluster: self.cluster.validate()?,
+            cluster,
         })
     }
 }

@@ -236,6 +236,17 @@ mod tests {
     }
 
     #[test]
+    fn sessions_are_refused_across_replicas() {
+        let err = load(&[
+            ("CLOAKD_CLUSTER__NATS_URL", "\"nats://a:4222\""),
+            ("CLOAKD_LOCATION__SESSION_MS", "60000"),
+        ])
+        .unwrap_err();
+        assert!(err.starts_with("location.session_ms"), "{err}");
+        assert!(load(&[("CLOAKD_LOCATION__SESSION_MS", "60000")]).is_ok());
+    }
+
+    #[test]
     fn seeds_are_split_on_commas() {
         let cfg = load(&[("CLOAKD_CLUSTER__NATS_URL", "nats://a:4222, nats://b:4222,")]).unwrap();
         let nats = cfg.cluster.nats.unwrap();
