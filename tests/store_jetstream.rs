@@ -2,7 +2,9 @@
 //! processes (`common::nats`): each check gets its own server; the model test's cases get a fresh
 //! subject prefix (an independent deployment) each on one server. Opening the same prefix again is
 //! a restart. Also: a 3-node cluster with replication 3 loses nothing acknowledged when a node is
-//! killed and restarted. And the fence: a writer whose view of a stream is stale cannot append to
+//! killed and restarted. Batch messages carry a message id of stream, fence and content: a batch
+//! republished byte for byte is a JetStream duplicate, and an append whose batch was stored before
+//! its PubAck was lost is acknowledged, once. And the fence: a writer whose view of a stream is stale cannot append to
 //! it, so two writers racing on one stream leave a log whose every window close follows exactly its
 //! records, with every acknowledged record in it once.
 mod common;
@@ -13,7 +15,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cloakd::store::jetstream::{JetStreamRecordLog, JetStreamReleases, Layout};
+use async_nats::jetstream::context::PublishErrorKind;
+use cloakd::store::jetstream::{BatchMessage, JetStreamRecordLog, JetStreamReleases, Layout};
 use cloakd::store::{EntryOutcome, LogEntry};
 use cloakd::store::{LogPosition, RecordLog};
 use common::nats::NatsCluster;
@@ -116,6 +119,156 @@ async fn a_restarted_node_of_three_loses_nothing_acknowledged() {
         log.replay(LogPosition::START).await.unwrap().entries,
         acknowledged
     );
+}
+
+/// Messages in the record stream of `prefix`.
+async fn stored_messages(js: &async_nats::jetstream::Context, prefix: &str) -> u64 {
+    let name = format!("{}_RECORDS", prefix.to_ascii_uppercase());
+    let mut stream = js.get_stream(name).await.unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
+/// On a replicated stream, a batch message published again byte for byte (same id, same expected
+/// sequence, same payload), as a retry after a lost PubAck does, is answered `duplicate = true`
+/// with the original sequence and stored once, although the expected sequence no longer holds;
+/// another batch at the same fence is still refused by it.
+#[tokio::test]
+async fn a_republished_batch_is_a_duplicate_of_the_first() {
+    let nats = NatsCluster::three().await;
+    let layout = Layout {
+        prefix: "dedup".into(),
+        replicas: 3,
+    };
+    let js = connect(&nats.url()).await;
+    let log = JetStreamRecordLog::open(js.clone(), layout.clone())
+        .await
+        .unwrap();
+    let first = record("s", 0, "r1", &["x"]);
+    log.append(vec![first.clone()]).await.unwrap();
+    let message = BatchMessage::new(&layout, "s", 0, vec![first.encode()]);
+    // It is what the log published.
+    let name = "DEDUP_RECORDS";
+    let stored = js
+        .get_stream(name)
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .unwrap();
+    assert_eq!(stored.subject.as_str(), message.subject);
+    assert_eq!(stored.payload, message.payload);
+    assert_eq!(
+        stored
+            .headers
+            .get(async_nats::header::NATS_MESSAGE_ID)
+            .map(|v| v.as_str()),
+        Some(message.message_id.as_str())
+    );
+    let again = js
+        .send_publish(message.subject.clone(), message.publish())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(again.duplicate, "{again:?}");
+    assert_eq!(again.sequence, 1);
+    assert_eq!(stored_messages(&js, "dedup").await, 1);
+    // Another batch at fence 0: another id, refused by the fence.
+    let other = BatchMessage::new(&layout, "s", 0, vec![record("s", 0, "r2", &["x"]).encode()]);
+    assert_ne!(other.message_id, message.message_id);
+    let refused = js
+        .send_publish(other.subject.clone(), other.publish())
+        .await
+        .unwrap()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), PublishErrorKind::WrongLastSequence);
+    assert_eq!(stored_messages(&js, "dedup").await, 1);
+    // The log goes on from sequence 1.
+    log.append(vec![record("s", 0, "r2", &["x"])])
+        .await
+        .unwrap();
+    assert_eq!(stored_messages(&js, "dedup").await, 2);
+}
+
+/// The batch an append is about to publish is stored first, as if an earlier attempt of the same
+/// append had been stored and its PubAck lost: the append is acknowledged (every entry appended),
+/// nothing is stored twice, and the log appends on top of it. On a replicated stream the retry is a
+/// JetStream duplicate; on one replica, where nats-server checks the expected sequence before the
+/// id, the log finds its message as the last on the subject.
+async fn a_batch_stored_before_its_ack_was_lost_is_acknowledged(
+    nats: NatsCluster,
+    replicas: usize,
+) {
+    let prefix = format!("lost{replicas}");
+    let layout = Layout {
+        prefix: prefix.clone(),
+        replicas,
+    };
+    let js = connect(&nats.url()).await;
+    let log = JetStreamRecordLog::open(js.clone(), layout.clone())
+        .await
+        .unwrap();
+    log.append(vec![record("s", 0, "r1", &["x"])])
+        .await
+        .unwrap();
+    let batch = vec![record("s", 0, "r2", &["x"]), close("s", 0, 2)];
+    let message = BatchMessage::new(
+        &layout,
+        "s",
+        1,
+        batch.iter().map(LogEntry::encode).collect(),
+    );
+    let ack = js
+        .send_publish(message.subject.clone(), message.publish())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!((ack.sequence, ack.duplicate), (2, false));
+    assert_eq!(
+        log.append(batch.clone()).await.unwrap(),
+        [EntryOutcome::Appended, EntryOutcome::Appended]
+    );
+    assert_eq!(stored_messages(&js, &prefix).await, 2);
+    log.append(vec![record("s", 1, "r3", &["x"])])
+        .await
+        .unwrap();
+    // A different batch stored at the fence is another writer's: refused, not taken for ours.
+    let theirs = BatchMessage::new(&layout, "s", 3, vec![record("s", 1, "t1", &["x"]).encode()]);
+    js.send_publish(theirs.subject.clone(), theirs.publish())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let refused = log
+        .append(vec![record("s", 1, "r4", &["x"])])
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("another writer"), "{refused}");
+    let reader = JetStreamRecordLog::open(connect(&nats.url()).await, layout)
+        .await
+        .unwrap();
+    assert_eq!(
+        reader.replay(LogPosition::START).await.unwrap().entries,
+        [
+            record("s", 0, "r1", &["x"]),
+            record("s", 0, "r2", &["x"]),
+            close("s", 0, 2),
+            record("s", 1, "r3", &["x"]),
+            record("s", 1, "t1", &["x"]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_lost_ack_on_one_replica_is_found_stored() {
+    a_batch_stored_before_its_ack_was_lost_is_acknowledged(NatsCluster::single().await, 1).await;
+}
+
+#[tokio::test]
+async fn a_lost_ack_on_three_replicas_is_a_duplicate() {
+    a_batch_stored_before_its_ack_was_lost_is_acknowledged(NatsCluster::three().await, 3).await;
 }
 
 /// Two logs on one deployment (two replicas): each appends only on top of what it has read.

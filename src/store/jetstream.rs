@@ -10,6 +10,14 @@
 //!   element an entry's storage encoding ([`LogEntry::encode`], protobuf `WireEntry` of
 //!   `store::record_log`: a record, or a window close). A [`LogPosition`] is a stream sequence
 //!   (0 = the start).
+//! * Each batch message carries `Nats-Expected-Last-Subject-Sequence: F` (the fence, below) and
+//!   `Nats-Msg-Id: S.F.D`, where D is the lower-case hex of the first 16 bytes of the SHA-256 of
+//!   the payload ([`BatchMessage`]). The id is opaque: it names no record id (record ids may be
+//!   user data). It is per batch, not per record, because JetStream de-duplicates whole messages
+//!   and a message holds many records (one message per record would cost most of the throughput,
+//!   and the fence cannot be pipelined); idempotence by record id comes from the log itself
+//!   (below). What the id gives is a safe retry of one publish: the same batch at the same fence
+//!   has the same id, any other batch has another one.
 //! * JetStream stream `<P upper-cased>_RELEASES`, subjects `P.releases.>`. Window w of stream S is
 //!   one message on `P.releases.S.<w>` with header `Cloakd-Outcome: released` and the encoded
 //!   `cloakd.v1.ReleasedWindow` as payload, or `Cloakd-Outcome: failed` and the reason (UTF-8).
@@ -27,6 +35,18 @@
 //!   makes a wrong writer harmless.
 //! * **Durable before acknowledged:** an append returns once JetStream's PubAck of every message has
 //!   arrived (stored on a quorum of the stream's replicas).
+//! * **A lost PubAck is not a failed append.** When publishing a batch or awaiting its PubAck fails
+//!   in a way that may pass (a timeout, no responders, a lost connection, a 503 or a 409 "message
+//!   id in process" while a leader moves), the *identical* message (same id, same expected
+//!   sequence, same bytes) is published again, after 100, 200 and 400 ms. If an earlier attempt
+//!   was stored, a replicated stream answers with the original sequence and `duplicate = true`
+//!   (nats-server checks the id before the expected sequence there, within the stream's
+//!   `duplicate_window` of 120 s), which is success. A stream of one replica (and any stream past
+//!   the window) checks the expected sequence first and refuses the retry as "wrong last
+//!   sequence"; on that refusal, the last message on the stream's subject is read, and if it
+//!   carries this very id, it is this batch, stored: success with its sequence. Safe because the
+//!   id covers fence and content: a different batch at the same fence has another id and stays
+//!   refused by the fence.
 //! * **Idempotent by id, forever:** the log knows every record id and closed window of what it has
 //!   read or appended. An entry among them is answered as a duplicate; any other entry stored
 //!   since, by another writer, lies behind the fence, so the append fails instead of storing it
@@ -42,10 +62,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, context::Publish, stream};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
+use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use super::{
@@ -119,6 +142,97 @@ pub const MAX_BATCH_MESSAGE_BYTES: usize = 512 * 1024;
 
 /// Reads of the log a replay retries after a failure before it fails.
 const REPLAY_ATTEMPTS: u32 = 5;
+
+/// Times a batch message is published again after a failure that may pass; the waits before them
+/// double from [`PUBLISH_BACKOFF`] (100, 200, 400 ms).
+const PUBLISH_RETRIES: u32 = 3;
+
+/// Wait before the first publish retry.
+const PUBLISH_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Bytes of the payload's SHA-256 in a batch message id (as 32 hex digits).
+const MESSAGE_ID_DIGEST_BYTES: usize = 16;
+
+/// A batch message of the record log as it is published, every attempt alike (module doc,
+/// Layout): public so that tests and tools can rebuild what a log publishes.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchMessage {
+    /// `P.records.S`.
+    pub subject: String,
+    /// `Nats-Msg-Id`: `S.F.D`.
+    pub message_id: String,
+    /// `Nats-Expected-Last-Subject-Sequence`: the fence F.
+    pub expected_last_subject_sequence: u64,
+    /// The encoded `WireBatch`.
+    pub payload: Bytes,
+}
+
+impl BatchMessage {
+    /// The message holding `encoded` (entries of transaction stream `stream` in their storage
+    /// encoding, in order) published on top of the sequence `fence`.
+    pub fn new(layout: &Layout, stream: &str, fence: u64, encoded: Vec<Vec<u8>>) -> BatchMessage {
+        let payload = Bytes::from(prost::Message::encode_to_vec(&WireBatch {
+            entries: encoded,
+        }));
+        let digest = Sha256::digest(&payload);
+        BatchMessage {
+            subject: layout.records_subject(stream),
+            message_id: format!(
+                "{}.{fence}.{}",
+                stream_dir_name(stream),
+                hex::encode(&digest[..MESSAGE_ID_DIGEST_BYTES])
+            ),
+            expected_last_subject_sequence: fence,
+            payload,
+        }
+    }
+
+    /// The publish of this message (one attempt).
+    pub fn publish(&self) -> Publish {
+        Publish::build()
+            .payload(self.payload.clone())
+            .message_id(&self.message_id)
+            .expected_last_subject_sequence(self.expected_last_subject_sequence)
+    }
+}
+
+/// What to do after a failed publish of a batch message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PublishFailure {
+    /// The fence refused it: stored only if the last message on the subject is this one.
+    Fenced,
+    /// It may pass (timeout, no responders, connection, leader moving): publish it again.
+    Transient,
+    /// Anything else: the append fails.
+    Final,
+}
+
+impl PublishFailure {
+    /// Decides from the error's kind and, for an error answered by JetStream, its status
+    /// (`code`: 503 unavailable, 409 "duplicate message id is in process").
+    fn of(kind: PublishErrorKind, api_status: Option<usize>) -> PublishFailure {
+        match kind {
+            PublishErrorKind::WrongLastSequence => PublishFailure::Fenced,
+            // async-nats reports a 503 "no responders" as StreamNotFound: while a stream's leader
+            // moves, or its server restarts, nobody may answer for a moment.
+            PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::StreamNotFound => PublishFailure::Transient,
+            PublishErrorKind::Other if matches!(api_status, Some(503 | 409)) => {
+                PublishFailure::Transient
+            }
+            _ => PublishFailure::Final,
+        }
+    }
+
+    fn of_error(error: &PublishError) -> PublishFailure {
+        let api_status = std::error::Error::source(error)
+            .and_then(|source| source.downcast_ref::<jetstream::Error>())
+            .map(jetstream::Error::code);
+        PublishFailure::of(error.kind(), api_status)
+    }
+}
 
 /// Storage encoding of one batch message: the entries' own encodings ([`LogEntry::encode`]), in
 /// order (protobuf, field 1 `repeated bytes`).
@@ -247,35 +361,72 @@ impl JetStreamRecordLog {
 
     /// Publishes `encoded` (entries of `stream`, in their storage encoding) as one message that
     /// JetStream stores only if the last message on the stream's subject is still `fence`; returns
-    /// the new message's sequence.
+    /// the new message's sequence. A failure that may pass is retried with the identical message,
+    /// and an attempt found stored counts as success (module doc).
     async fn publish_batch(
         &self,
         stream: &str,
         fence: u64,
         encoded: Vec<Vec<u8>>,
     ) -> Result<u64, StoreError> {
-        use async_nats::jetstream::context::PublishErrorKind;
-        let wire = WireBatch { entries: encoded };
-        let publish = Publish::build()
-            .payload(Bytes::from(prost::Message::encode_to_vec(&wire)))
-            .expected_last_subject_sequence(fence);
-        let ack = self
-            .js
-            .send_publish(self.layout.records_subject(stream), publish)
-            .await
-            .map_err(|e| unavailable("appending to the record log")(e.to_string()))?;
-        match ack.await {
-            Ok(ack) => Ok(ack.sequence),
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                Err(StoreError::Unavailable {
-                    action: "appending to the record log",
-                    detail: format!(
-                        "transaction stream {stream:?} was appended to by another writer since this one last read it (expected last sequence {fence}); replay the log before appending again"
-                    ),
-                })
+        let message = BatchMessage::new(&self.layout, stream, fence, encoded);
+        let mut retries = 0;
+        loop {
+            let error = match self.publish_once(&message).await {
+                // `duplicate`: an earlier attempt was stored, at this sequence.
+                Ok(ack) => return Ok(ack.sequence),
+                Err(error) => error,
+            };
+            match PublishFailure::of_error(&error) {
+                PublishFailure::Fenced => return self.stored_before(&message, stream).await,
+                PublishFailure::Transient if retries < PUBLISH_RETRIES => {
+                    retries += 1;
+                    tracing::warn!(error = %error, retry = retries, "appending to the record log failed; publishing the same batch again");
+                    tokio::time::sleep(PUBLISH_BACKOFF * 2u32.pow(retries - 1)).await;
+                }
+                _ => {
+                    return Err(unavailable("appending to the record log")(
+                        error.to_string(),
+                    ));
+                }
             }
-            Err(e) => Err(unavailable("appending to the record log")(e.to_string())),
         }
+    }
+
+    async fn publish_once(&self, message: &BatchMessage) -> Result<PublishAck, PublishError> {
+        self.js
+            .send_publish(message.subject.clone(), message.publish())
+            .await?
+            .await
+    }
+
+    /// After the fence refused `message`: its sequence if it is the last message on its subject
+    /// (an earlier attempt stored it and its PubAck was lost), else the fence's error.
+    async fn stored_before(&self, message: &BatchMessage, stream: &str) -> Result<u64, StoreError> {
+        if let Ok(last) = self
+            .stream
+            .get_last_raw_message_by_subject(&message.subject)
+            .await
+        {
+            let id = last
+                .headers
+                .get(async_nats::header::NATS_MESSAGE_ID)
+                .map(|id| id.as_str());
+            if id == Some(message.message_id.as_str()) {
+                tracing::info!(
+                    sequence = last.sequence,
+                    "a batch of the record log was stored by an earlier attempt whose PubAck was lost"
+                );
+                return Ok(last.sequence);
+            }
+        }
+        Err(StoreError::Unavailable {
+            action: "appending to the record log",
+            detail: format!(
+                "transaction stream {stream:?} was appended to by another writer since this one last read it (expected last sequence {}); replay the log before appending again",
+                message.expected_last_subject_sequence
+            ),
+        })
     }
 
     /// Appends `entries` of one stream in messages of at most [`MAX_BATCH_MESSAGE_BYTES`], each
@@ -439,7 +590,6 @@ impl ReleaseStore for JetStreamReleases {
         window_id: u64,
         outcome: &WindowOutcome,
     ) -> Result<Stored, StoreError> {
-        use async_nats::jetstream::context::PublishErrorKind;
         let (kind, payload) = match outcome {
             WindowOutcome::Released(bytes) => ("released", Bytes::from(bytes.clone())),
             WindowOutcome::Failed(reason) => ("failed", Bytes::from(reason.clone().into_bytes())),
@@ -509,5 +659,81 @@ impl ReleaseStore for JetStreamReleases {
             }
         }
         Ok(missing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_that_may_pass_are_retried_and_the_fence_is_never() {
+        use PublishErrorKind::*;
+        for status in [None, Some(400), Some(409), Some(503)] {
+            assert_eq!(
+                PublishFailure::of(WrongLastSequence, status),
+                PublishFailure::Fenced
+            );
+            for kind in [TimedOut, BrokenPipe, StreamNotFound] {
+                assert_eq!(PublishFailure::of(kind, status), PublishFailure::Transient);
+            }
+            assert_eq!(
+                PublishFailure::of(WrongLastMessageId, status),
+                PublishFailure::Final
+            );
+        }
+        assert_eq!(
+            PublishFailure::of(Other, Some(503)),
+            PublishFailure::Transient
+        );
+        assert_eq!(
+            PublishFailure::of(Other, Some(409)),
+            PublishFailure::Transient
+        );
+        assert_eq!(PublishFailure::of(Other, Some(400)), PublishFailure::Final);
+        assert_eq!(PublishFailure::of(Other, None), PublishFailure::Final);
+        assert_eq!(
+            PublishFailure::of_error(&PublishError::from(TimedOut)),
+            PublishFailure::Transient
+        );
+        assert_eq!(
+            PublishFailure::of_error(&PublishError::from(Other)),
+            PublishFailure::Final
+        );
+    }
+
+    #[test]
+    fn a_batch_message_id_names_stream_fence_and_digest_and_no_record() {
+        let layout = Layout {
+            prefix: "cloakd".into(),
+            replicas: 1,
+        };
+        let entries = vec![b"secret-record-id".to_vec(), b"close".to_vec()];
+        let message = BatchMessage::new(&layout, "s/1", 7, entries.clone());
+        assert_eq!(
+            message.subject,
+            format!("cloakd.records.{}", hex::encode("s/1"))
+        );
+        let digest = hex::encode(Sha256::digest(&message.payload));
+        assert_eq!(
+            message.message_id,
+            format!("{}.7.{}", hex::encode("s/1"), &digest[..32])
+        );
+        assert!(!message.message_id.contains("secret"));
+        assert_eq!(
+            <WireBatch as prost::Message>::decode(message.payload.as_ref())
+                .unwrap()
+                .entries,
+            entries
+        );
+        // Deterministic; another fence, or other content, is another id.
+        assert_eq!(
+            BatchMessage::new(&layout, "s/1", 7, entries.clone()),
+            message
+        );
+        let at_8 = BatchMessage::new(&layout, "s/1", 8, entries.clone());
+        assert_ne!(at_8.message_id, message.message_id);
+        let other = BatchMessage::new(&layout, "s/1", 7, vec![b"close".to_vec()]);
+        assert_ne!(other.message_id, message.message_id);
     }
 }
