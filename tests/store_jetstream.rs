@@ -4,7 +4,8 @@
 //! a restart. Also: a 3-node cluster with replication 3 loses nothing acknowledged when a node is
 //! killed and restarted. Batch messages carry a message id of stream, fence and content: a batch
 //! republished byte for byte is a JetStream duplicate, and an append whose batch was stored before
-//! its PubAck was lost is acknowledged, once. And the fence: a writer whose view of a stream is stale cannot append to
+//! its PubAck was lost is acknowledged, once (the loss made by a proxy that swallows the PubAck
+//! and drops the connection, so the log's retry is what acknowledges it). And the fence: a writer whose view of a stream is stale cannot append to
 //! it, so two writers racing on one stream leave a log whose every window close follows exactly its
 //! records, with every acknowledged record in it once.
 mod common;
@@ -269,6 +270,191 @@ async fn a_lost_ack_on_one_replica_is_found_stored() {
 #[tokio::test]
 async fn a_lost_ack_on_three_replicas_is_a_duplicate() {
     a_batch_stored_before_its_ack_was_lost_is_acknowledged(NatsCluster::three().await, 3).await;
+}
+
+/// A TCP proxy in front of one NATS server that loses one PubAck: the first message published
+/// (`HPUB`) on a subject starting with `subject_prefix` is forwarded whole; the server's answer to
+/// it (on the message's reply subject, so the message is stored) is swallowed, and the client's
+/// connection is then dropped. Every other connection, before and after, passes through.
+struct AckLosingProxy {
+    url: String,
+    lost: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AckLosingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl AckLosingProxy {
+    async fn start(server_url: &str, subject_prefix: &str) -> AckLosingProxy {
+        let server: std::net::SocketAddr =
+            server_url.trim_start_matches("nats://").parse().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("nats://{}", listener.local_addr().unwrap());
+        let lost = Arc::new(AtomicU64::new(0));
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let marker = format!("HPUB {subject_prefix}").into_bytes();
+        let task = tokio::spawn({
+            let lost = lost.clone();
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
+                        continue;
+                    };
+                    tokio::spawn(Self::relay(
+                        client,
+                        upstream,
+                        marker.clone(),
+                        armed.clone(),
+                        lost.clone(),
+                    ));
+                }
+            }
+        });
+        AckLosingProxy { url, lost, task }
+    }
+
+    /// `HPUB <subject> <reply> <header bytes> <total bytes>\r\n` at `at` in `seen`, if whole:
+    /// the reply subject and where the message ends.
+    fn hpub_at(seen: &[u8], at: usize) -> Option<(String, usize)> {
+        let line_len = seen[at..].windows(2).position(|w| w == b"\r\n")?;
+        let line = std::str::from_utf8(&seen[at..at + line_len]).unwrap();
+        let tokens: Vec<&str> = line.split(' ').collect();
+        assert_eq!(tokens.len(), 5, "HPUB with a reply subject: {line}");
+        let total: usize = tokens[4].parse().unwrap();
+        Some((tokens[2].to_string(), at + line_len + 2 + total + 2))
+    }
+
+    async fn relay(
+        client: tokio::net::TcpStream,
+        upstream: tokio::net::TcpStream,
+        marker: Vec<u8>,
+        armed: Arc<std::sync::atomic::AtomicBool>,
+        lost: Arc<AtomicU64>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client_read, mut client_write) = client.into_split();
+        let (mut server_read, mut server_write) = upstream.into_split();
+        // Set to the reply subject whose answer is to be lost; the answer seen, `answered` fires.
+        let (cut_tx, mut cut_rx) = tokio::sync::watch::channel(None::<String>);
+        let (answered_tx, answered_rx) = tokio::sync::oneshot::channel::<()>();
+        let down = tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut swallowed = Vec::new();
+            loop {
+                let n = match server_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let reply = cut_rx.borrow_and_update().clone();
+                match reply {
+                    None => {
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(reply) => {
+                        swallowed.extend_from_slice(&buf[..n]);
+                        let needle = format!("MSG {reply} ");
+                        if swallowed
+                            .windows(needle.len())
+                            .any(|w| w == needle.as_bytes())
+                        {
+                            let _ = answered_tx.send(());
+                            return; // drops the client's write half
+                        }
+                    }
+                }
+            }
+        });
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut seen = Vec::new();
+        let mut cut: Option<usize> = None;
+        let mut armed_here = true;
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if armed_here && cut.is_none() {
+                seen.extend_from_slice(&buf[..n]);
+                let found = seen
+                    .windows(marker.len())
+                    .position(|w| w == marker.as_slice())
+                    .and_then(|at| Self::hpub_at(&seen, at));
+                if let Some((reply, end)) = found {
+                    armed_here = armed.swap(false, Ordering::SeqCst);
+                    if armed_here {
+                        // Before the message reaches the server: its answer cannot pass.
+                        cut_tx.send_replace(Some(reply));
+                        cut = Some(end);
+                    }
+                }
+            }
+            if server_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+            if cut.is_some_and(|end| seen.len() >= end) {
+                // The message is with the server: wait for its (lost) answer, then hang up.
+                if answered_rx.await.is_ok() {
+                    lost.fetch_add(1, Ordering::SeqCst);
+                }
+                break;
+            }
+        }
+        drop(server_write);
+        drop(client_read);
+        let _ = down.await;
+    }
+}
+
+/// A publish whose PubAck is lost on the way back (the batch is stored; the connection drops) is
+/// retried by the log with the identical message, and the append is acknowledged with the batch
+/// stored once.
+async fn a_lost_pub_ack_is_retried(nats: NatsCluster, replicas: usize) {
+    let prefix = format!("cut{replicas}");
+    let layout = Layout {
+        prefix: prefix.clone(),
+        replicas,
+    };
+    let proxy = AckLosingProxy::start(&nats.node_url(0), &format!("{prefix}.records.")).await;
+    let mut js = connect(&proxy.url).await;
+    // The lost answer is waited for this long before the retry (the default is 5 s).
+    js.set_timeout(std::time::Duration::from_secs(1));
+    let log = JetStreamRecordLog::open(js, layout.clone()).await.unwrap();
+    let batch = vec![record("s", 0, "r1", &["x"]), close("s", 0, 1)];
+    assert_eq!(
+        log.append(batch.clone()).await.unwrap(),
+        [EntryOutcome::Appended, EntryOutcome::Appended]
+    );
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 1, "a PubAck was lost");
+    log.append(vec![record("s", 1, "r2", &["x"])])
+        .await
+        .unwrap();
+    let js = connect(&nats.url()).await;
+    assert_eq!(stored_messages(&js, &prefix).await, 2);
+    let reader = JetStreamRecordLog::open(js, layout).await.unwrap();
+    assert_eq!(
+        reader.replay(LogPosition::START).await.unwrap().entries,
+        [
+            record("s", 0, "r1", &["x"]),
+            close("s", 0, 1),
+            record("s", 1, "r2", &["x"]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_lost_pub_ack_on_one_replica_is_retried() {
+    a_lost_pub_ack_is_retried(NatsCluster::single().await, 1).await;
+}
+
+#[tokio::test]
+async fn a_lost_pub_ack_on_three_replicas_is_retried() {
+    a_lost_pub_ack_is_retried(NatsCluster::three().await, 3).await;
 }
 
 /// Two logs on one deployment (two replicas): each appends only on top of what it has read.
