@@ -122,6 +122,17 @@ fn check_groups(cloaked: &[Cloaked]) {
     }
 }
 
+/// The next event that is not `Undelivered` (no provider is subscribed in some tests, so every
+/// cloaked request is followed by one).
+async fn next_outcome(client: &mut MobileClient) -> cloakd::proto::LocationEvent {
+    loop {
+        let event = client.next_event(30).await;
+        if !matches!(event.outcome, Some(Outcome::Undelivered(_))) {
+            return event;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_cell_through_two_replicas_is_cloaked_together_and_answered_across() {
     let nats = NatsCluster::three().await;
@@ -324,6 +335,12 @@ async fn a_killed_owner_loses_its_cells_to_the_other_replica() {
             matches!(&event.outcome, Some(Outcome::Cloaked(c)) if c.group_size == 2),
             "{event:?}"
         );
+        // No provider is subscribed on any replica: Undelivered at once, not at answer_ttl_ms.
+        let event = client.next_event(20).await;
+        assert!(
+            matches!(&event.outcome, Some(Outcome::Undelivered(u)) if u.reason.contains("no provider")),
+            "{event:?}"
+        );
     }
 
     owner.signal("KILL");
@@ -344,7 +361,7 @@ async fn a_killed_owner_loses_its_cells_to_the_other_replica() {
             .await;
         let mut cloaked = 0;
         for client in [&mut on_b, &mut carol] {
-            let event = client.next_event(30).await;
+            let event = next_outcome(client).await;
             assert_eq!(event.request_no, request_no);
             match event.outcome {
                 Some(Outcome::Cloaked(c)) => {
@@ -388,4 +405,190 @@ async fn a_killed_owner_loses_its_cells_to_the_other_replica() {
     );
     drop((on_b, carol));
     b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_on_one_replica_serves_the_cells_of_every_replica() {
+    let nats = NatsCluster::three().await;
+    let a = TestDaemon::start(replica_config(&nats, "a")).await;
+    let b = TestDaemon::start(replica_config(&nats, "b")).await;
+    let mut on_a = MobileClient::connect(a.channel().await).await;
+    let mut on_b = MobileClient::connect(b.channel().await).await;
+    let first = request("alice", 1, 0.0, 0.0, 2);
+    on_a.send(first.clone()).await;
+    wait_for_holder(&nats, first.lat, first.lon, "a").await;
+    on_b.send(request("bob", 1, 30.0, -20.0, 2)).await;
+    // No provider anywhere: each client hears so at once after its Cloaked.
+    for client in [&mut on_a, &mut on_b] {
+        let event = client.next_event(20).await;
+        assert!(
+            matches!(&event.outcome, Some(Outcome::Cloaked(c)) if c.group_size == 2),
+            "{event:?}"
+        );
+        let event = client.next_event(20).await;
+        assert_eq!(event.request_no, 1);
+        let Some(Outcome::Undelivered(u)) = &event.outcome else {
+            panic!("{event:?}");
+        };
+        assert!(u.reason.contains("no provider"), "{u:?}");
+        assert!(!u.reason.contains("alice") && !u.reason.contains("bob"));
+    }
+
+    // A provider subscribed on B only. The cell's groups are formed on A, so they are relayed to B
+    // (its subscription reaches A through NATS: try a few pairs until one is not Undelivered).
+    let mut provider = subscribe_provider(b.channel().await, "poi").await;
+    let mut gateway_b = cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(b.channel().await);
+    let mut request_no = 2;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let cloaked = loop {
+        assert!(
+            Instant::now() < deadline,
+            "requests never reached B's provider"
+        );
+        let pair = [
+            request("carol", request_no, -40.0, 10.0, 2),
+            request("dave", request_no, 15.0, 25.0, 2),
+        ];
+        on_a.send(pair[0].clone()).await;
+        on_b.send(pair[1].clone()).await;
+        let mut cloaked = Vec::new();
+        let mut undelivered = 0;
+        for (client, req) in [(&mut on_a, &pair[0]), (&mut on_b, &pair[1])] {
+            let event = client.next_event(20).await;
+            assert_eq!(event.request_no, request_no, "{event:?}");
+            let Some(Outcome::Cloaked(c)) = event.outcome else {
+                panic!("{event:?}");
+            };
+            cloaked.push(Cloaked {
+                request: req.clone(),
+                event: c,
+            });
+            // Undelivered now, or the provider's answer later.
+            if let Ok(event) =
+                tokio::time::timeout(Duration::from_millis(500), client.events.message()).await
+            {
+                let event = event.unwrap().unwrap();
+                assert!(
+                    matches!(event.outcome, Some(Outcome::Undelivered(_))),
+                    "{event:?}"
+                );
+                undelivered += 1;
+            }
+        }
+        if undelivered == 0 {
+            break cloaked;
+        }
+        // A request relayed while B's subscription was still on its way: drain its copy.
+        while let Ok(Some(Ok(copy))) =
+            tokio::time::timeout(Duration::from_millis(300), provider.message())
+                .await
+                .map(|m| m.transpose())
+        {
+            let _ = gateway_b
+                .answer(tokio_stream::iter([LbsAnswer {
+                    pseudonym: copy.pseudonym,
+                    payload: Vec::new(),
+                    ack: true,
+                }]))
+                .await;
+        }
+        // Both of a pair reach the same provider or none, unless only one of them was late.
+        for client in [&mut on_a, &mut on_b] {
+            while let Ok(Some(event)) =
+                tokio::time::timeout(Duration::from_millis(300), client.events.message())
+                    .await
+                    .map(|m| m.unwrap())
+            {
+                assert_eq!(event.request_no, request_no, "{event:?}");
+            }
+        }
+        request_no += 1;
+    };
+    assert_eq!(cloaked[0].event.r#box, cloaked[1].event.r#box, "one group");
+    check_groups(&cloaked);
+
+    // B's provider gets both (the copy is what a provider on the owner would get), answers them
+    // through B, and each client gets its answer through its own replica.
+    let mut answers = Vec::new();
+    let mut pseudonyms = Vec::new();
+    for _ in 0..2 {
+        let copy = next_cloaked(&mut provider, 10).await;
+        let c = cloaked
+            .iter()
+            .find(|c| c.event.pseudonym == copy.pseudonym)
+            .expect("the copy is one of the group's requests");
+        assert_eq!(copy.payload, c.request.payload);
+        assert_eq!(copy.r#box, c.event.r#box);
+        pseudonyms.push(copy.pseudonym.clone());
+        answers.push(LbsAnswer {
+            pseudonym: copy.pseudonym.clone(),
+            payload: format!("answer for {}", copy.pseudonym).into_bytes(),
+            ack: false,
+        });
+    }
+    // An answer through A, whose providers never received the pseudonym, is not routed.
+    let mut gateway_a = cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(a.channel().await);
+    let stray = gateway_a
+        .answer(tokio_stream::iter([LbsAnswer {
+            pseudonym: pseudonyms[0].clone(),
+            payload: b"forged".to_vec(),
+            ack: false,
+        }]))
+        .await
+        .expect("answer")
+        .into_inner();
+    assert_eq!(stray.delivered, 0, "{stray:?}");
+    let summary = gateway_b
+        .answer(tokio_stream::iter(answers))
+        .await
+        .expect("answer")
+        .into_inner();
+    assert_eq!(summary.delivered, 2, "{summary:?}");
+    for (client, c) in [(&mut on_a, &cloaked[0]), (&mut on_b, &cloaked[1])] {
+        let event = client.next_event(10).await;
+        assert_eq!(event.request_no, request_no);
+        let Some(Outcome::Reply(reply)) = event.outcome else {
+            panic!("{event:?}");
+        };
+        assert_eq!(
+            reply.payload,
+            format!("answer for {}", c.event.pseudonym).into_bytes()
+        );
+    }
+
+    // The provider leaves: B stops taking relays, and requests are Undelivered at once again.
+    drop(provider);
+    request_no += 1;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "B kept taking relays after its provider left"
+        );
+        on_a.send(request("erin", request_no, 5.0, 5.0, 2)).await;
+        on_b.send(request("frank", request_no, -5.0, -5.0, 2)).await;
+        let mut no_provider = 0;
+        for client in [&mut on_a, &mut on_b] {
+            let event = client.next_event(20).await;
+            assert!(
+                matches!(event.outcome, Some(Outcome::Cloaked(_))),
+                "{event:?}"
+            );
+            let event = client.next_event(20).await;
+            match event.outcome {
+                Some(Outcome::Undelivered(u)) if u.reason.contains("no provider") => {
+                    no_provider += 1
+                }
+                Some(Outcome::Undelivered(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        if no_provider == 2 {
+            break;
+        }
+        request_no += 1;
+    }
+    drop((on_a, on_b));
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
 }

@@ -109,6 +109,7 @@ pub const LOCATION_BROKER_OVERHEAD: &str = "cloakd_location_broker_overhead_seco
 pub const LOCATION_PROVIDER_QUEUE_DEPTH: &str = "cloakd_location_provider_queue_depth";
 pub const LOCATION_UNDELIVERED: &str = "cloakd_location_undelivered_total";
 pub const LOCATION_REHANDED: &str = "cloakd_location_rehanded_total";
+pub const LOCATION_RELAYED: &str = "cloakd_location_relayed_total";
 pub const LBS_ANSWERS: &str = "cloakd_lbs_answers_total";
 
 pub const TX_RECORDS: &str = "cloakd_transaction_records_total";
@@ -200,7 +201,12 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         LOCATION_UNDELIVERED,
         &["service", "reason"],
-        "Cloaked requests no provider took (reason queue_full, shutting_down, no_provider: its provider stalled or left and no other was subscribed, expired: unacknowledged at answer_ttl_ms); the client got Undelivered.",
+        "Cloaked requests no provider took (reason queue_full, shutting_down, no_provider: its provider stalled or left and no other was subscribed, or with [cluster] no replica has a provider of the service, relay_failed: the replica it was relayed to did not take it, expired: unacknowledged at answer_ttl_ms); the client got Undelivered.",
+    ),
+    counter(
+        LOCATION_RELAYED,
+        &["result"],
+        "Cloaked requests this replica relayed to a replica with a provider of their service ([cluster], no such provider here), by result: accepted, no_provider (no replica has one), refused (that replica was overloaded) or failed (no answer).",
     ),
     counter(
         LOCATION_REHANDED,

@@ -49,6 +49,7 @@ use super::providers::{ProviderQueue, ProviderQueues};
 use super::rate::{RateLimiter, Take};
 use super::validate::{AdmittedRequest, AdmittedUpdate, Rejection};
 
+mod relay;
 mod remote;
 
 /// Commands the actor takes per wake-up.
@@ -97,6 +98,14 @@ impl EventQueue {
     /// Whether the stream is held by another replica.
     pub(super) fn is_replica(&self) -> bool {
         matches!(self.sink, EventSink::Replica { .. })
+    }
+
+    /// The replica holding the stream, and the request's tag there.
+    pub(super) fn remote_client(&self) -> Option<&RemoteClient> {
+        match &self.sink {
+            EventSink::Replica { to, .. } => Some(to),
+            EventSink::Stream(_) => None,
+        }
     }
 
     /// Queues an event unless only the place reserved for the final status is left; false when the
@@ -257,6 +266,14 @@ pub(super) enum Command {
     },
     /// Cluster: an event for the remote request `tag` (another replica cloaks it).
     RemoteEvent { tag: u64, event: LocationEvent },
+    /// Cluster: a cloaked request another replica relayed to this one's providers of `service`;
+    /// `client` is a new stream of this one request whose events go to the client's replica.
+    Relayed {
+        client: ClientId,
+        events: EventQueue,
+        service: usize,
+        request: CloakedRequest,
+    },
 }
 
 /// What became of one Report batch.
@@ -271,6 +288,7 @@ pub(super) struct ReportResult {
 struct Delivery {
     client: ClientId,
     request_no: u64,
+    user: UserKey,
     service: usize,
     payload: Vec<u8>,
 }
@@ -537,6 +555,7 @@ impl Broker {
                         unacknowledged: HashSet::new(),
                     },
                 );
+                self.providers_changed();
             }
             Command::ProviderGone { provider } => self.end_provider(provider, HandOver::Gone),
             Command::Delivered {
@@ -581,6 +600,12 @@ impl Broker {
                 owner,
             } => self.resolved(tag, request, owner),
             Command::RemoteEvent { tag, event } => self.remote_event(tag, event),
+            Command::Relayed {
+                client,
+                events,
+                service,
+                request,
+            } => self.take_relayed(client, events, service, request),
         }
     }
 
@@ -802,6 +827,7 @@ impl Broker {
                 Delivery {
                     client: entry.client,
                     request_no: entry.request_no,
+                    user: entry.user,
                     service: entry.service,
                     payload: entry.payload,
                 },
@@ -818,15 +844,16 @@ impl Broker {
     }
 
     /// Tells the client its request was cloaked and puts it on its service's provider queue under
-    /// `pseudonym` (or tells the client it was undelivered when the queue is full).
+    /// `pseudonym` (or tells the client it was undelivered when the queue is full); in a cluster
+    /// without a provider of the service here, relays it to another replica's ([`relay`]).
     fn deliver(&mut self, to: Delivery, pseudonym: Pseudonym, cloaked: proto::Cloaked) {
         let Delivery {
             client,
             request_no,
+            user,
             service,
             payload,
         } = to;
-        let now = self.clock.now_ms();
         self.metrics.cloaked.increment(1);
         let forwarded = CloakedRequest {
             pseudonym: cloaked.pseudonym.clone(),
@@ -843,6 +870,25 @@ impl Broker {
                 outcome: Some(location_event::Outcome::Cloaked(cloaked)),
             },
         );
+        if self.relays(service) {
+            self.relay(client, request_no, user, service, forwarded);
+        } else {
+            self.enqueue(client, request_no, service, pseudonym, forwarded);
+        }
+        self.maybe_close(client);
+    }
+
+    /// Puts a cloaked request on its service's provider queue and routes its answers to `client`
+    /// (or tells the client it was undelivered when the queue is full).
+    fn enqueue(
+        &mut self,
+        client: ClientId,
+        request_no: u64,
+        service: usize,
+        pseudonym: Pseudonym,
+        forwarded: CloakedRequest,
+    ) {
+        let now = self.clock.now_ms();
         match self.provider_queues[service]
             .sender
             .try_send(forwarded.clone())
@@ -873,7 +919,6 @@ impl Broker {
                 self.undelivered(client, request_no, service, label, reason);
             }
         }
-        self.maybe_close(client);
     }
 
     /// The label and reason of a provider queue that refused a request (full, or closed at shutdown).
@@ -976,6 +1021,7 @@ impl Broker {
         let Some(state) = self.providers.remove(&provider) else {
             return;
         };
+        self.providers_changed();
         let held = state.unacknowledged.len();
         if let HandOver::Stalled = why {
             tracing::warn!(
@@ -1056,8 +1102,9 @@ impl Broker {
     fn submit_presence(&mut self, client: ClientId, request: AdmittedRequest) {
         let request_no = request.request_no;
         let now = self.clock.now_ms();
+        let user = self.user_key(&request.user_id);
         let req = PresenceRequest {
-            user: self.user_key(&request.user_id),
+            user,
             lat: request.lat,
             lon: request.lon,
             k: request.k,
@@ -1077,6 +1124,7 @@ impl Broker {
                     Delivery {
                         client,
                         request_no,
+                        user,
                         service: request.service,
                         payload: request.payload,
                     },

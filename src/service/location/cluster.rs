@@ -18,8 +18,8 @@
 //! groups (k distinct users, padding), the same provider queues, acknowledgements and answer binding
 //! (only the principal whose Subscribe stream received a pseudonym may answer it). The origin keeps
 //! what it needs to end its client's stream correctly ([`super::broker`]'s remote requests).
-//! Groups reach the providers subscribed on the owner only: every service needs a provider on every
-//! replica (relaying groups to other replicas' providers is not implemented).
+//! A cloaked request goes to a provider subscribed on the owner if there is one, else it is relayed
+//! to a replica with a provider of its service ([`relay`]).
 //!
 //! While a cell's lease moves (its owner stopped and the lease has not lapsed yet, at most
 //! `cluster.lease_ms`), requests for it are refused with UNAVAILABLE instead of held: a held request
@@ -33,6 +33,7 @@
 //! (if the owner lost the cell meanwhile it still cloaks it: every group still comes from one
 //! engine, so every guarantee holds; only grouping across the move is lost); every request accepted
 //! on the origin gets exactly one of Cloaked, Expired or Rejected there.
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -49,7 +50,9 @@ use super::validate::{AdmittedRequest, Rejection};
 use crate::cluster::{Cluster, ClusterError, LeaseTable, Owner};
 use crate::config::CloakModel;
 use crate::location::grid::CellGrid;
-use crate::proto::LocationEvent;
+use crate::proto::{CloakedRequest, LocationEvent};
+
+mod relay;
 
 /// Messages waiting for the NATS publisher; past this the broker treats the replica as too slow.
 const OUTBOUND_QUEUE: usize = 65_536;
@@ -133,6 +136,11 @@ pub(super) enum Outbound {
         tag: u64,
         request: ForwardedRequest,
     },
+    /// A cloaked request for a replica with a provider of its service; its events go to `to`.
+    Relay {
+        to: RemoteClient,
+        request: CloakedRequest,
+    },
 }
 
 /// Where a request is cloaked.
@@ -151,6 +159,8 @@ pub(super) struct ClusterLink {
     node: Arc<str>,
     out: mpsc::Sender<Outbound>,
     commands: mpsc::Sender<Command>,
+    /// The services with a provider subscribed here: this replica takes relayed requests of them.
+    providing: watch::Sender<BTreeSet<String>>,
     /// How long a request waits for a cell nobody is known to hold to get an owner.
     pub(super) resolve_within: Duration,
     /// How long the origin waits past a request's deadline for its owner's outcome.
@@ -158,6 +168,26 @@ pub(super) struct ClusterLink {
 }
 
 impl ClusterLink {
+    /// This replica's node id.
+    pub(super) fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+
+    /// Sends a cloaked request to a replica with a provider of its service, its events to `to`;
+    /// false when the outbound queue is full.
+    pub(super) fn relay(&self, to: RemoteClient, request: CloakedRequest) -> bool {
+        self.out.try_send(Outbound::Relay { to, request }).is_ok()
+    }
+
+    /// The services with at least one provider subscribed on this replica now.
+    pub(super) fn providing(&self, services: BTreeSet<String>) {
+        self.providing.send_if_modified(|current| {
+            let changed = *current != services;
+            *current = services;
+            changed
+        });
+    }
+
     /// The owner of the cell of `(lat, lon)` as far as this replica knows now.
     pub(super) fn owner_of(&self, lat: f64, lon: f64) -> CellOwner {
         match self.cells.owner(&self.grid.cell_of(lat, lon).key()) {
@@ -276,15 +306,26 @@ impl LocationCluster {
         let node: Arc<str> = Arc::from(self.cluster.node_id.as_str());
         let nats = self.cluster.config.nats.as_ref();
         let request_timeout = nats.map_or(Duration::from_secs(5), |n| n.request_timeout);
+        let (providing, wanted) = watch::channel(BTreeSet::new());
         let link = ClusterLink {
             cells: self.cells.clone(),
             grid: self.grid,
             node,
             out: out.clone(),
             commands: commands.clone(),
+            providing,
             resolve_within: request_timeout,
             request_timeout,
         };
+        tokio::spawn(relay::serve(relay::Providing {
+            cluster: self.cluster.clone(),
+            wanted,
+            commands: commands.clone(),
+            provider_queues: Arc::clone(&provider_queues),
+            next_client: Arc::clone(&next_client),
+            out: out.clone(),
+            shutdown: shutdown.clone(),
+        }));
         tokio::spawn(publish(
             self.cluster.clone(),
             outbound,
@@ -351,6 +392,11 @@ async fn publish(
                 if let Err(err) = cluster.client.publish(subject, Bytes::from(payload)).await {
                     tracing::warn!(node = %to.node, %err, "cannot publish a location event to its replica");
                 }
+            }
+            Outbound::Relay { to, request } => {
+                // Published after every earlier event (the client's Cloaked among them), each in
+                // its own task.
+                tokio::spawn(relay::send(cluster.clone(), to, request));
             }
             Outbound::Forward {
                 owner,

@@ -143,6 +143,24 @@ impl RemoteRequests {
         Some(entry)
     }
 
+    /// A request of this replica's client that another replica's provider serves (its group was
+    /// formed here, [`super::relay`]): it waits for the answer or `Undelivered`; its tag.
+    pub(super) fn insert_relayed(
+        &mut self,
+        client: ClientId,
+        request_no: u64,
+        user: UserKey,
+        expires_ms: i64,
+    ) -> u64 {
+        let phase = Phase::Cloaked { answered: false };
+        self.insert(client, request_no, user, phase, expires_ms)
+    }
+
+    /// Forgets the request `tag`.
+    pub(super) fn forget(&mut self, tag: u64) {
+        self.remove(tag);
+    }
+
     fn get(&self, tag: u64) -> Option<&RemoteEntry> {
         self.entries.get(&tag)
     }
@@ -323,13 +341,7 @@ impl Broker {
         let (client, phase, user, request_no) =
             (entry.client, entry.phase, entry.user, entry.request_no);
         let now = self.clock.now_ms();
-        let answer_window = i64::try_from(self.cfg.answer_ttl_ms)
-            .unwrap_or(i64::MAX)
-            .saturating_add(
-                self.cluster
-                    .as_ref()
-                    .map_or(0, |l| millis(l.request_timeout)),
-            );
+        let answer_window = self.answer_window();
         match &event.outcome {
             Some(EventOutcome::Cloaked(_)) if phase == Phase::Forwarded => {
                 self.pending_keys.remove(&(user, request_no));
@@ -362,6 +374,19 @@ impl Broker {
         };
         self.send(client, event);
         self.maybe_close(client);
+    }
+
+    /// How long a cloaked remote request waits for its answer or `Undelivered`: the provider's
+    /// replica reports `Undelivered` at `location.answer_ttl_ms`, and its event may take up to
+    /// `cluster.request_timeout_ms` more.
+    pub(super) fn answer_window(&self) -> i64 {
+        i64::try_from(self.cfg.answer_ttl_ms)
+            .unwrap_or(i64::MAX)
+            .saturating_add(
+                self.cluster
+                    .as_ref()
+                    .map_or(0, |l| millis(l.request_timeout)),
+            )
     }
 
     /// Ends the remote requests whose deadline passed: one still waiting for its owner is Rejected

@@ -1,0 +1,109 @@
+//! The broker's side of relaying cloaked requests to providers on other replicas
+//! ([`crate::service::location::cluster`]'s `relay`).
+//!
+//! On the replica that formed a group, a member whose service has no provider subscribed here is
+//! relayed: a client of this replica keeps a remote request (by tag) that waits for the answer or
+//! `Undelivered`, exactly as when another replica cloaks it; a request another replica forwarded
+//! here is relayed with that replica's tag, so its answer goes straight to the client's replica.
+//! On the replica that takes it, a relayed request is a one-request client stream (its events go
+//! to the client's replica) put on the local provider queue like any other.
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use super::{Broker, ClientId, ClientState, EventQueue};
+use crate::location::{Pseudonym, UserKey};
+use crate::proto::CloakedRequest;
+use crate::service::location::cluster::RemoteClient;
+
+impl Broker {
+    /// Whether a cloaked request of `service` goes to another replica: in a cluster, when no
+    /// provider of the service is subscribed here.
+    pub(super) fn relays(&self, service: usize) -> bool {
+        self.cluster.is_some() && !self.providers.values().any(|p| p.service == service)
+    }
+
+    /// Relays the cloaked request of `client` to a replica with a provider of its service.
+    pub(super) fn relay(
+        &mut self,
+        client: ClientId,
+        request_no: u64,
+        user: UserKey,
+        service: usize,
+        forwarded: CloakedRequest,
+    ) {
+        let Some(link) = self.cluster.as_ref() else {
+            return;
+        };
+        let forwarded_here = self
+            .clients
+            .get(&client)
+            .and_then(|state| state.events.remote_client().cloned());
+        let (to, local_tag) = match forwarded_here {
+            // The client's replica waits for this request's answer already.
+            Some(to) => (to, None),
+            None => {
+                let node = Arc::clone(link.node());
+                let expires = self.clock.now_ms().saturating_add(self.answer_window());
+                let tag = self
+                    .remote
+                    .insert_relayed(client, request_no, user, expires);
+                (RemoteClient { node, tag }, Some(tag))
+            }
+        };
+        if !link.relay(to, forwarded) {
+            if let Some(tag) = local_tag {
+                self.remote.forget(tag);
+            }
+            self.undelivered(
+                client,
+                request_no,
+                service,
+                "queue_full",
+                "too many requests are waiting to be sent to other replicas".to_string(),
+            );
+        }
+    }
+
+    /// A cloaked request another replica relayed here: a stream of its own, closed once its one
+    /// request is answered or undelivered.
+    pub(super) fn take_relayed(
+        &mut self,
+        client: ClientId,
+        events: EventQueue,
+        service: usize,
+        request: CloakedRequest,
+    ) {
+        let Ok(pseudonym) = request.pseudonym.parse::<Pseudonym>() else {
+            tracing::warn!("a relayed request carries an unreadable pseudonym; dropped");
+            return;
+        };
+        self.clients.insert(
+            client,
+            ClientState {
+                events,
+                final_status: None,
+                principal: Arc::from("relayed"),
+                // The client's replica holds its principal to the rate limit.
+                rate_limited: false,
+                pending: HashSet::new(),
+                awaiting_answer: 0,
+                draining: true,
+            },
+        );
+        // The client's replica puts the request's own number in every event.
+        self.enqueue(client, 0, service, pseudonym, request);
+        self.maybe_close(client);
+    }
+
+    /// Tells the cluster side which services have a provider subscribed here now.
+    pub(super) fn providers_changed(&self) {
+        if let Some(link) = self.cluster.as_ref() {
+            let services: BTreeSet<String> = self
+                .providers
+                .values()
+                .map(|p| self.provider_queues[p.service].service.clone())
+                .collect();
+            link.providing(services);
+        }
+    }
+}

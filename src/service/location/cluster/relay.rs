@@ -1,0 +1,259 @@
+//! Relaying cloaked requests to providers connected to other replicas.
+//!
+//! A group is formed on its cell's owner. If the owner has a provider stream subscribed to a
+//! member's service, the cloaked request goes on that local queue. Otherwise the owner *relays* it:
+//! it sends it as a request on `<prefix>.location.provide.<service>` (the service name in lower-case
+//! hex, one subject token). Every replica with at least one provider of that service subscribed
+//! listens there, in the queue group `<prefix>.providers.<service>`, so exactly one of them takes each
+//! request. It replies at once (accepted, or refused when its broker is overloaded) and puts the
+//! request on its own provider queue, as a request of a *relayed client*. That is a one-request
+//! stream whose events (the provider's `LbsReply` or `Undelivered`) are published to the replica
+//! holding the client's stream (`<prefix>.location.events.<node>`), as for a forwarded request.
+//! Acknowledgements, handing on, `answer_ttl_ms` and the answer binding (only the principal whose
+//! Subscribe stream received the pseudonym may answer it) therefore apply on the providing replica
+//! unchanged.
+//!
+//! What travels: the [`CloakedRequest`] exactly as a provider receives it (pseudonym, box, interval,
+//! payload, service), the node id of the replica holding the client's stream and a tag there. No
+//! user id and no exact position.
+//!
+//! No replica with a provider of the service (no responder): the client gets `Undelivered` at once
+//! (reason `no_provider`), instead of after `location.answer_ttl_ms` in a queue nobody drains.
+//! Local providers are preferred: a relay costs two NATS hops.
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use prost::Message as _;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tonic::Code;
+
+use super::{ForwardReply, Outbound, RemoteClient, ReplicaEvent, refused, subject};
+use crate::cluster::Cluster;
+use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
+use crate::service::location::broker::{Command, EventQueue};
+use crate::service::location::providers::ProviderQueues;
+use crate::store::stream_dir_name;
+use crate::telemetry::catalog;
+
+/// A cloaked request on its way to a replica with a provider of its service.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(in crate::service::location) struct RelayedRequest {
+    /// Node id of the replica holding the client's stream.
+    #[prost(string, tag = "1")]
+    pub origin: String,
+    /// The request's tag there (what its events carry back).
+    #[prost(uint64, tag = "2")]
+    pub tag: u64,
+    #[prost(message, optional, tag = "3")]
+    pub request: Option<CloakedRequest>,
+}
+
+/// `<prefix>.location.provide.<service hex>`.
+fn provide_subject(cluster: &Cluster, service: &str) -> String {
+    subject(cluster, "provide", &stream_dir_name(service))
+}
+
+/// `<prefix>.providers.<service hex>`: the queue group of the replicas serving the service.
+fn queue_group(cluster: &Cluster, service: &str) -> String {
+    cluster.name('.', &format!("providers.{}", stream_dir_name(service)))
+}
+
+/// Counts a relay by its result (`cloakd_location_relayed_total`).
+fn count(result: &'static str) {
+    metrics::counter!(catalog::LOCATION_RELAYED, "result" => result).increment(1);
+}
+
+/// The group's side: sends `request` to a replica with a provider of its service; when none takes
+/// it, tells the client's replica `Undelivered` (by `to`'s tag).
+pub(super) async fn send(cluster: Cluster, to: RemoteClient, request: CloakedRequest) {
+    let service = request.service.clone();
+    let payload = RelayedRequest {
+        origin: to.node.to_string(),
+        tag: to.tag,
+        request: Some(request),
+    }
+    .encode_to_vec();
+    let provide = provide_subject(&cluster, &service);
+    let (label, reason) = match cluster.client.request(provide, Bytes::from(payload)).await {
+        Ok(reply) => match ForwardReply::decode(reply.payload) {
+            Ok(reply) if reply.accepted => return count("accepted"),
+            Ok(reply) => ("refused", reply.reason),
+            Err(_) => (
+                "failed",
+                "the replica with a provider of the service answered with an unreadable message"
+                    .to_string(),
+            ),
+        },
+        Err(err) if err.kind() == async_nats::RequestErrorKind::NoResponders => (
+            "no_provider",
+            format!("no provider of service {service:?} is subscribed on any replica"),
+        ),
+        Err(err) => {
+            tracing::warn!(%err, "cannot relay a cloaked request to a replica with a provider of its service");
+            (
+                "failed",
+                format!(
+                    "the replica with a provider of service {service:?} did not take it ({})",
+                    err.kind()
+                ),
+            )
+        }
+    };
+    count(label);
+    metrics::counter!(
+        catalog::LOCATION_UNDELIVERED,
+        "service" => service,
+        "reason" => if label == "no_provider" { "no_provider" } else { "relay_failed" },
+    )
+    .increment(1);
+    let event = ReplicaEvent {
+        tag: to.tag,
+        event: Some(LocationEvent {
+            // The client's replica puts the request's own number in.
+            request_no: 0,
+            outcome: Some(location_event::Outcome::Undelivered(proto::Undelivered {
+                reason,
+            })),
+        }),
+    };
+    let events = subject(&cluster, "events", &to.node);
+    if let Err(err) = cluster
+        .client
+        .publish(events, Bytes::from(event.encode_to_vec()))
+        .await
+    {
+        tracing::warn!(node = %to.node, %err, "cannot publish a location event to its replica");
+    }
+}
+
+/// What the providing side needs.
+pub(super) struct Providing {
+    pub cluster: Cluster,
+    /// The services with at least one provider subscribed on this replica (kept by the broker).
+    pub wanted: watch::Receiver<BTreeSet<String>>,
+    pub commands: mpsc::Sender<Command>,
+    pub provider_queues: Arc<ProviderQueues>,
+    pub next_client: Arc<AtomicU64>,
+    pub out: mpsc::Sender<Outbound>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// The providing side: listens in the queue group of every service with a provider subscribed
+/// here, for as long as one is, until shutdown.
+pub(super) async fn serve(mut providing: Providing) {
+    let mut serving: HashMap<String, JoinHandle<()>> = HashMap::new();
+    loop {
+        let wanted = providing.wanted.borrow_and_update().clone();
+        serving.retain(|service, task| {
+            let keep = wanted.contains(service);
+            if !keep {
+                // Dropping the subscriber unsubscribes: relays go to the other replicas.
+                task.abort();
+            }
+            keep
+        });
+        for service in wanted {
+            if serving.contains_key(&service) {
+                continue;
+            }
+            let cluster = &providing.cluster;
+            match cluster
+                .client
+                .queue_subscribe(
+                    provide_subject(cluster, &service),
+                    queue_group(cluster, &service),
+                )
+                .await
+            {
+                Ok(subscriber) => {
+                    let task = tokio::spawn(take(
+                        subscriber,
+                        cluster.clone(),
+                        providing.commands.clone(),
+                        Arc::clone(&providing.provider_queues),
+                        Arc::clone(&providing.next_client),
+                        providing.out.clone(),
+                    ));
+                    serving.insert(service, task);
+                }
+                Err(err) => {
+                    // Tried again on the next change of providers.
+                    tracing::warn!(%service, %err, "cannot take relayed requests of a service");
+                }
+            }
+        }
+        tokio::select! {
+            changed = providing.wanted.changed() => if changed.is_err() { break },
+            _ = providing.shutdown.wait_for(|stop| *stop) => break,
+        }
+    }
+    for task in serving.into_values() {
+        task.abort();
+    }
+}
+
+/// Takes the relayed requests of one service and hands each to the broker as a relayed client.
+async fn take(
+    mut subscriber: async_nats::Subscriber,
+    cluster: Cluster,
+    commands: mpsc::Sender<Command>,
+    provider_queues: Arc<ProviderQueues>,
+    next_client: Arc<AtomicU64>,
+    out: mpsc::Sender<Outbound>,
+) {
+    while let Some(message) = subscriber.next().await {
+        let reply = match RelayedRequest::decode(message.payload) {
+            Ok(RelayedRequest {
+                origin,
+                tag,
+                request: Some(request),
+            }) => match provider_queues.index_of(&request.service) {
+                None => refused(
+                    Code::InvalidArgument,
+                    "service",
+                    "the replica taking the request does not serve this service",
+                ),
+                Some(service) => {
+                    let command = Command::Relayed {
+                        client: next_client.fetch_add(1, Ordering::Relaxed),
+                        events: EventQueue::replica(
+                            RemoteClient {
+                                node: Arc::from(origin.as_str()),
+                                tag,
+                            },
+                            out.clone(),
+                        ),
+                        service,
+                        request,
+                    };
+                    match commands.try_send(command) {
+                        Ok(()) => ForwardReply {
+                            accepted: true,
+                            ..Default::default()
+                        },
+                        Err(_) => refused(
+                            Code::ResourceExhausted,
+                            "service",
+                            "the broker of the replica with a provider of the service is overloaded",
+                        ),
+                    }
+                }
+            },
+            _ => refused(
+                Code::InvalidArgument,
+                "service",
+                "unreadable relayed request",
+            ),
+        };
+        if let Some(to) = message.reply {
+            let _ = cluster
+                .client
+                .publish(to, Bytes::from(reply.encode_to_vec()))
+                .await;
+        }
+    }
+}
