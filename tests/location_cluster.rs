@@ -20,6 +20,10 @@ use common::{MobileClient, TestDaemon, next_cloaked, subscribe_provider};
 
 const LEASE_MS: u64 = 1500;
 const CELL_M: f64 = 5000.0;
+/// `cluster.request_timeout_ms` of the replicas: also how long a request for a cell nobody holds
+/// waits for the lease (a loaded machine running several of these tests at once has needed more
+/// than 1 s for that key-value round trip).
+const REQUEST_TIMEOUT_MS: u64 = 3000;
 
 fn replica_config(nats: &NatsCluster, node: &str) -> Config {
     let mut config = Config::embedded_defaults();
@@ -27,7 +31,7 @@ fn replica_config(nats: &NatsCluster, node: &str) -> Config {
     config.cluster.cell_size_m = CELL_M;
     // A request sent to an owner in the instant it is killed waits this long for its answer.
     if let Some(nats) = config.cluster.nats.as_mut() {
-        nats.request_timeout = Duration::from_millis(1000);
+        nats.request_timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
     }
     config
 }
@@ -400,7 +404,7 @@ async fn a_killed_owner_loses_its_cells_to_the_other_replica() {
     // The lease protocol lets B take over one lease duration after A's last renewal; allow for a
     // loaded machine, but a cell must not stay unserved for many leases.
     assert!(
-        served < Duration::from_millis(LEASE_MS * 4 + 5_000),
+        served < Duration::from_millis(LEASE_MS * 4 + REQUEST_TIMEOUT_MS + 5_000),
         "served only {served:?} after the kill"
     );
     drop((on_b, carol));
@@ -591,4 +595,111 @@ async fn a_provider_on_one_replica_serves_the_cells_of_every_replica() {
     drop((on_a, on_b));
     b.shutdown().await.unwrap();
     a.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_provider_queue_spills_over_to_another_replicas_provider() {
+    let nats = NatsCluster::three().await;
+    // A's provider queue is tiny; B's has room for the whole burst.
+    let config = |node: &str, places: usize| {
+        let mut config = replica_config(&nats, node);
+        config.location.provider_queue = places;
+        config.location.provider_window = places;
+        // The stuck provider must not be closed (and its requests handed on) during the test.
+        config.location.provider_ack_ms = 60_000;
+        config
+    };
+    let a = TestDaemon::start(config("a", 2)).await;
+    let b = TestDaemon::start(config("b", 64)).await;
+    // A's provider takes what its window allows (2) and never answers; A's queue (2) then fills.
+    let _stuck = subscribe_provider(a.channel().await, "poi").await;
+    let mut provider_b = subscribe_provider(b.channel().await, "poi").await;
+    let answering = {
+        let mut gateway =
+            cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(b.channel().await);
+        let (answers, answer_rx) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(async move {
+            let _ = gateway
+                .answer(tokio_stream::wrappers::ReceiverStream::new(answer_rx))
+                .await;
+        });
+        tokio::spawn(async move {
+            let mut copies = 0usize;
+            while let Ok(Some(copy)) = provider_b.message().await {
+                copies += 1;
+                let _ = answers
+                    .send(LbsAnswer {
+                        payload: format!("from b: {}", copy.pseudonym).into_bytes(),
+                        pseudonym: copy.pseudonym,
+                        ack: false,
+                    })
+                    .await;
+            }
+            copies
+        })
+    };
+    let mut on_a = MobileClient::connect(a.channel().await).await;
+    let first = request("u0", 0, 0.0, 0.0, 2);
+    on_a.send(first.clone()).await;
+    wait_for_holder(&nats, first.lat, first.lon, "a").await;
+    // B's subscription to relayed requests travels to A through the NATS cluster.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    const N: u64 = 40;
+    for i in 1..N {
+        let offset = i as f64 * 7.0;
+        on_a.send(request(
+            &format!("u{i}"),
+            i,
+            offset - 140.0,
+            140.0 - offset,
+            2,
+        ))
+        .await;
+    }
+    let mut cloaked = HashMap::new();
+    let (mut decided, mut replies, mut undelivered) = (0, 0, Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Every request is Cloaked or Expired; every cloaked one that A's stuck provider and queue do
+    // not hold (at most 4) gets B's answer.
+    while decided < N || replies + undelivered.len() + 4 < cloaked.len() {
+        let Ok(event) = tokio::time::timeout_at(deadline.into(), on_a.events.message()).await
+        else {
+            break;
+        };
+        let event = event.unwrap().unwrap();
+        match event.outcome {
+            Some(Outcome::Cloaked(c)) => {
+                decided += 1;
+                cloaked.insert(event.request_no, c.pseudonym);
+            }
+            Some(Outcome::Expired(_)) => decided += 1,
+            Some(Outcome::Reply(reply)) => {
+                let pseudonym = &cloaked[&event.request_no];
+                assert_eq!(reply.payload, format!("from b: {pseudonym}").into_bytes());
+                replies += 1;
+            }
+            Some(Outcome::Undelivered(u)) => undelivered.push(u.reason),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(decided, N, "every request has its outcome");
+    assert!(cloaked.len() >= 30, "most are cloaked ({})", cloaked.len());
+    // Without the spill-over every request past A's 4 places would be Undelivered (queue full).
+    // With it, each is offered to a random member of the service's queue group (A itself among
+    // them, refusing) up to 6 times: all but about one in 64 reach B.
+    assert!(
+        undelivered
+            .iter()
+            .all(|reason| reason.contains("on every replica asked")),
+        "only relays that found no room: {undelivered:?}"
+    );
+    assert!(
+        replies + 4 + undelivered.len() >= cloaked.len() && replies * 2 >= cloaked.len() - 4,
+        "{replies} answered through B of {} cloaked; undelivered: {undelivered:?}",
+        cloaked.len()
+    );
+    drop(on_a);
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+    assert!(answering.await.unwrap() >= replies);
 }

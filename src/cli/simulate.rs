@@ -44,6 +44,10 @@ pub struct SimulateArgs {
     /// (client streams are spread over them in turn, and one provider subscribes on each).
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     pub addr: String,
+    /// Subscribe the provider on only the first N addresses of `--addr` (the other replicas relay
+    /// their groups to them); default: on every one.
+    #[arg(long)]
+    pub providers: Option<usize>,
     /// Processes whose CPU time to report per request (the daemon or its replicas, NATS servers).
     #[arg(long, value_delimiter = ',')]
     pub pid: Vec<u32>,
@@ -450,7 +454,13 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     };
     // The providers, one per replica: each answers every cloaked request at once.
     let mut provider_tasks = Vec::new();
-    for i in 0..endpoints.len() {
+    let providers = args.providers.unwrap_or(endpoints.len());
+    anyhow::ensure!(
+        (1..=endpoints.len()).contains(&providers),
+        "--providers: {providers} is not between 1 and the {} addresses of --addr",
+        endpoints.len()
+    );
+    for i in 0..providers {
         let mut gateway = LbsGatewayClient::new(connect(i).await?);
         let mut cloaked_feed = gateway
             .subscribe(LbsSubscription {

@@ -273,6 +273,8 @@ pub(super) enum Command {
         events: EventQueue,
         service: usize,
         request: CloakedRequest,
+        /// Whether it was put on the provider queue (refused when the queue is full).
+        taken: oneshot::Sender<bool>,
     },
 }
 
@@ -605,7 +607,10 @@ impl Broker {
                 events,
                 service,
                 request,
-            } => self.take_relayed(client, events, service, request),
+                taken,
+            } => {
+                let _ = taken.send(self.take_relayed(client, events, service, request));
+            }
         }
     }
 

@@ -17,9 +17,12 @@ use crate::service::location::cluster::RemoteClient;
 
 impl Broker {
     /// Whether a cloaked request of `service` goes to another replica: in a cluster, when no
-    /// provider of the service is subscribed here.
+    /// provider of the service is subscribed here, or the service's provider queue here is full
+    /// (another replica's providers may have room).
     pub(super) fn relays(&self, service: usize) -> bool {
-        self.cluster.is_some() && !self.providers.values().any(|p| p.service == service)
+        self.cluster.is_some()
+            && (self.provider_queues[service].sender.is_full()
+                || !self.providers.values().any(|p| p.service == service))
     }
 
     /// Relays the cloaked request of `client` to a replica with a provider of its service.
@@ -65,18 +68,22 @@ impl Broker {
     }
 
     /// A cloaked request another replica relayed here: a stream of its own, closed once its one
-    /// request is answered or undelivered.
+    /// request is answered or undelivered. False (and nothing kept) when the service's queue is
+    /// full: the relaying replica asks another.
     pub(super) fn take_relayed(
         &mut self,
         client: ClientId,
         events: EventQueue,
         service: usize,
         request: CloakedRequest,
-    ) {
+    ) -> bool {
         let Ok(pseudonym) = request.pseudonym.parse::<Pseudonym>() else {
-            tracing::warn!("a relayed request carries an unreadable pseudonym; dropped");
-            return;
+            tracing::warn!("a relayed request carries an unreadable pseudonym; refused");
+            return false;
         };
+        if self.provider_queues[service].sender.is_full() {
+            return false;
+        }
         self.clients.insert(
             client,
             ClientState {
@@ -93,9 +100,12 @@ impl Broker {
         // The client's replica puts the request's own number in every event.
         self.enqueue(client, 0, service, pseudonym, request);
         self.maybe_close(client);
+        true
     }
 
-    /// Tells the cluster side which services have a provider subscribed here now.
+    /// Tells the cluster side which services have a provider subscribed here now. (Membership
+    /// of a service's queue group does not follow the queue's fill: a subscription that ends loses
+    /// the requests on their way to it, so a full queue refuses instead.)
     pub(super) fn providers_changed(&self) {
         if let Some(link) = self.cluster.as_ref() {
             let services: BTreeSet<String> = self

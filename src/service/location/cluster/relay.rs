@@ -20,6 +20,13 @@
 //! No replica with a provider of the service (no responder): the client gets `Undelivered` at once
 //! (reason `no_provider`), instead of after `location.answer_ttl_ms` in a queue nobody drains.
 //! Local providers are preferred: a relay costs two NATS hops.
+//!
+//! Overflow: when the owner's own provider queue of the service is full, the request is relayed
+//! too, so providers on other replicas take what the owner's cannot. A replica accepts a relayed
+//! request only once its broker has put it on the queue; one whose queue is full refuses, and the
+//! owner asks again (NATS picks a member of the queue group at random each time, the owner itself
+//! among them), at most [`RELAY_ATTEMPTS`] times in all, before the client gets
+//! `Undelivered` (reason `relay_failed`). A relayed request is never relayed on.
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use futures::StreamExt;
 use prost::Message as _;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
@@ -38,6 +45,9 @@ use crate::service::location::broker::{Command, EventQueue};
 use crate::service::location::providers::ProviderQueues;
 use crate::store::stream_dir_name;
 use crate::telemetry::catalog;
+
+/// Members of a service's queue group asked for one request before it is undelivered.
+pub(super) const RELAY_ATTEMPTS: usize = 6;
 
 /// A cloaked request on its way to a replica with a provider of its service.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -78,29 +88,40 @@ pub(super) async fn send(cluster: Cluster, to: RemoteClient, request: CloakedReq
     }
     .encode_to_vec();
     let provide = provide_subject(&cluster, &service);
-    let (label, reason) = match cluster.client.request(provide, Bytes::from(payload)).await {
-        Ok(reply) => match ForwardReply::decode(reply.payload) {
-            Ok(reply) if reply.accepted => return count("accepted"),
-            Ok(reply) => ("refused", reply.reason),
-            Err(_) => (
-                "failed",
-                "the replica with a provider of the service answered with an unreadable message"
-                    .to_string(),
-            ),
-        },
-        Err(err) if err.kind() == async_nats::RequestErrorKind::NoResponders => (
-            "no_provider",
-            format!("no provider of service {service:?} is subscribed on any replica"),
-        ),
-        Err(err) => {
-            tracing::warn!(%err, "cannot relay a cloaked request to a replica with a provider of its service");
-            (
-                "failed",
-                format!(
-                    "the replica with a provider of service {service:?} did not take it ({})",
-                    err.kind()
+    let payload = Bytes::from(payload);
+    let mut attempt = 0;
+    let (label, reason) = loop {
+        attempt += 1;
+        let outcome = match cluster.client.request(provide.clone(), payload.clone()).await {
+            Ok(reply) => match ForwardReply::decode(reply.payload) {
+                Ok(reply) if reply.accepted => return count("accepted"),
+                Ok(reply) => ("refused", reply.reason),
+                Err(_) => (
+                    "failed",
+                    "the replica with a provider of the service answered with an unreadable message"
+                        .to_string(),
                 ),
-            )
+            },
+            Err(err) if err.kind() == async_nats::RequestErrorKind::NoResponders => {
+                break (
+                    "no_provider",
+                    format!("no provider of service {service:?} is subscribed on any replica"),
+                );
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot relay a cloaked request to a replica with a provider of its service");
+                break (
+                    "failed",
+                    format!(
+                        "the replica with a provider of service {service:?} did not take it ({})",
+                        err.kind()
+                    ),
+                );
+            }
+        };
+        // Refused (that replica's queue is full): another member may have room.
+        if attempt >= RELAY_ATTEMPTS {
+            break outcome;
         }
     };
     count(label);
@@ -142,20 +163,21 @@ pub(super) struct Providing {
     pub shutdown: watch::Receiver<bool>,
 }
 
+/// One service's subscription: the task taking its relayed requests, and how to stop it.
+struct Serving {
+    task: JoinHandle<()>,
+    stop: oneshot::Sender<()>,
+}
+
 /// The providing side: listens in the queue group of every service with a provider subscribed
 /// here, for as long as one is, until shutdown.
 pub(super) async fn serve(mut providing: Providing) {
-    let mut serving: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut serving: HashMap<String, Serving> = HashMap::new();
     loop {
         let wanted = providing.wanted.borrow_and_update().clone();
-        serving.retain(|service, task| {
-            let keep = wanted.contains(service);
-            if !keep {
-                // Dropping the subscriber unsubscribes: relays go to the other replicas.
-                task.abort();
-            }
-            keep
-        });
+        serving.retain(|service, _| wanted.contains(service));
+        // (A dropped `stop` drains the subscription: the requests already on their way here are
+        // still answered, so none waits out its request timeout.)
         for service in wanted {
             if serving.contains_key(&service) {
                 continue;
@@ -170,15 +192,17 @@ pub(super) async fn serve(mut providing: Providing) {
                 .await
             {
                 Ok(subscriber) => {
+                    let (stop, stopped) = oneshot::channel();
                     let task = tokio::spawn(take(
                         subscriber,
+                        stopped,
                         cluster.clone(),
                         providing.commands.clone(),
                         Arc::clone(&providing.provider_queues),
                         Arc::clone(&providing.next_client),
                         providing.out.clone(),
                     ));
-                    serving.insert(service, task);
+                    serving.insert(service, Serving { task, stop });
                 }
                 Err(err) => {
                     // Tried again on the next change of providers.
@@ -191,33 +215,59 @@ pub(super) async fn serve(mut providing: Providing) {
             _ = providing.shutdown.wait_for(|stop| *stop) => break,
         }
     }
-    for task in serving.into_values() {
-        task.abort();
+    for serving in serving.into_values() {
+        serving.task.abort();
+        drop(serving.stop);
     }
 }
 
-/// Takes the relayed requests of one service and hands each to the broker as a relayed client.
+/// Takes the relayed requests of one service and hands each to the broker as a relayed client;
+/// the broker says whether it took it (its queue had room), and that is the reply. Once `stop`
+/// fires or is dropped, the subscription is drained: what is on its way is still answered.
 async fn take(
     mut subscriber: async_nats::Subscriber,
+    mut stop: oneshot::Receiver<()>,
     cluster: Cluster,
     commands: mpsc::Sender<Command>,
     provider_queues: Arc<ProviderQueues>,
     next_client: Arc<AtomicU64>,
     out: mpsc::Sender<Outbound>,
 ) {
-    while let Some(message) = subscriber.next().await {
-        let reply = match RelayedRequest::decode(message.payload) {
+    let mut draining = false;
+    loop {
+        let message = if draining {
+            subscriber.next().await
+        } else {
+            tokio::select! {
+                message = subscriber.next() => message,
+                _ = &mut stop => {
+                    draining = true;
+                    if subscriber.drain().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        };
+        let Some(message) = message else {
+            return;
+        };
+        let Some(reply_to) = message.reply else {
+            continue;
+        };
+        let taken = match RelayedRequest::decode(message.payload) {
             Ok(RelayedRequest {
                 origin,
                 tag,
                 request: Some(request),
             }) => match provider_queues.index_of(&request.service) {
-                None => refused(
+                None => Err(refused(
                     Code::InvalidArgument,
                     "service",
                     "the replica taking the request does not serve this service",
-                ),
+                )),
                 Some(service) => {
+                    let (taken, answer) = oneshot::channel();
                     let command = Command::Relayed {
                         client: next_client.fetch_add(1, Ordering::Relaxed),
                         events: EventQueue::replica(
@@ -229,31 +279,45 @@ async fn take(
                         ),
                         service,
                         request,
+                        taken,
                     };
                     match commands.try_send(command) {
-                        Ok(()) => ForwardReply {
-                            accepted: true,
-                            ..Default::default()
-                        },
-                        Err(_) => refused(
+                        Ok(()) => Ok(answer),
+                        Err(_) => Err(refused(
                             Code::ResourceExhausted,
                             "service",
                             "the broker of the replica with a provider of the service is overloaded",
-                        ),
+                        )),
                     }
                 }
             },
-            _ => refused(
+            _ => Err(refused(
                 Code::InvalidArgument,
                 "service",
                 "unreadable relayed request",
-            ),
+            )),
         };
-        if let Some(to) = message.reply {
+        let cluster = cluster.clone();
+        // The broker's answer in a task of its own, so requests are handed over back to back.
+        tokio::spawn(async move {
+            let reply = match taken {
+                Err(refusal) => refusal,
+                Ok(answer) => match answer.await {
+                    Ok(true) => ForwardReply {
+                        accepted: true,
+                        ..Default::default()
+                    },
+                    _ => refused(
+                        Code::ResourceExhausted,
+                        "service",
+                        "the provider queue of the service is full on every replica asked (location.provider_queue)",
+                    ),
+                },
+            };
             let _ = cluster
                 .client
-                .publish(to, Bytes::from(reply.encode_to_vec()))
+                .publish(reply_to, Bytes::from(reply.encode_to_vec()))
                 .await;
-        }
+        });
     }
 }
