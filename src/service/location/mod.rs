@@ -106,7 +106,7 @@ impl LocationServices {
                 shutdown.clone(),
             ));
         }
-        tokio::spawn(broker.run(command_rx, shutdown.clone()));
+        spawn_broker(broker, command_rx, shutdown.clone());
         LocationServices {
             client_streams: StreamLimit::new("location.max_client_streams", cfg.max_client_streams),
             provider_streams: StreamLimit::new(
@@ -180,5 +180,56 @@ impl LocationReload {
 impl crate::reload::ReloadTarget for LocationReload {
     fn apply(&self, config: &crate::config::Config) {
         self.reconfigure(config.location.clone());
+    }
+}
+
+/// Runs the broker actor: on a thread of its own (with a single-threaded runtime) when the daemon
+/// runs on tokio's multi-threaded runtime, so the one actor every request passes through is
+/// scheduled by the kernel beside the gRPC workers instead of queueing behind their tasks; on the
+/// caller's runtime otherwise (tests on a paused clock run on a current-thread runtime).
+fn spawn_broker(
+    broker: Broker,
+    commands: mpsc::Receiver<broker::Command>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let multi_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if !multi_threaded {
+        tokio::spawn(broker.run(commands, shutdown));
+        return;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::warn!(%err, "cannot build the location broker's own runtime; it shares the daemon's");
+            tokio::spawn(broker.run(commands, shutdown));
+            return;
+        }
+    };
+    // The actor goes to the thread once it runs, so it is never lost with a thread that did not
+    // start.
+    let (hand_over, taken) = std::sync::mpsc::channel::<(
+        Broker,
+        mpsc::Receiver<broker::Command>,
+        watch::Receiver<bool>,
+    )>();
+    let spawned = std::thread::Builder::new()
+        .name("cloakd-broker".into())
+        .spawn(move || {
+            if let Ok((broker, commands, shutdown)) = taken.recv() {
+                runtime.block_on(broker.run(commands, shutdown));
+            }
+        });
+    match spawned {
+        Ok(_) => {
+            let _ = hand_over.send((broker, commands, shutdown));
+        }
+        Err(err) => {
+            tracing::warn!(%err, "cannot start the location broker's own thread; it shares the daemon's runtime");
+            tokio::spawn(broker.run(commands, shutdown));
+        }
     }
 }
