@@ -126,6 +126,31 @@ fn check_groups(cloaked: &[Cloaked]) {
     }
 }
 
+/// An Answer stream to `daemon`, fed by the returned sender.
+async fn answer_stream(daemon: &TestDaemon) -> tokio::sync::mpsc::Sender<LbsAnswer> {
+    let mut gateway =
+        cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(daemon.channel().await);
+    let (answers, answer_rx) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(async move {
+        let _ = gateway
+            .answer(tokio_stream::wrappers::ReceiverStream::new(answer_rx))
+            .await;
+    });
+    answers
+}
+
+/// Reads the events still coming for `request_no` (each must be for it) until none comes for
+/// `quiet_ms`.
+async fn drain_round(client: &mut MobileClient, request_no: u64, quiet_ms: u64) {
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(quiet_ms), client.events.message())
+            .await
+            .map(|m| m.unwrap())
+    {
+        assert_eq!(event.request_no, request_no, "{event:?}");
+    }
+}
+
 /// The next event that is not `Undelivered` (no provider is subscribed in some tests, so every
 /// cloaked request is followed by one).
 async fn next_outcome(client: &mut MobileClient) -> cloakd::proto::LocationEvent {
@@ -216,14 +241,7 @@ async fn one_cell_through_two_replicas_is_cloaked_together_and_answered_across()
     }
     // The provider acknowledges every copy as it takes it (so none is handed on), and keeps it.
     let copies = {
-        let mut gateway =
-            cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(a.channel().await);
-        let (acks, ack_rx) = tokio::sync::mpsc::channel(1024);
-        tokio::spawn(async move {
-            let _ = gateway
-                .answer(tokio_stream::wrappers::ReceiverStream::new(ack_rx))
-                .await;
-        });
+        let acks = answer_stream(&a).await;
         tokio::spawn(async move {
             let mut copies = Vec::new();
             while let Ok(Ok(Some(copy))) =
@@ -387,13 +405,7 @@ async fn a_killed_owner_loses_its_cells_to_the_other_replica() {
         // its deadline: drain it before the next round.
         if cloaked == 1 {
             for client in [&mut on_b, &mut carol] {
-                while let Ok(Some(event)) =
-                    tokio::time::timeout(Duration::from_millis(200), client.events.message())
-                        .await
-                        .map(|m| m.unwrap())
-                {
-                    assert_eq!(event.request_no, request_no, "{event:?}");
-                }
+                drain_round(client, request_no, 200).await;
             }
         }
         request_no += 1;
@@ -498,13 +510,7 @@ async fn a_provider_on_one_replica_serves_the_cells_of_every_replica() {
         }
         // Both of a pair reach the same provider or none, unless only one of them was late.
         for client in [&mut on_a, &mut on_b] {
-            while let Ok(Some(event)) =
-                tokio::time::timeout(Duration::from_millis(300), client.events.message())
-                    .await
-                    .map(|m| m.unwrap())
-            {
-                assert_eq!(event.request_no, request_no, "{event:?}");
-            }
+            drain_round(client, request_no, 300).await;
         }
         request_no += 1;
     };
@@ -615,14 +621,7 @@ async fn a_full_provider_queue_spills_over_to_another_replicas_provider() {
     let _stuck = subscribe_provider(a.channel().await, "poi").await;
     let mut provider_b = subscribe_provider(b.channel().await, "poi").await;
     let answering = {
-        let mut gateway =
-            cloakd::proto::lbs_gateway_client::LbsGatewayClient::new(b.channel().await);
-        let (answers, answer_rx) = tokio::sync::mpsc::channel(1024);
-        tokio::spawn(async move {
-            let _ = gateway
-                .answer(tokio_stream::wrappers::ReceiverStream::new(answer_rx))
-                .await;
-        });
+        let answers = answer_stream(&b).await;
         tokio::spawn(async move {
             let mut copies = 0usize;
             while let Ok(Some(copy)) = provider_b.message().await {
