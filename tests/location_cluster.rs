@@ -38,21 +38,9 @@ fn replica_config(nats: &NatsCluster, node: &str) -> Config {
 
 /// A request `east_m` metres east and `north_m` north of Oldenburg's centre.
 fn request(user: &str, request_no: u64, east_m: f64, north_m: f64, k: u32) -> LocationRequest {
-    let lat = 53.14 + north_m / 111_195.0;
-    let lon = 8.21 + east_m / (111_195.0 * lat.to_radians().cos());
-    LocationRequest {
-        user_id: user.to_string(),
-        request_no,
-        lat,
-        lon,
-        k: Some(k),
-        dx_m: Some(500.0),
-        dy_m: Some(500.0),
-        dt_ms: Some(10_000),
-        payload: format!("{user}#{request_no}").into_bytes(),
-        service: "poi".to_string(),
-        model: None,
-    }
+    let mut request = common::request_at(user, request_no, east_m, k);
+    request.lat += north_m / 111_195.0;
+    request
 }
 
 /// Waits until `node` holds the lease of the cell of `(lat, lon)`, as the bucket says.

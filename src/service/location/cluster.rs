@@ -370,6 +370,19 @@ async fn until_stopped<T>(
     }
 }
 
+/// Publishes `event` to the replica holding `to`'s stream (`<prefix>.location.events.<node>`).
+async fn publish_event(cluster: &Cluster, to: &RemoteClient, event: LocationEvent) {
+    let payload = ReplicaEvent {
+        tag: to.tag,
+        event: Some(event),
+    }
+    .encode_to_vec();
+    let subject = subject(cluster, "events", &to.node);
+    if let Err(err) = cluster.client.publish(subject, Bytes::from(payload)).await {
+        tracing::warn!(node = %to.node, %err, "cannot publish a location event to its replica");
+    }
+}
+
 /// Publishes events for other replicas' clients and sends forwarded requests, until shutdown.
 async fn publish(
     cluster: Cluster,
@@ -382,17 +395,7 @@ async fn publish(
             return;
         };
         match message {
-            Outbound::Event { to, event } => {
-                let payload = ReplicaEvent {
-                    tag: to.tag,
-                    event: Some(event),
-                }
-                .encode_to_vec();
-                let subject = subject(&cluster, "events", &to.node);
-                if let Err(err) = cluster.client.publish(subject, Bytes::from(payload)).await {
-                    tracing::warn!(node = %to.node, %err, "cannot publish a location event to its replica");
-                }
-            }
+            Outbound::Event { to, event } => publish_event(&cluster, &to, event).await,
             Outbound::Relay { to, request } => {
                 // Published after every earlier event (the client's Cloaked among them), each in
                 // its own task.

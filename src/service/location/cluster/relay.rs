@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
-use super::{ForwardReply, Outbound, RemoteClient, ReplicaEvent, refused, subject};
+use super::{ForwardReply, Outbound, RemoteClient, publish_event, refused, subject};
 use crate::cluster::Cluster;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
 use crate::service::location::broker::{Command, EventQueue};
@@ -81,14 +81,15 @@ fn count(result: &'static str) {
 /// it, tells the client's replica `Undelivered` (by `to`'s tag).
 pub(super) async fn send(cluster: Cluster, to: RemoteClient, request: CloakedRequest) {
     let service = request.service.clone();
-    let payload = RelayedRequest {
-        origin: to.node.to_string(),
-        tag: to.tag,
-        request: Some(request),
-    }
-    .encode_to_vec();
+    let payload = Bytes::from(
+        RelayedRequest {
+            origin: to.node.to_string(),
+            tag: to.tag,
+            request: Some(request),
+        }
+        .encode_to_vec(),
+    );
     let provide = provide_subject(&cluster, &service);
-    let payload = Bytes::from(payload);
     let mut attempt = 0;
     let (label, reason) = loop {
         attempt += 1;
@@ -131,24 +132,14 @@ pub(super) async fn send(cluster: Cluster, to: RemoteClient, request: CloakedReq
         "reason" => if label == "no_provider" { "no_provider" } else { "relay_failed" },
     )
     .increment(1);
-    let event = ReplicaEvent {
-        tag: to.tag,
-        event: Some(LocationEvent {
-            // The client's replica puts the request's own number in.
-            request_no: 0,
-            outcome: Some(location_event::Outcome::Undelivered(proto::Undelivered {
-                reason,
-            })),
-        }),
+    let event = LocationEvent {
+        // The client's replica puts the request's own number in.
+        request_no: 0,
+        outcome: Some(location_event::Outcome::Undelivered(proto::Undelivered {
+            reason,
+        })),
     };
-    let events = subject(&cluster, "events", &to.node);
-    if let Err(err) = cluster
-        .client
-        .publish(events, Bytes::from(event.encode_to_vec()))
-        .await
-    {
-        tracing::warn!(node = %to.node, %err, "cannot publish a location event to its replica");
-    }
+    publish_event(&cluster, &to, event).await;
 }
 
 /// What the providing side needs.
