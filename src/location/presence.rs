@@ -160,7 +160,10 @@ impl Placed {
 struct Tracked {
     lat: f64,
     lon: f64,
-    hilbert: u64,
+    /// The Hilbert value of the user's entry in `PresenceEngine::order`, if it has one.
+    placed_at: Option<u64>,
+    /// The position moved since the entry in `order` was made (the user is in `unplaced`).
+    unplaced: bool,
     last_ms: i64,
 }
 
@@ -216,8 +219,13 @@ struct Partition {
 pub struct PresenceEngine {
     params: PresenceParams,
     users: HashMap<UserKey, Tracked>,
-    /// The snapshot ordered by (Hilbert value, user key).
+    /// The snapshot ordered by (Hilbert value, user key), as of the last [`Self::place`]: users
+    /// whose position changed since are listed in `unplaced`. Updates only record positions, so
+    /// clique requests (every one of which updates its user) do not pay for the order.
     order: BTreeMap<(u64, UserKey), Placed>,
+    /// Users whose entry in `order` is missing or stale (each once while `Tracked::unplaced`; a
+    /// user forgotten since is skipped).
+    unplaced: Vec<UserKey>,
     /// (time of a position, user), oldest first, one entry per update that moved a user's time;
     /// an entry is current while it matches its user's `last_ms` (the others are skipped when they
     /// come up, and dropped whenever they outnumber the users, so it holds at most twice the
@@ -241,6 +249,7 @@ impl PresenceEngine {
             params,
             users: HashMap::new(),
             order: BTreeMap::new(),
+            unplaced: Vec::new(),
             by_age: VecDeque::new(),
             now_ms: i64::MIN,
             generation: 0,
@@ -283,15 +292,11 @@ impl PresenceEngine {
                     self.by_age.push_back((now_ms, user));
                 }
                 if tracked.lat != lat || tracked.lon != lon {
-                    let (hilbert, placed) = Placed::new(lat, lon);
-                    self.order.remove(&(tracked.hilbert, user));
-                    self.order.insert((hilbert, user), placed);
-                    *tracked = Tracked {
-                        lat,
-                        lon,
-                        hilbert,
-                        last_ms: now_ms,
-                    };
+                    tracked.lat = lat;
+                    tracked.lon = lon;
+                    if !std::mem::replace(&mut tracked.unplaced, true) {
+                        self.unplaced.push(user);
+                    }
                     self.generation += 1;
                 }
             }
@@ -301,20 +306,24 @@ impl PresenceEngine {
                         max: self.params.max_tracked_users,
                     });
                 }
-                let (hilbert, placed) = Placed::new(lat, lon);
                 self.users.insert(
                     user,
                     Tracked {
                         lat,
                         lon,
-                        hilbert,
+                        placed_at: None,
+                        unplaced: true,
                         last_ms: now_ms,
                     },
                 );
-                self.order.insert((hilbert, user), placed);
+                self.unplaced.push(user);
                 self.by_age.push_back((now_ms, user));
                 self.generation += 1;
             }
+        }
+        // Users forgotten while unplaced leave their entries behind; placing drops them.
+        if self.unplaced.len() > 2 * self.users.len() + AGE_SLACK {
+            self.place();
         }
         if self.by_age.len() > 2 * self.users.len() + AGE_SLACK {
             let users = &self.users;
@@ -339,7 +348,9 @@ impl PresenceEngine {
             if self.users.get(&user).is_some_and(|t| t.last_ms == last_ms)
                 && let Some(tracked) = self.users.remove(&user)
             {
-                self.order.remove(&(tracked.hilbert, user));
+                if let Some(hilbert) = tracked.placed_at {
+                    self.order.remove(&(hilbert, user));
+                }
                 self.generation += 1;
             }
         }
@@ -348,9 +359,28 @@ impl PresenceEngine {
     /// Forgets a user at once (for example when its principal is revoked).
     pub fn forget(&mut self, user: UserKey) {
         if let Some(tracked) = self.users.remove(&user) {
-            // Its entry in `by_age` no longer matches a user and is skipped.
-            self.order.remove(&(tracked.hilbert, user));
+            // Its entries in `by_age` and `unplaced` no longer match a user and are skipped.
+            if let Some(hilbert) = tracked.placed_at {
+                self.order.remove(&(hilbert, user));
+            }
             self.generation += 1;
+        }
+    }
+
+    /// Brings `order` up to the users' latest positions.
+    fn place(&mut self) {
+        for user in self.unplaced.drain(..) {
+            let Some(tracked) = self.users.get_mut(&user) else {
+                continue;
+            };
+            if !std::mem::replace(&mut tracked.unplaced, false) {
+                continue;
+            }
+            let (hilbert, placed) = Placed::new(tracked.lat, tracked.lon);
+            if let Some(old) = tracked.placed_at.replace(hilbert) {
+                self.order.remove(&(old, user));
+            }
+            self.order.insert((hilbert, user), placed);
         }
     }
 
@@ -380,10 +410,11 @@ impl PresenceEngine {
                 present,
             }));
         }
+        self.place();
         let hilbert = self
             .users
             .get(&req.user)
-            .map(|t| t.hilbert)
+            .and_then(|t| t.placed_at)
             .unwrap_or_default();
         self.refresh_partition(k);
         let bucket = self
@@ -433,6 +464,7 @@ impl PresenceEngine {
 
     /// Brings the ordered snapshot and the partition for `k` up to the current snapshot.
     fn refresh_partition(&mut self, k: u32) {
+        self.place();
         let generation = self.generation;
         if self.ordered.generation != generation || self.ordered.users.len() != self.order.len() {
             self.ordered.generation = generation;
