@@ -127,6 +127,20 @@ async fn counters_follow_a_location_and_transaction_workload() {
         m.sum("cloakd_location_group_size_count", &[("model", "presence")]),
         0.0
     );
+    // Saturation: the broker actor worked, and the runtime serving gRPC reports its workers.
+    assert!(
+        m.sum("cloakd_location_broker_busy_seconds_total", &[]) > 0.0,
+        "{}",
+        m.text
+    );
+    assert!(m.sum("cloakd_runtime_workers", &[]) >= 1.0, "{}", m.text);
+    assert!(
+        m.sum("cloakd_runtime_worker_busy_seconds_total", &[]) > 0.0,
+        "{}",
+        m.text
+    );
+    assert!(m.has("cloakd_location_command_queue_depth"), "{}", m.text);
+    assert!(m.has("cloakd_runtime_global_queue_depth"), "{}", m.text);
     // Every request that reached the broker was timed.
     assert_eq!(
         m.sum("cloakd_location_broker_overhead_seconds_count", &[]),

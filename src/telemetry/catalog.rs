@@ -110,6 +110,8 @@ pub const LOCATION_PROVIDER_QUEUE_DEPTH: &str = "cloakd_location_provider_queue_
 pub const LOCATION_UNDELIVERED: &str = "cloakd_location_undelivered_total";
 pub const LOCATION_REHANDED: &str = "cloakd_location_rehanded_total";
 pub const LOCATION_RELAYED: &str = "cloakd_location_relayed_total";
+pub const LOCATION_BROKER_BUSY: &str = "cloakd_location_broker_busy_seconds_total";
+pub const LOCATION_COMMAND_QUEUE_DEPTH: &str = "cloakd_location_command_queue_depth";
 pub const LBS_ANSWERS: &str = "cloakd_lbs_answers_total";
 
 pub const TX_RECORDS: &str = "cloakd_transaction_records_total";
@@ -138,6 +140,11 @@ pub const RATE_LIMITED: &str = "cloakd_rate_limited_total";
 
 pub const CONFIG_RELOADS: &str = "cloakd_config_reloads_total";
 pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "cloakd_config_last_reload_successful";
+
+pub const RUNTIME_WORKERS: &str = "cloakd_runtime_workers";
+pub const RUNTIME_WORKER_BUSY: &str = "cloakd_runtime_worker_busy_seconds_total";
+pub const RUNTIME_GLOBAL_QUEUE_DEPTH: &str = "cloakd_runtime_global_queue_depth";
+pub const RUNTIME_ALIVE_TASKS: &str = "cloakd_runtime_alive_tasks";
 
 pub const BUILD_INFO: &str = "cloakd_build_info";
 pub const START_TIME_SECONDS: &str = "cloakd_start_time_seconds";
@@ -192,6 +199,16 @@ pub const METRICS: &[MetricDef] = &[
         &[],
         "Broker overhead per request: from reading it off its stream to the broker having handled it (queueing, validation, clique search, events queued), without the wait for peers.",
         FAST_SECONDS,
+    ),
+    counter(
+        LOCATION_BROKER_BUSY,
+        &[],
+        "Time the location broker actor (one thread per replica: clique search and the routing of requests and answers) spent working; its rate is the actor's utilisation, and near 1 requests queue before it (cloakd_location_command_queue_depth grows).",
+    ),
+    gauge(
+        LOCATION_COMMAND_QUEUE_DEPTH,
+        &[],
+        "Requests, answers and other commands waiting for the location broker actor.",
     ),
     gauge(
         LOCATION_PROVIDER_QUEUE_DEPTH,
@@ -336,6 +353,26 @@ pub const METRICS: &[MetricDef] = &[
         CONFIG_LAST_RELOAD_SUCCESSFUL,
         &[],
         "1 if the last configuration reload was applied (or changed nothing), 0 if it was refused or invalid; absent before the first reload.",
+    ),
+    gauge(
+        RUNTIME_WORKERS,
+        &[],
+        "Worker threads of the tokio runtime serving gRPC (TLS, validation, encoding, the streams' tasks).",
+    ),
+    counter(
+        RUNTIME_WORKER_BUSY,
+        &[],
+        "Time the runtime's worker threads spent running tasks, summed over the workers; its rate divided by cloakd_runtime_workers is their utilisation.",
+    ),
+    gauge(
+        RUNTIME_GLOBAL_QUEUE_DEPTH,
+        &[],
+        "Tasks waiting in the runtime's global queue (it grows when the workers cannot keep up).",
+    ),
+    gauge(
+        RUNTIME_ALIVE_TASKS,
+        &[],
+        "Tasks alive in the runtime: about one per open call or stream, plus the daemon's own.",
     ),
     gauge(
         BUILD_INFO,

@@ -13,6 +13,7 @@
 //! only `/metrics` and never the gRPC services.
 pub mod catalog;
 pub mod grpc;
+pub mod saturation;
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -151,12 +152,16 @@ pub async fn serve(listener: TcpListener, mut stop: watch::Receiver<bool>) -> an
         .route(
             "/metrics",
             get(|| async {
+                let mut text = handle.render();
+                text.push_str(&saturation::render(
+                    tokio::runtime::Handle::try_current().ok().as_ref(),
+                ));
                 (
                     [(
                         http::header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    handle.render(),
+                    text,
                 )
             }),
         )

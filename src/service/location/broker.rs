@@ -41,7 +41,7 @@ use crate::location::{
     PresenceRequest, Pseudonym, RequestId, UserKey,
 };
 use crate::proto::{self, BoundingBox, CloakedRequest, LocationEvent, location_event};
-use crate::telemetry::catalog;
+use crate::telemetry::{self, catalog};
 
 use super::error::LocationError;
 use super::provider::{ProviderId, ProviderWindow};
@@ -397,6 +397,7 @@ struct BrokerMetrics {
     rejected: metrics::Counter,
     withdrawn: metrics::Counter,
     pending: metrics::Gauge,
+    command_queue: metrics::Gauge,
     /// Group size and relative anonymity by model: CliqueCloak groups ...
     requests: ModelMetrics,
     /// ... and PRESENCE anonymity sets.
@@ -435,6 +436,7 @@ impl BrokerMetrics {
             rejected: requests("rejected"),
             withdrawn: requests("withdrawn"),
             pending: metrics::gauge!(catalog::LOCATION_PENDING),
+            command_queue: metrics::gauge!(catalog::LOCATION_COMMAND_QUEUE_DEPTH),
             requests: ModelMetrics::new("requests"),
             presence: ModelMetrics::new("presence"),
             overhead: metrics::histogram!(catalog::LOCATION_BROKER_OVERHEAD),
@@ -1362,7 +1364,7 @@ impl Broker {
         self.clients.clear();
         self.providers.clear();
         self.all_provider_queues.close();
-        self.record_gauges();
+        self.record_gauges(0);
     }
 
     /// Takes a reloaded configuration, and the queues of services it added, before the commands
@@ -1375,8 +1377,9 @@ impl Broker {
     }
 
     /// Updates the pending and provider-queue gauges.
-    fn record_gauges(&self) {
+    fn record_gauges(&self, commands_waiting: usize) {
         self.metrics.pending.set(self.pending.len() as f64);
+        self.metrics.command_queue.set(commands_waiting as f64);
         for queue in &self.provider_queues {
             queue.depth.set(queue.sender.len() as f64);
         }
@@ -1411,13 +1414,24 @@ impl Broker {
                 .delayed
                 .peek()
                 .map(|std::cmp::Reverse((due, _))| self.clock.instant_at(*due));
-            tokio::select! {
+            let wake = tokio::select! {
                 biased;
                 _ = shutdown.changed() => break,
                 received = commands.recv_many(&mut batch, COMMAND_BATCH) => {
                     if received == 0 {
                         break;
                     }
+                    Wake::Commands
+                }
+                _ = tokio::time::sleep_until(next_expiry.unwrap_or_else(tokio::time::Instant::now)),
+                    if next_expiry.is_some() => Wake::Deadline,
+                _ = tokio::time::sleep_until(next_forward.unwrap_or_else(tokio::time::Instant::now)),
+                    if next_forward.is_some() => Wake::Forward,
+            };
+            // Busy from here to the next wait (cloakd_location_broker_busy_seconds_total).
+            let busy_from = std::time::Instant::now();
+            match wake {
+                Wake::Commands => {
                     self.refresh_config();
                     // Expire first so a request never joins a group after its deadline.
                     self.expire();
@@ -1425,19 +1439,25 @@ impl Broker {
                         self.handle(command);
                     }
                 }
-                _ = tokio::time::sleep_until(next_expiry.unwrap_or_else(tokio::time::Instant::now)),
-                    if next_expiry.is_some() => self.expire(),
-                _ = tokio::time::sleep_until(next_forward.unwrap_or_else(tokio::time::Instant::now)),
-                    if next_forward.is_some() => {}
+                Wake::Deadline => self.expire(),
+                Wake::Forward => {}
             }
             self.forward_due();
             self.expire_acks();
             self.prune_routes();
             self.expire_remote();
-            self.record_gauges();
+            self.record_gauges(commands.len());
+            telemetry::saturation::record_broker_busy(busy_from.elapsed());
         }
         self.shut_down();
     }
+}
+
+/// What woke the broker actor.
+enum Wake {
+    Commands,
+    Deadline,
+    Forward,
 }
 
 /// The refusal of a request whose user has one of the same number pending (here or, forwarded,
