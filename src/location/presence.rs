@@ -1339,6 +1339,47 @@ mod tests {
     }
 
     #[test]
+    fn positions_are_placed_when_a_request_needs_them_and_the_backlog_stays_bounded() {
+        // Clique requests only record positions: 40 users move and come and go for a long time
+        // without a PRESENCE request, then the order must be what an engine fed only the final
+        // positions computes.
+        let mut lazy = PresenceEngine::new(params(1_000_000, 100), 1);
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut latest: HashMap<u64, (f64, f64)> = HashMap::new();
+        for t in 0..30_000i64 {
+            let user = rng.random_range(0..40u64);
+            if rng.random_bool(0.1) {
+                lazy.forget(user);
+                latest.remove(&user);
+            } else {
+                let position = (
+                    53.0 + rng.random_range(0.0..0.05),
+                    8.0 + rng.random_range(0.0..0.05),
+                );
+                lazy.update(user, position.0, position.1, t).unwrap();
+                latest.insert(user, position);
+            }
+            assert!(lazy.unplaced.len() <= 2 * 40 + AGE_SLACK + 1);
+        }
+        let mut eager = PresenceEngine::new(params(1_000_000, 100), 1);
+        let mut users: Vec<u64> = latest.keys().copied().collect();
+        users.sort_unstable();
+        for &user in &users {
+            let (lat, lon) = latest[&user];
+            eager.update(user, lat, lon, 30_000).unwrap();
+        }
+        lazy.forget_stale(30_000);
+        for &user in &users {
+            assert_eq!(
+                recloak(&mut lazy, user, 3, 30_000),
+                recloak(&mut eager, user, 3, 30_000)
+            );
+        }
+        assert_eq!(lazy.order.len(), users.len());
+        assert!(lazy.unplaced.is_empty());
+    }
+
+    #[test]
     fn the_age_queue_stays_bounded_and_ages_out_the_latest_time() {
         let mut engine = PresenceEngine::new(params(1_000_000, 100), 1);
         // Three users updating every millisecond for a long time.
