@@ -1376,7 +1376,7 @@ impl Broker {
         self.all_provider_queues.extend(&mut self.provider_queues);
     }
 
-    /// Updates the pending and provider-queue gauges.
+    /// Updates the pending, command-queue and provider-queue gauges.
     fn record_gauges(&self, commands_waiting: usize) {
         self.metrics.pending.set(self.pending.len() as f64);
         self.metrics.command_queue.set(commands_waiting as f64);
