@@ -165,24 +165,14 @@ async fn a_republished_batch_is_a_duplicate_of_the_first() {
             .map(|v| v.as_str()),
         Some(message.message_id.as_str())
     );
-    let again = js
-        .send_publish(message.subject.clone(), message.publish())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    let again = message.send(&js).await.unwrap();
     assert!(again.duplicate, "{again:?}");
     assert_eq!(again.sequence, 1);
     assert_eq!(stored_messages(&js, "dedup").await, 1);
     // Another batch at fence 0: another id, refused by the fence.
     let other = BatchMessage::new(&layout, "s", 0, vec![record("s", 0, "r2", &["x"]).encode()]);
     assert_ne!(other.message_id, message.message_id);
-    let refused = js
-        .send_publish(other.subject.clone(), other.publish())
-        .await
-        .unwrap()
-        .await
-        .unwrap_err();
+    let refused = other.send(&js).await.unwrap_err();
     assert_eq!(refused.kind(), PublishErrorKind::WrongLastSequence);
     assert_eq!(stored_messages(&js, "dedup").await, 1);
     // The log goes on from sequence 1.
@@ -220,12 +210,7 @@ async fn a_batch_stored_before_its_ack_was_lost_is_acknowledged(
         1,
         batch.iter().map(LogEntry::encode).collect(),
     );
-    let ack = js
-        .send_publish(message.subject.clone(), message.publish())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    let ack = message.send(&js).await.unwrap();
     assert_eq!((ack.sequence, ack.duplicate), (2, false));
     assert_eq!(
         log.append(batch.clone()).await.unwrap(),
@@ -237,11 +222,7 @@ async fn a_batch_stored_before_its_ack_was_lost_is_acknowledged(
         .unwrap();
     // A different batch stored at the fence is another writer's: refused, not taken for ours.
     let theirs = BatchMessage::new(&layout, "s", 3, vec![record("s", 1, "t1", &["x"]).encode()]);
-    js.send_publish(theirs.subject.clone(), theirs.publish())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    theirs.send(&js).await.unwrap();
     let refused = log
         .append(vec![record("s", 1, "r4", &["x"])])
         .await

@@ -410,13 +410,12 @@ impl PresenceEngine {
                 present,
             }));
         }
-        self.place();
+        self.refresh_partition(k);
         let hilbert = self
             .users
             .get(&req.user)
             .and_then(|t| t.placed_at)
             .unwrap_or_default();
-        self.refresh_partition(k);
         let bucket = self
             .ordered
             .index_of(hilbert, req.user)
@@ -462,7 +461,8 @@ impl PresenceEngine {
         }))
     }
 
-    /// Brings the ordered snapshot and the partition for `k` up to the current snapshot.
+    /// Places the users whose positions changed, then brings the ordered snapshot and the partition
+    /// for `k` up to the current snapshot.
     fn refresh_partition(&mut self, k: u32) {
         self.place();
         let generation = self.generation;

@@ -188,12 +188,13 @@ impl BatchMessage {
         }
     }
 
-    /// The publish of this message (one attempt).
-    pub fn publish(&self) -> Publish {
-        Publish::build()
+    /// Publishes this message (one attempt) and waits for its PubAck.
+    pub async fn send(&self, js: &jetstream::Context) -> Result<PublishAck, PublishError> {
+        let publish = Publish::build()
             .payload(self.payload.clone())
             .message_id(&self.message_id)
-            .expected_last_subject_sequence(self.expected_last_subject_sequence)
+            .expected_last_subject_sequence(self.expected_last_subject_sequence);
+        js.send_publish(self.subject.clone(), publish).await?.await
     }
 }
 
@@ -372,7 +373,7 @@ impl JetStreamRecordLog {
         let message = BatchMessage::new(&self.layout, stream, fence, encoded);
         let mut retries = 0;
         loop {
-            let error = match self.publish_once(&message).await {
+            let error = match message.send(&self.js).await {
                 // `duplicate`: an earlier attempt was stored, at this sequence.
                 Ok(ack) => return Ok(ack.sequence),
                 Err(error) => error,
@@ -391,13 +392,6 @@ impl JetStreamRecordLog {
                 }
             }
         }
-    }
-
-    async fn publish_once(&self, message: &BatchMessage) -> Result<PublishAck, PublishError> {
-        self.js
-            .send_publish(message.subject.clone(), message.publish())
-            .await?
-            .await
     }
 
     /// After the fence refused `message`: its sequence if it is the last message on its subject
