@@ -401,11 +401,29 @@ async fn a_lost_pub_ack_is_retried(nats: NatsCluster, replicas: usize) {
         prefix: prefix.clone(),
         replicas,
     };
+    // The stream is created with the client's default timeout: on three replicas that takes a
+    // raft election, which a loaded machine may not finish within the short timeout below.
+    JetStreamRecordLog::open(connect(&nats.url()).await, layout.clone())
+        .await
+        .unwrap();
     let proxy = AckLosingProxy::start(&nats.node_url(0), &format!("{prefix}.records.")).await;
     let mut js = connect(&proxy.url).await;
     // The lost answer is waited for this long before the retry (the default is 5 s).
     js.set_timeout(std::time::Duration::from_secs(1));
-    let log = JetStreamRecordLog::open(js, layout.clone()).await.unwrap();
+    // Opening a log that exists is a lookup and a replay; like the daemon (which retries opening
+    // while JetStream elects leaders), a request that timed out is tried again.
+    let mut attempts = 0;
+    let log = loop {
+        match JetStreamRecordLog::open(js.clone(), layout.clone()).await {
+            Ok(log) => break log,
+            Err(e) if attempts < 5 => {
+                attempts += 1;
+                eprintln!("opening through the proxy: {e}; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("opening through the proxy: {e}"),
+        }
+    };
     let batch = vec![record("s", 0, "r1", &["x"]), close("s", 0, 1)];
     assert_eq!(
         log.append(batch.clone()).await.unwrap(),
