@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Records acknowledged per second through cloakd replicas on NATS JetStream, with the CPU seconds per
-# record of every process (README "Measurements").
+# record of every process (docs/performance.md).
 #
 #   benches/publish_replicas.sh REPLICAS NATS_NODES [cloakd publish-load options]
 #

@@ -1,4 +1,5 @@
-//! Authentication and authorization: one layer in front of every gRPC service (DESIGN.md §2, §6).
+//! Authentication and authorization: one layer in front of every gRPC service
+//! (docs/architecture.md#layers, #trust).
 //!
 //! Every call except `grpc.health.v1.Health` is made by a [`Principal`]: the layer ([`AuthLayer`])
 //! resolves the caller's credential (a bearer token in `authorization: Bearer <token>`, or the client

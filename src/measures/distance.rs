@@ -1,5 +1,6 @@
 //! Distances between two distributions of one sensitive attribute: P (an equivalence class, or a
-//! population estimate) and Q (the whole table). This is the one place these are defined (DESIGN.md §4).
+//! population estimate) and Q (the whole table). This is the one place these are defined
+//! (docs/architecture.md#definitions).
 //!
 //! - Earth mover's distance (Li, Li & Venkatasubramanian, t-closeness): with the *equal* ground distance
 //!   (every two values at distance 1, for categorical attributes) it is the total variation distance

@@ -1,4 +1,5 @@
-//! Privacy and utility measures shared by the engines and the reports (DESIGN.md §4): the distances,
+//! Privacy and utility measures shared by the engines and the reports
+//! (docs/architecture.md#definitions): the distances,
 //! reading a published release back ([`released`]), the release as the measures see it ([`view`]),
 //! Ploss / A_know / A_acc ([`privacy`]), Uloss over large populations ([`populations`]), COUNT query
 //! error ([`queries`]), the whole evaluation of one release ([`evaluate`]) and the privacy/utility

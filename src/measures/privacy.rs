@@ -1,4 +1,5 @@
-//! Privacy measures of a release over its equivalence classes (DESIGN.md §4), with Q the release's
+//! Privacy measures of a release over its equivalence classes (docs/architecture.md#definitions), with
+//! Q the release's
 //! whole sensitive distribution (the adversary's prior, available even from the trivial release):
 //!
 //! - Ploss (Li & Li, KDD'09): max over tuples t of JS(Q, P(class of t)), natural log, in [0, ln 2].

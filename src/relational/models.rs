@@ -1,4 +1,5 @@
-//! Privacy models over equivalence classes (DESIGN.md §4): k-anonymity; l-diversity (distinct, entropy,
+//! Privacy models over equivalence classes (docs/architecture.md#definitions): k-anonymity;
+//! l-diversity (distinct, entropy,
 //! probabilistic — no value more frequent than 1/l, Li & Li's reading — and recursive (c,l) of
 //! Machanavajjhala et al.); t-closeness (Li, Li & Venkatasubramanian) with the earth mover's distance or
 //! the Jensen-Shannon divergence; delta-disclosure in Brickell & Shmatikov's strict form.

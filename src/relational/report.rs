@@ -1,7 +1,8 @@
 //! The report of a release, computed from the released rows themselves (not from the algorithm's
 //! bookkeeping): equivalence classes are re-formed by grouping released rows on their released QI
 //! values (generalization, trivial) or on the group id, with each group's sensitive values taken from
-//! the sensitive table (bucketization). Measures as in DESIGN.md §4: achieved k, distinct / entropy /
+//! the sensitive table (bucketization). Measures as in docs/architecture.md#definitions: achieved k,
+//! distinct / entropy /
 //! probabilistic l, t under EMD and JS divergence, delta of delta-disclosure, discernibility
 //! (Σ |class|²), average class size and the class size histogram; and, per requested model, how many
 //! released classes violate it.

@@ -1,5 +1,6 @@
 //! Tests of the whole relational pipeline against an independent brute-force checker (written from
-//! the definitions in DESIGN.md §4, reading only the released CSV text and the original rows, sharing
+//! the definitions in docs/architecture.md#definitions, reading only the released CSV text and the
+//! original rows, sharing
 //! no code with the engine), over proptest-generated tables and jobs; and golden tests on the worked
 //! examples (tables 1-4) of Wiegand & Schallner, "Barriers to the implementation of k-anonymity".
 use std::collections::{BTreeMap, HashMap};

@@ -1,5 +1,6 @@
 //! gRPC adapter of the transaction path: `TransactionIngest.Publish` and `ReleaseFeed.Subscribe`
-//! (contract in `proto/cloakd/v1/transactions.proto`, DESIGN.md §3). Validation and status codes live
+//! (contract in `proto/cloakd/v1/transactions.proto`, docs/architecture.md#contract). Validation and
+//! status codes live
 //! here; durability and windows in [`windows`] (over the store traits of [`crate::store`]); anonymization of a closed
 //! window in [`release`] (over [`crate::transactions::anonymize`], personalized rho-uncertainty of
 //! Nakagawa, Arai & Nakagawa 2018).

