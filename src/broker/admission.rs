@@ -99,3 +99,116 @@ pub(super) fn already_pending(request_no: u64) -> Rejection {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::super::testing::{Events, Fixture, config, drain, request};
+    use crate::proto::location_event::Outcome;
+
+    /// More users than any test here submits: nothing is cloaked, every admitted request stays pending.
+    const K: u32 = 20;
+
+    /// The one rejection a stream got: (field, code, reason).
+    fn one_rejection(events: &mut Events) -> (String, Code, String) {
+        let (outcomes, ended) = drain(events);
+        assert!(ended.is_none(), "the stream goes on after a rejection");
+        match outcomes.as_slice() {
+            [Outcome::Rejected(r)] => (r.field.clone(), Code::from(r.code), r.reason.clone()),
+            other => panic!("expected one rejection, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_limited_principal_past_its_rate_is_refused_until_the_bucket_refills() {
+        let mut cfg = config();
+        cfg.max_requests_per_s_per_principal = Some(2.0);
+        let mut f = Fixture::new(cfg);
+        let mut limited = f.open(1, "app", true);
+        let mut exempt = f.open(2, "app", false);
+        for n in 0..3 {
+            f.submit(1, request(&format!("u{n}"), n, K));
+            f.submit(2, request(&format!("v{n}"), n, K));
+        }
+        let (field, code, reason) = one_rejection(&mut limited);
+        assert_eq!(
+            (field.as_str(), code),
+            ("request_no", Code::ResourceExhausted)
+        );
+        assert!(
+            reason.contains("location.max_requests_per_s_per_principal"),
+            "{reason}"
+        );
+        assert!(
+            drain(&mut exempt).0.is_empty(),
+            "a stream not held to the rate"
+        );
+        // The refused request left nothing behind.
+        assert_eq!(f.broker.pending.len(), 5);
+        assert_eq!(f.broker.clients[&1].pending.len(), 2);
+
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        f.submit(1, request("u3", 3, K));
+        assert!(drain(&mut limited).0.is_empty(), "the bucket refilled");
+        assert_eq!(f.broker.pending.len(), 6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_broker_and_each_stream_hold_at_most_their_pending_limits() {
+        let mut cfg = config();
+        cfg.max_pending = 3;
+        cfg.max_pending_per_stream = 2;
+        let mut f = Fixture::new(cfg);
+        let mut a = f.open(1, "app", false);
+        let mut b = f.open(2, "app", false);
+        for n in 0..3 {
+            f.submit(1, request(&format!("a{n}"), n, K));
+        }
+        let (field, code, reason) = one_rejection(&mut a);
+        assert_eq!(
+            (field.as_str(), code),
+            ("request_no", Code::ResourceExhausted)
+        );
+        assert!(
+            reason.contains("(location.max_pending_per_stream)"),
+            "{reason}"
+        );
+
+        f.submit(2, request("b0", 0, K));
+        f.submit(2, request("b1", 1, K));
+        let (_, code, reason) = one_rejection(&mut b);
+        assert_eq!(code, Code::ResourceExhausted);
+        assert!(
+            reason.contains("3 pending requests (location.max_pending)"),
+            "{reason}"
+        );
+        assert_eq!(f.broker.pending.len(), 3);
+        assert_eq!(f.broker.pending_keys.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_user_with_that_request_number_pending_is_refused_already_exists() {
+        let mut f = Fixture::new(config());
+        let mut first = f.open(1, "app", false);
+        let mut second = f.open(2, "app", false);
+        f.submit(1, request("u", 4, K));
+        f.submit(2, request("u", 4, K));
+        let (field, code, reason) = one_rejection(&mut second);
+        assert_eq!((field.as_str(), code), ("request_no", Code::AlreadyExists));
+        assert_eq!(reason, "the user already has request 4 pending");
+        // Another number of the same user, or the same number of another user, is admitted.
+        f.submit(2, request("u", 5, K));
+        f.submit(2, request("w", 4, K));
+        assert!(drain(&mut first).0.is_empty());
+        assert!(drain(&mut second).0.is_empty());
+        assert_eq!(f.broker.pending.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_of_a_stream_that_is_gone_is_not_admitted() {
+        let mut f = Fixture::new(config());
+        f.submit(9, request("u", 1, K));
+        assert!(f.broker.pending.is_empty());
+        assert!(f.broker.pending_keys.is_empty());
+    }
+}

@@ -438,3 +438,247 @@ impl Broker {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use tonic::Code;
+
+    use super::super::message::{AnswerTally, Command};
+    use super::super::testing::{Fixture, config, drain, pseudonym, request};
+    use crate::location::Pseudonym;
+    use crate::proto::location_event::Outcome;
+
+    /// Two clients of two users at one spot with k = 2: one group, cloaked at once.
+    fn cloak_a_pair(
+        f: &mut Fixture,
+    ) -> (super::super::testing::Events, super::super::testing::Events) {
+        let a = f.open(1, "app", false);
+        let b = f.open(2, "app", false);
+        f.submit(1, request("alice", 1, 2));
+        f.submit(2, request("bob", 1, 2));
+        (a, b)
+    }
+
+    fn answer(
+        f: &mut Fixture,
+        pseudonym: Pseudonym,
+        payload: Option<&[u8]>,
+        principal: &str,
+    ) -> Arc<AnswerTally> {
+        let tally = Arc::new(AnswerTally::default());
+        f.broker.handle(Command::Answers {
+            answers: vec![(pseudonym, payload.map(<[u8]>::to_vec))],
+            tally: Arc::clone(&tally),
+            principal: principal.into(),
+        });
+        tally
+    }
+
+    fn undelivered_reason(outcomes: &[Outcome]) -> String {
+        match outcomes {
+            [Outcome::Undelivered(u)] => u.reason.clone(),
+            other => panic!("expected one Undelivered, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_reaches_its_clients_and_the_provider_queue_under_its_pseudonyms() {
+        let mut f = Fixture::new(config());
+        let (mut a, mut b) = cloak_a_pair(&mut f);
+        let provider = f.subscribe(10);
+        let taken = f.take(&provider, "lbs");
+        assert_eq!(taken.len(), 2);
+        let mut told = Vec::new();
+        for events in [&mut a, &mut b] {
+            match drain(events).0.as_slice() {
+                [Outcome::Cloaked(c)] => {
+                    assert_eq!(c.group_size, 2);
+                    told.push(c.clone());
+                }
+                other => panic!("expected Cloaked, got {other:?}"),
+            }
+        }
+        assert_eq!(told[0].r#box, told[1].r#box, "one box for the group");
+        for (cloaked, forwarded) in told.iter().zip(&taken) {
+            assert_eq!(cloaked.pseudonym, forwarded.pseudonym);
+            assert_eq!(cloaked.r#box, forwarded.r#box);
+            assert_eq!(forwarded.service, "poi");
+        }
+        assert_eq!(taken[0].payload, b"query of alice");
+        assert!(f.broker.pending.is_empty());
+        assert_eq!(f.broker.clients[&1].awaiting_answer, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_is_routed_only_from_the_principal_whose_stream_took_the_request() {
+        let mut f = Fixture::new(config());
+        let (mut a, _b) = cloak_a_pair(&mut f);
+        let provider = f.subscribe(10);
+        let taken = f.take(&provider, "lbs");
+        drain(&mut a);
+        let to_alice = pseudonym(&taken[0]);
+
+        let denied = answer(&mut f, to_alice, Some(b"forged"), "other");
+        assert_eq!(denied.denied.load(Ordering::Relaxed), 1);
+        assert!(
+            drain(&mut a).0.is_empty(),
+            "no answer from another principal"
+        );
+
+        let delivered = answer(&mut f, to_alice, Some(b"42"), "lbs");
+        assert_eq!(delivered.delivered.load(Ordering::Relaxed), 1);
+        match drain(&mut a).0.as_slice() {
+            [Outcome::Reply(reply)] => assert_eq!(reply.payload, b"42"),
+            other => panic!("expected the reply, got {other:?}"),
+        }
+        // The answer acknowledged the request: its place in the stream's window is free again.
+        assert!(
+            provider.window.has_room(2),
+            "one request of two left unacknowledged"
+        );
+        assert!(!provider.window.has_room(1));
+        assert_eq!(f.broker.clients[&1].awaiting_answer, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_provider_is_closed_and_its_requests_are_handed_to_another() {
+        let cfg = config();
+        let ack_ms = cfg.provider_ack_ms;
+        let mut f = Fixture::new(cfg);
+        let (mut a, mut b) = cloak_a_pair(&mut f);
+        let mut stalled = f.subscribe(10);
+        let other = f.subscribe(11);
+        let first = f.take(&stalled, "lbs");
+        assert_eq!(first.len(), 2);
+
+        tokio::time::advance(Duration::from_millis(ack_ms - 1)).await;
+        f.tick();
+        assert!(
+            stalled.closed.try_recv().is_err(),
+            "not overdue before provider_ack_ms"
+        );
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+        f.tick();
+        let status = stalled
+            .closed
+            .try_recv()
+            .expect("the stalled stream is closed");
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(
+            status.message().contains("location.provider_ack_ms"),
+            "{}",
+            status.message()
+        );
+        let again = f.take(&other, "lbs2");
+        assert_eq!(
+            again.iter().map(|r| &r.pseudonym).collect::<Vec<_>>(),
+            first.iter().map(|r| &r.pseudonym).collect::<Vec<_>>(),
+            "the same requests, handed on"
+        );
+        // The client is told nothing more than Cloaked: the request was not lost.
+        assert_eq!(drain(&mut a).0.len(), 1);
+        assert_eq!(drain(&mut b).0.len(), 1);
+        // The new holder's principal answers now; the stalled one's may not.
+        let late = answer(&mut f, pseudonym(&first[0]), Some(b"late"), "lbs");
+        assert_eq!(late.denied.load(Ordering::Relaxed), 1);
+        let acked = answer(&mut f, pseudonym(&first[0]), None, "lbs2");
+        assert_eq!(acked.acknowledged.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_another_provider_a_stalled_request_is_undelivered() {
+        let cfg = config();
+        let ack_ms = cfg.provider_ack_ms;
+        let mut f = Fixture::new(cfg);
+        let (mut a, _b) = cloak_a_pair(&mut f);
+        let stalled = f.subscribe(10);
+        f.take(&stalled, "lbs");
+        drain(&mut a);
+        tokio::time::advance(Duration::from_millis(ack_ms + 1)).await;
+        f.tick();
+        let reason = undelivered_reason(&drain(&mut a).0);
+        assert!(
+            reason.contains("did not acknowledge it within")
+                && reason.contains("no other provider"),
+            "{reason}"
+        );
+        assert_eq!(f.broker.clients[&1].awaiting_answer, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_provider_queue_reports_undelivered() {
+        let mut cfg = config();
+        cfg.provider_queue = 1;
+        let mut f = Fixture::new(cfg);
+        let (mut a, mut b) = cloak_a_pair(&mut f);
+        let mut outcomes = drain(&mut a).0;
+        outcomes.extend(drain(&mut b).0);
+        let undelivered: Vec<_> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Undelivered(u) => Some(u.reason.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(undelivered.len(), 1, "{outcomes:?}");
+        assert!(
+            undelivered[0].contains("(location.provider_queue)"),
+            "{}",
+            undelivered[0]
+        );
+        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unacknowledged_route_expires_undelivered_and_the_draining_stream_closes() {
+        let cfg = config();
+        let ttl_ms = cfg.answer_ttl_ms;
+        let mut f = Fixture::new(cfg);
+        let (mut a, _b) = cloak_a_pair(&mut f);
+        f.broker.handle(Command::InboundClosed { client: 1 });
+        assert!(
+            f.broker.clients.contains_key(&1),
+            "open while its request awaits an answer"
+        );
+        drain(&mut a);
+        tokio::time::advance(Duration::from_millis(ttl_ms + 1)).await;
+        f.tick();
+        let reason = undelivered_reason(&drain(&mut a).0);
+        assert!(reason.contains("(location.answer_ttl_ms)"), "{reason}");
+        assert!(
+            !f.broker.clients.contains_key(&1),
+            "closed once nothing can reach it"
+        );
+        assert!(a.try_recv().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_reads_too_slowly_loses_its_stream_with_resource_exhausted() {
+        let mut cfg = config();
+        cfg.client_queue = 1;
+        let mut f = Fixture::new(cfg);
+        let mut slow = f.open(1, "app", false);
+        // Two rejections (the same request number twice) for a queue of one.
+        f.submit(1, request("u", 1, 20));
+        f.submit(1, request("u", 1, 20));
+        f.submit(1, request("u", 1, 20));
+        let (outcomes, ended) = drain(&mut slow);
+        assert_eq!(outcomes.len(), 1);
+        let status = ended.expect("the stream ends with a status");
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(
+            status.message().contains("location.client_queue"),
+            "{}",
+            status.message()
+        );
+        assert!(!f.broker.clients.contains_key(&1));
+        assert!(
+            f.broker.pending.is_empty(),
+            "its pending request was withdrawn"
+        );
+    }
+}

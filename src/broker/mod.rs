@@ -63,6 +63,8 @@ mod rate;
 mod relay;
 mod remote;
 mod routes;
+#[cfg(test)]
+mod testing;
 
 pub use clock::BrokerClock;
 
