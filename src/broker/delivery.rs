@@ -502,12 +502,15 @@ mod tests {
             }
         }
         assert_eq!(told[0].r#box, told[1].r#box, "one box for the group");
-        for (cloaked, forwarded) in told.iter().zip(&taken) {
-            assert_eq!(cloaked.pseudonym, forwarded.pseudonym);
+        for (cloaked, payload) in told.iter().zip([&b"query of alice"[..], b"query of bob"]) {
+            let forwarded = taken
+                .iter()
+                .find(|r| r.pseudonym == cloaked.pseudonym)
+                .expect("each client's pseudonym is on the provider queue");
             assert_eq!(cloaked.r#box, forwarded.r#box);
             assert_eq!(forwarded.service, "poi");
+            assert_eq!(forwarded.payload, payload);
         }
-        assert_eq!(taken[0].payload, b"query of alice");
         assert!(f.broker.pending.is_empty());
         assert_eq!(f.broker.clients[&1].awaiting_answer, 1);
     }
@@ -517,9 +520,11 @@ mod tests {
         let mut f = Fixture::new(config());
         let (mut a, _b) = cloak_a_pair(&mut f);
         let provider = f.subscribe(10);
-        let taken = f.take(&provider, "lbs");
-        drain(&mut a);
-        let to_alice = pseudonym(&taken[0]);
+        f.take(&provider, "lbs");
+        let to_alice = match drain(&mut a).0.as_slice() {
+            [Outcome::Cloaked(c)] => c.pseudonym.parse().expect("a pseudonym"),
+            other => panic!("expected Cloaked, got {other:?}"),
+        };
 
         let denied = answer(&mut f, to_alice, Some(b"forged"), "other");
         assert_eq!(denied.denied.load(Ordering::Relaxed), 1);
@@ -574,9 +579,14 @@ mod tests {
             status.message()
         );
         let again = f.take(&other, "lbs2");
+        let sorted = |requests: &[crate::proto::CloakedRequest]| {
+            let mut pseudonyms: Vec<_> = requests.iter().map(|r| r.pseudonym.clone()).collect();
+            pseudonyms.sort();
+            pseudonyms
+        };
         assert_eq!(
-            again.iter().map(|r| &r.pseudonym).collect::<Vec<_>>(),
-            first.iter().map(|r| &r.pseudonym).collect::<Vec<_>>(),
+            sorted(&again),
+            sorted(&first),
             "the same requests, handed on"
         );
         // The client is told nothing more than Cloaked: the request was not lost.
@@ -626,7 +636,7 @@ mod tests {
             .collect();
         assert_eq!(undelivered.len(), 1, "{outcomes:?}");
         assert!(
-            undelivered[0].contains("(location.provider_queue)"),
+            undelivered[0].contains("location.provider_queue)"),
             "{}",
             undelivered[0]
         );
