@@ -104,7 +104,7 @@ impl Fixture {
             provider.window.take();
             taken.push(request);
         }
-        let pseudonyms = taken.iter().map(|r| pseudonym(r)).collect();
+        let pseudonyms = taken.iter().map(pseudonym).collect();
         self.broker.handle(Command::Delivered {
             pseudonyms,
             principal: principal.into(),
