@@ -16,18 +16,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::server::NamedService;
 
 use crate::auth::{AuthLayer, Authenticator};
 use crate::config::Config;
-use crate::proto::lbs_gateway_server::LbsGatewayServer;
-use crate::proto::location_broker_server::LocationBrokerServer;
-use crate::proto::release_feed_server::ReleaseFeedServer;
-use crate::proto::table_anonymizer_server::TableAnonymizerServer;
-use crate::proto::transaction_ingest_server::TransactionIngestServer;
 use crate::reload::{ConfigSource, Reloader};
 use crate::service::location::LocationServices;
-use crate::service::table::TableService;
 use crate::service::transactions::TransactionServices;
 
 /// Serves every cloakd service on `listener` until `shutdown` completes, then drains: health turns
@@ -136,17 +129,9 @@ async fn serve_inner(
     });
     let hangups = tokio::spawn(on_hangup(reloader, tls.clone(), stop_rx.clone())?);
     // Health names every service ("" is the daemon as a whole).
-    let served: Vec<&'static str> = vec![
-        "",
-        <LocationBrokerServer<LocationServices> as NamedService>::NAME,
-        <LbsGatewayServer<LocationServices> as NamedService>::NAME,
-        <TransactionIngestServer<TransactionServices> as NamedService>::NAME,
-        <ReleaseFeedServer<TransactionServices> as NamedService>::NAME,
-        <TableAnonymizerServer<TableService> as NamedService>::NAME,
-        <crate::proto::table_evaluator_server::TableEvaluatorServer<
-            crate::service::evaluation::Evaluator,
-        > as NamedService>::NAME,
-    ];
+    let served: Vec<&'static str> = std::iter::once("")
+        .chain(crate::auth::SERVED.iter().map(|(name, _)| *name))
+        .collect();
     for name in &served {
         health
             .set_service_status(*name, tonic_health::ServingStatus::Serving)

@@ -3,12 +3,16 @@
 //! Three engines hold the science and nothing else (plain synchronous Rust, time passed in, randomness
 //! from a seeded RNG): [`location`] (CliqueCloak k-anonymous location cloaking), [`transactions`]
 //! (personalized rho-uncertainty by suppression) and [`relational`] (Mondrian with k-anonymity,
-//! l-diversity, t-closeness, delta-disclosure) with the privacy/utility [`measures`]. Around them, thin adapters: [`service`]
-//! (gRPC), [`store`] (durable state), [`telemetry`] (Prometheus metrics), [`daemon`] (wiring,
-//! shutdown), [`reload`] (SIGHUP configuration reload) and [`cli`] (batch commands).
+//! l-diversity, t-closeness, delta-disclosure) with the privacy/utility [`measures`]. Between the
+//! engines and the adapters, the stateful actors: [`broker`] (the location broker actor: admission,
+//! cloaking and dispatch, delivery and acknowledgements, replica routing). Around them, thin
+//! adapters: [`service`] (gRPC: proto <-> domain, validation, one status mapping per service),
+//! [`store`] (durable state), [`telemetry`] (Prometheus metrics), [`daemon`] (wiring, shutdown),
+//! [`reload`] (SIGHUP configuration reload) and [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod config;

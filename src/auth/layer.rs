@@ -11,7 +11,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tonic::server::NamedService;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use super::{Authenticator, Caller, Denial, Principal, Role};
@@ -25,30 +24,33 @@ enum Rule {
     Roles(&'static [Role]),
 }
 
+const ANALYSTS: &[Role] = &[Role::Analyst, Role::Operator];
+
+/// The cloakd services the daemon serves (health and reflection aside), each with the roles that
+/// may call it: the one list, which the daemon also reports health for. Names come from the
+/// generated server modules, so no service type is needed to read them.
+pub const SERVED: &[(&str, &[Role])] = &[
+    (proto::location_broker_server::SERVICE_NAME, &[Role::Mobile]),
+    (proto::lbs_gateway_server::SERVICE_NAME, &[Role::Provider]),
+    (
+        proto::transaction_ingest_server::SERVICE_NAME,
+        &[Role::Producer],
+    ),
+    (proto::release_feed_server::SERVICE_NAME, &[Role::Consumer]),
+    (proto::table_anonymizer_server::SERVICE_NAME, ANALYSTS),
+    (proto::table_evaluator_server::SERVICE_NAME, ANALYSTS),
+];
+
 fn rule_for(service: &str) -> Rule {
-    use proto::lbs_gateway_server::LbsGatewayServer as Gateway;
-    use proto::location_broker_server::LocationBrokerServer as Broker;
-    use proto::release_feed_server::ReleaseFeedServer as Feed;
-    use proto::table_anonymizer_server::TableAnonymizerServer as Tables;
-    use proto::table_evaluator_server::TableEvaluatorServer as Evaluator;
-    use proto::transaction_ingest_server::TransactionIngestServer as Ingest;
-    type Any = crate::service::location::LocationServices;
-    type Tx = crate::service::transactions::TransactionServices;
-    type Tab = crate::service::table::TableService;
-    type Ev = crate::service::evaluation::Evaluator;
-    const ANALYSTS: &[Role] = &[Role::Analyst, Role::Operator];
     match service {
         "grpc.health.v1.Health" => Rule::Open,
         "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
             Rule::AnyPrincipal
         }
-        s if s == <Broker<Any> as NamedService>::NAME => Rule::Roles(&[Role::Mobile]),
-        s if s == <Gateway<Any> as NamedService>::NAME => Rule::Roles(&[Role::Provider]),
-        s if s == <Ingest<Tx> as NamedService>::NAME => Rule::Roles(&[Role::Producer]),
-        s if s == <Feed<Tx> as NamedService>::NAME => Rule::Roles(&[Role::Consumer]),
-        s if s == <Tables<Tab> as NamedService>::NAME => Rule::Roles(ANALYSTS),
-        s if s == <Evaluator<Ev> as NamedService>::NAME => Rule::Roles(ANALYSTS),
-        _ => Rule::Roles(&[Role::Operator]),
+        s => match SERVED.iter().find(|(name, _)| *name == s) {
+            Some((_, roles)) => Rule::Roles(roles),
+            None => Rule::Roles(&[Role::Operator]),
+        },
     }
 }
 

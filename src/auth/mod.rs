@@ -29,7 +29,7 @@ use std::sync::Arc;
 use tonic::Status;
 
 pub use credentials::{Authenticator, hash_token};
-pub use layer::{AuthLayer, AuthService};
+pub use layer::{AuthLayer, AuthService, SERVED};
 
 /// What a principal is allowed to do, in the words of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

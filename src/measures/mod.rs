@@ -1,10 +1,10 @@
 //! Privacy and utility measures shared by the engines and the reports
-//! (docs/architecture.md#definitions): the distances,
-//! reading a published release back ([`released`]), the release as the measures see it ([`view`]),
+//! (docs/architecture.md#definitions): the distances between distributions live below, in
+//! [`crate::relational::distance`] (t-closeness needs them, and arrows point from measures to
+//! relational only); reading a published release back ([`released`]), the release as the measures see it ([`view`]),
 //! Ploss / A_know / A_acc ([`privacy`]), Uloss over large populations ([`populations`]), COUNT query
 //! error ([`queries`]), the whole evaluation of one release ([`evaluate`]) and the privacy/utility
 //! frontier with its plots ([`frontier`]).
-pub mod distance;
 pub mod evaluate;
 pub mod frontier;
 pub mod populations;

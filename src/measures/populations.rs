@@ -23,8 +23,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::measures::distance::js_divergence;
 use crate::measures::view::{Region, ReleaseView};
+use crate::relational::distance::js_divergence;
 use crate::relational::table::{QuasiAttribute, Table};
 
 /// An item id; lower ids are more frequent in the original table.

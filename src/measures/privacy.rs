@@ -10,7 +10,7 @@
 //!
 //! Invariants: all three are 0 for the trivial release (one class), and computed from class
 //! histograms only (no access to the original rows).
-use crate::measures::distance::{emd_equal, js_divergence};
+use crate::relational::distance::{emd_equal, js_divergence};
 
 /// Probabilities of a histogram.
 pub fn probabilities(counts: &[u64]) -> Vec<f64> {

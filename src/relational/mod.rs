@@ -2,7 +2,8 @@
 //! under any combination of k-anonymity, l-diversity (distinct, entropy, probabilistic, recursive),
 //! t-closeness (EMD or JS divergence) and delta-disclosure (Brickell & Shmatikov), released by
 //! generalization, bucketization (Anatomy) or trivial sanitization, with a report computed from the
-//! released rows.
+//! released rows. The distances between distributions ([`distance`]) live here, below the measures
+//! that also use them.
 //!
 //! Invariants: [`anonymize`] never returns a release that violates a requested model: the whole table
 //! is checked first (an unsatisfiable model is an error with the reason), every Mondrian split keeps
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub mod distance;
 pub mod hierarchy;
 pub mod job;
 pub mod models;

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::measures::distance::{emd_equal, emd_ordered, js_divergence};
+use super::distance::{emd_equal, emd_ordered, js_divergence};
 
 /// Slack of floating-point comparisons against a model's threshold.
 pub const TOLERANCE: f64 = 1e-9;

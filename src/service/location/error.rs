@@ -2,7 +2,7 @@
 //! not errors of the stream: they are [`Rejection`](super::Rejection) events and the stream goes on.
 use tonic::Status;
 
-use super::Rejection;
+use crate::broker::message::Rejection;
 use crate::service::{InboundError, LimitExceeded, quote};
 
 /// Why a location stream (Submit, Report, Subscribe or Answer) failed or ended early.

@@ -25,10 +25,10 @@ use crate::proto::{
 use crate::service::{InboundError, StreamSlot, drain};
 
 use super::LocationServices;
-use super::broker::{AnswerTally, Command, EventQueue};
 use super::error::LocationError;
-use super::provider::{ProviderStream, ProviderWindow};
 use super::validate::{Rejection, validate, validate_update};
+use crate::broker::message::{AnswerTally, Command, EventQueue, ProviderWindow};
+use crate::broker::provider::ProviderStream;
 
 /// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
 const REPORT_BATCH: usize = 512;
@@ -138,7 +138,7 @@ impl LocationBroker for LocationServices {
                             InboundError::Transport { .. } => Command::Gone { client },
                             error => Command::InboundFailed {
                                 client,
-                                error: error.into(),
+                                status: LocationError::from(error).into(),
                             },
                         };
                         let _ = commands.send(command).await;

@@ -1,12 +1,14 @@
 //! gRPC adapter of location cloaking: `LocationBroker.Submit` (mobile clients) and `LbsGateway`
-//! (providers), around one broker actor that owns the CliqueCloak [`Engine`].
+//! (providers), around one broker actor ([`crate::broker`]) that owns the CliqueCloak engine.
+//! This module keeps proto <-> domain conversion ([`grpc`]), validation ([`validate`]) and the one
+//! status mapping ([`error`]); the actor's state and rules live in [`crate::broker`].
 //!
 //! Flow: each client stream's task validates requests (rejections name the field and the rule) and hands
 //! them to the actor over a bounded channel (backpressure, not growth). The actor stamps arrival time on
 //! tokio's clock, feeds the engine, and routes outcomes: `Cloaked`/`Expired`/`Rejected` to the client,
 //! `CloakedRequest` to the service's provider queue (bounded; it also buffers while no provider is
 //! subscribed, and when it is full the client gets `Undelivered`). Providers acknowledge what their
-//! Subscribe stream takes within `provider_ack_ms` (see [`provider`]); a stream that does not is
+//! Subscribe stream takes within `provider_ack_ms` (see [`crate::broker::provider`]); a stream that does not is
 //! closed and its requests are handed to another provider or reported `Undelivered`. Answers come
 //! back by pseudonym through a routing table whose entries live `answer_ttl_ms`.
 //!
@@ -14,7 +16,7 @@
 //! still-pending ones get Rejected with UNAVAILABLE); providers never see a user id, k or exact point;
 //! every queue and table is bounded by a configured limit.
 //!
-//! With `[cluster]` set, [`cluster`] shards CliqueCloak by grid cell: each request is cloaked by the
+//! With `[cluster]` set, [`crate::broker::cluster`] shards CliqueCloak by grid cell: each request is cloaked by the
 //! replica holding its cell's lease, whichever replica the client is connected to.
 //!
 //! Live configuration: the `[location]` section is a `watch` value that a SIGHUP reload replaces
@@ -22,14 +24,8 @@
 //! tolerances, services, model, payload size), the broker actor per batch of commands (pending
 //! limits, answer TTL, rate limit, jitter); a request keeps what it was admitted with. The engines'
 //! construction parameters, stream limits and queue sizes are restart-only (see [`crate::reload`]).
-mod broker;
-mod cluster;
 mod error;
 mod grpc;
-mod provider;
-mod providers;
-mod rate;
-mod routes;
 mod validate;
 
 use std::sync::Arc;
@@ -42,10 +38,11 @@ use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
 use crate::service::{DEFAULT_MAX_MESSAGE_BYTES, PrincipalStreamLimit, StreamLimit};
 
-pub use broker::BrokerClock;
-use broker::{Broker, Command};
+pub use crate::broker::BrokerClock;
+use crate::broker::message::Command;
+pub use crate::broker::providers::{ProviderQueue, ProviderQueues};
+use crate::broker::{self, Broker, cluster};
 pub use error::LocationError;
-pub use providers::{ProviderQueue, ProviderQueues};
 pub use validate::{AdmittedRequest, MAX_USER_ID_BYTES, Rejection, validate};
 
 /// Commands buffered between the client streams and the broker actor.
@@ -76,7 +73,7 @@ impl LocationServices {
     }
 
     /// [`Self::start`] as one replica of a cluster: each request is cloaked by the replica owning
-    /// its grid cell, whichever replica received it ([`cluster`]).
+    /// its grid cell, whichever replica received it ([`crate::broker::cluster`]).
     pub async fn start_clustered(
         cfg: LocationConfig,
         shutdown: watch::Receiver<bool>,
@@ -106,7 +103,7 @@ impl LocationServices {
                 shutdown.clone(),
             ));
         }
-        spawn_broker(broker, command_rx, shutdown.clone());
+        broker::spawn(broker, command_rx, shutdown.clone());
         LocationServices {
             client_streams: StreamLimit::new("location.max_client_streams", cfg.max_client_streams),
             provider_streams: StreamLimit::new(
@@ -180,56 +177,5 @@ impl LocationReload {
 impl crate::reload::ReloadTarget for LocationReload {
     fn apply(&self, config: &crate::config::Config) {
         self.reconfigure(config.location.clone());
-    }
-}
-
-/// Runs the broker actor: on a thread of its own (with a single-threaded runtime) when the daemon
-/// runs on tokio's multi-threaded runtime, so the one actor every request passes through is
-/// scheduled by the kernel beside the gRPC workers instead of queueing behind their tasks; on the
-/// caller's runtime otherwise (tests on a paused clock run on a current-thread runtime).
-fn spawn_broker(
-    broker: Broker,
-    commands: mpsc::Receiver<broker::Command>,
-    shutdown: watch::Receiver<bool>,
-) {
-    let multi_threaded = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if !multi_threaded {
-        tokio::spawn(broker.run(commands, shutdown));
-        return;
-    }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            tracing::warn!(%err, "cannot build the location broker's own runtime; it shares the daemon's");
-            tokio::spawn(broker.run(commands, shutdown));
-            return;
-        }
-    };
-    // The actor goes to the thread once it runs, so it is never lost with a thread that did not
-    // start.
-    let (hand_over, taken) = std::sync::mpsc::channel::<(
-        Broker,
-        mpsc::Receiver<broker::Command>,
-        watch::Receiver<bool>,
-    )>();
-    let spawned = std::thread::Builder::new()
-        .name("cloakd-broker".into())
-        .spawn(move || {
-            if let Ok((broker, commands, shutdown)) = taken.recv() {
-                runtime.block_on(broker.run(commands, shutdown));
-            }
-        });
-    match spawned {
-        Ok(_) => {
-            let _ = hand_over.send((broker, commands, shutdown));
-        }
-        Err(err) => {
-            tracing::warn!(%err, "cannot start the location broker's own thread; it shares the daemon's runtime");
-            tokio::spawn(broker.run(commands, shutdown));
-        }
     }
 }

@@ -1,76 +1,12 @@
 //! Validation of location requests: each `LocationRequest` is checked against the configured rules and
 //! its defaults filled in, or rejected naming the field, the rule and the gRPC code.
-use tonic::Code;
-
-use super::providers::ProviderQueues;
+pub use crate::broker::message::{AdmittedRequest, AdmittedUpdate, Rejection};
+use crate::broker::providers::ProviderQueues;
 use crate::config::{CloakModel, LocationConfig};
-use crate::proto::{self, LocationEvent, LocationRequest, PositionUpdate, location_event};
+use crate::proto::{self, LocationRequest, PositionUpdate};
 
 /// Longest user id accepted, in bytes.
 pub const MAX_USER_ID_BYTES: usize = 256;
-
-/// A request that passed validation, with defaults filled in.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AdmittedRequest {
-    pub user_id: String,
-    pub request_no: u64,
-    pub lat: f64,
-    pub lon: f64,
-    pub k: u32,
-    pub dx_m: f64,
-    pub dy_m: f64,
-    pub dt_ms: u64,
-    pub payload: Vec<u8>,
-    /// Index of the service's queue ([`ProviderQueues`]).
-    pub service: usize,
-    pub model: CloakModel,
-}
-
-/// A position update that passed validation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AdmittedUpdate {
-    pub user_id: String,
-    pub lat: f64,
-    pub lon: f64,
-}
-
-/// Why a request was not accepted: the field, the rule, and the gRPC code.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct Rejection {
-    pub field: &'static str,
-    pub reason: String,
-    pub code: Code,
-}
-
-impl Rejection {
-    pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Rejection {
-        Rejection {
-            field,
-            reason: reason.into(),
-            code: Code::InvalidArgument,
-        }
-    }
-
-    pub(super) fn exhausted(field: &'static str, reason: impl Into<String>) -> Rejection {
-        Rejection {
-            field,
-            reason: reason.into(),
-            code: Code::ResourceExhausted,
-        }
-    }
-
-    pub(super) fn to_event(&self, request_no: u64) -> LocationEvent {
-        LocationEvent {
-            request_no,
-            outcome: Some(location_event::Outcome::Rejected(proto::Rejected {
-                field: self.field.to_string(),
-                reason: self.reason.clone(),
-                code: self.code as i32,
-            })),
-        }
-    }
-}
 
 /// Checks one request against the configured rules and fills in defaults; its service becomes the
 /// index of the service's queue in `queues`.

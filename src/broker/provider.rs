@@ -12,57 +12,15 @@
 //! hands it out in order; what it took and had not handed out when it ends is handed on like the rest.
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::Stream;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use crate::location::Pseudonym;
 use crate::proto::CloakedRequest;
 
-use super::broker::Command;
-
-/// Identifies one Subscribe stream for the broker's lifetime.
-pub(super) type ProviderId = u64;
-
-/// The unacknowledged requests of one Subscribe stream, shared by the stream and the broker.
-#[derive(Debug, Default)]
-pub(super) struct ProviderWindow {
-    unacknowledged: AtomicUsize,
-    room: Notify,
-}
-
-impl ProviderWindow {
-    /// The stream took a request.
-    fn take(&self) {
-        self.unacknowledged.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// The broker no longer waits for the acknowledgement of one request of this stream.
-    pub(super) fn release(&self) {
-        let _ = self
-            .unacknowledged
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-        self.room.notify_one();
-    }
-
-    /// Whether fewer than `limit` requests are unacknowledged.
-    fn has_room(&self, limit: usize) -> bool {
-        self.unacknowledged.load(Ordering::Acquire) < limit
-    }
-
-    /// Waits until fewer than `limit` requests are unacknowledged.
-    async fn room(&self, limit: usize) {
-        loop {
-            let acknowledged = self.room.notified();
-            if self.unacknowledged.load(Ordering::Acquire) < limit {
-                return;
-            }
-            acknowledged.await;
-        }
-    }
-}
+use super::message::{Command, ProviderId, ProviderWindow};
 
 /// Tells the broker the stream ended when it is dropped (the provider went away, or the stream was
 /// closed), so the requests it has not acknowledged are handed on.
@@ -88,14 +46,14 @@ impl Drop for ProviderGuard {
 }
 
 /// What a provider stream needs besides its queue.
-pub(super) struct ProviderStream {
-    pub(super) provider: ProviderId,
-    pub(super) principal: Arc<str>,
-    pub(super) window: Arc<ProviderWindow>,
-    pub(super) window_limit: usize,
+pub(crate) struct ProviderStream {
+    pub(crate) provider: ProviderId,
+    pub(crate) principal: Arc<str>,
+    pub(crate) window: Arc<ProviderWindow>,
+    pub(crate) window_limit: usize,
     /// The status the broker closes the stream with.
-    pub(super) close: oneshot::Receiver<Status>,
-    pub(super) commands: mpsc::Sender<Command>,
+    pub(crate) close: oneshot::Receiver<Status>,
+    pub(crate) commands: mpsc::Sender<Command>,
 }
 
 struct State {
@@ -112,7 +70,7 @@ const TAKE_BATCH: usize = 256;
 
 impl ProviderStream {
     /// The response stream of Subscribe over the service's `queue`.
-    pub(super) fn into_stream(
+    pub(crate) fn into_stream(
         self,
         queue: async_channel::Receiver<CloakedRequest>,
     ) -> impl Stream<Item = Result<CloakedRequest, Status>> + Send + 'static {
@@ -185,32 +143,5 @@ impl ProviderStream {
                 .await;
             Some((Ok(cloaked), state))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn the_window_waits_for_an_acknowledgement() {
-        let window = Arc::new(ProviderWindow::default());
-        window.take();
-        window.take();
-        let waiting = {
-            let window = Arc::clone(&window);
-            tokio::spawn(async move { window.room(2).await })
-        };
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished());
-        window.release();
-        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
-            .await
-            .expect("room after a release")
-            .unwrap();
-        // A release with nothing outstanding never wraps around.
-        window.release();
-        window.release();
-        assert_eq!(window.unacknowledged.load(Ordering::Acquire), 0);
     }
 }

@@ -10,10 +10,10 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use super::{Broker, ClientId, ClientState, EventQueue};
+use super::message::{ClientId, EventQueue, RemoteClient};
+use super::{Broker, ClientState};
 use crate::location::{Pseudonym, UserKey};
 use crate::proto::CloakedRequest;
-use crate::service::location::cluster::RemoteClient;
 
 impl Broker {
     /// Whether a cloaked request of `service` goes to another replica: in a cluster, when no

@@ -38,11 +38,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
-use super::{ForwardReply, Outbound, RemoteClient, publish_event, refused, subject};
+use super::wire::ForwardReply;
+use super::{publish_event, refused, subject};
+use crate::broker::message::{Command, EventQueue, Outbound, RemoteClient};
+use crate::broker::providers::ProviderQueues;
 use crate::cluster::Cluster;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
-use crate::service::location::broker::{Command, EventQueue};
-use crate::service::location::providers::ProviderQueues;
 use crate::store::stream_dir_name;
 use crate::telemetry::catalog;
 
@@ -51,7 +52,7 @@ pub(super) const RELAY_ATTEMPTS: usize = 6;
 
 /// A cloaked request on its way to a replica with a provider of its service.
 #[derive(Clone, PartialEq, prost::Message)]
-pub(in crate::service::location) struct RelayedRequest {
+pub(in crate::broker) struct RelayedRequest {
     /// Node id of the replica holding the client's stream.
     #[prost(string, tag = "1")]
     pub origin: String,

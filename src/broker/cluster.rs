@@ -17,7 +17,7 @@
 //! client*), so it goes through the same broker as a local one: the same limits, the same engine and
 //! groups (k distinct users, padding), the same provider queues, acknowledgements and answer binding
 //! (only the principal whose Subscribe stream received a pseudonym may answer it). The origin keeps
-//! what it needs to end its client's stream correctly ([`super::broker`]'s remote requests).
+//! what it needs to end its client's stream correctly ([`super::remote`] requests).
 //! A cloaked request goes to a provider subscribed on the owner if there is one, else it is relayed
 //! to a replica with a provider of its service ([`relay`]).
 //!
@@ -44,116 +44,24 @@ use prost::Message as _;
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
-use super::broker::{Command, EventQueue};
+use super::message::{
+    AdmittedRequest, CellOwner, Command, EventQueue, Outbound, Rejection, RemoteClient,
+};
 use super::providers::ProviderQueues;
-use super::validate::{AdmittedRequest, Rejection};
 use crate::cluster::{Cluster, ClusterError, LeaseTable, Owner};
 use crate::config::CloakModel;
 use crate::location::grid::CellGrid;
 use crate::proto::{CloakedRequest, LocationEvent};
+use wire::{ForwardReply, ForwardedRequest, ReplicaEvent};
 
 mod relay;
+pub(crate) mod wire;
 
 /// Messages waiting for the NATS publisher; past this the broker treats the replica as too slow.
 const OUTBOUND_QUEUE: usize = 65_536;
 
-/// A location request on its way from the replica holding the client's stream to its cell's owner.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(super) struct ForwardedRequest {
-    /// Node id of the replica holding the client's stream.
-    #[prost(string, tag = "1")]
-    pub origin: String,
-    /// The request's tag on the origin (what its events carry back).
-    #[prost(uint64, tag = "2")]
-    pub tag: u64,
-    /// Name of the client's principal (for the owner's logs and permission checks).
-    #[prost(string, tag = "3")]
-    pub principal: String,
-    #[prost(string, tag = "4")]
-    pub user_id: String,
-    #[prost(uint64, tag = "5")]
-    pub request_no: u64,
-    #[prost(double, tag = "6")]
-    pub lat: f64,
-    #[prost(double, tag = "7")]
-    pub lon: f64,
-    #[prost(uint32, tag = "8")]
-    pub k: u32,
-    #[prost(double, tag = "9")]
-    pub dx_m: f64,
-    #[prost(double, tag = "10")]
-    pub dy_m: f64,
-    #[prost(uint64, tag = "11")]
-    pub dt_ms: u64,
-    #[prost(bytes = "vec", tag = "12")]
-    pub payload: Vec<u8>,
-    #[prost(string, tag = "13")]
-    pub service: String,
-}
-
-/// The owner's immediate answer to a [`ForwardedRequest`].
-#[derive(Clone, PartialEq, prost::Message)]
-pub(super) struct ForwardReply {
-    #[prost(bool, tag = "1")]
-    pub accepted: bool,
-    /// When refused: the gRPC code, field and reason the client is told.
-    #[prost(int32, tag = "2")]
-    pub code: i32,
-    #[prost(string, tag = "3")]
-    pub field: String,
-    #[prost(string, tag = "4")]
-    pub reason: String,
-}
-
-/// An event for a client stream held by another replica.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(super) struct ReplicaEvent {
-    /// The request's tag on the origin.
-    #[prost(uint64, tag = "1")]
-    pub tag: u64,
-    #[prost(message, optional, tag = "2")]
-    pub event: Option<LocationEvent>,
-}
-
-/// A request whose client stream another replica holds: that replica, and the request's tag there.
-#[derive(Debug, Clone)]
-pub(super) struct RemoteClient {
-    pub node: Arc<str>,
-    pub tag: u64,
-}
-
-/// What the broker hands the NATS side.
-#[derive(Debug)]
-pub(super) enum Outbound {
-    /// An event for a client of another replica.
-    Event {
-        to: RemoteClient,
-        event: LocationEvent,
-    },
-    /// A request for the replica owning its cell.
-    Forward {
-        owner: String,
-        tag: u64,
-        request: ForwardedRequest,
-    },
-    /// A cloaked request for a replica with a provider of its service; its events go to `to`.
-    Relay {
-        to: RemoteClient,
-        request: CloakedRequest,
-    },
-}
-
-/// Where a request is cloaked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum CellOwner {
-    Here,
-    Replica(String),
-    /// Nobody is known to hold the cell: being contended for, or being taken over.
-    Unknown,
-}
-
 /// The broker's handle on the cluster: who owns which cell, and the way out to NATS.
-pub(super) struct ClusterLink {
+pub(crate) struct ClusterLink {
     cells: LeaseTable,
     grid: CellGrid,
     node: Arc<str>,
@@ -255,7 +163,7 @@ impl ClusterLink {
 }
 
 /// The NATS side of location across replicas, before the broker starts.
-pub(super) struct LocationCluster {
+pub(crate) struct LocationCluster {
     cluster: Cluster,
     cells: LeaseTable,
     grid: CellGrid,
@@ -265,7 +173,7 @@ pub(super) struct LocationCluster {
 
 impl LocationCluster {
     /// Opens the lease bucket and subscribes this replica's subjects.
-    pub(super) async fn join(cluster: &Cluster) -> Result<LocationCluster, ClusterError> {
+    pub(crate) async fn join(cluster: &Cluster) -> Result<LocationCluster, ClusterError> {
         let kv = cluster.lease_bucket().await?;
         let cells = LeaseTable::new(kv, "cell", &cluster.node_id, cluster.config.lease);
         // Follow every cell any replica has leased, so a failed owner's cells are taken over even
@@ -295,7 +203,7 @@ impl LocationCluster {
     }
 
     /// Starts the NATS tasks; the link goes to the broker. Held cells are released at shutdown.
-    pub(super) fn start(
+    pub(crate) fn start(
         self,
         commands: mpsc::Sender<Command>,
         provider_queues: Arc<ProviderQueues>,

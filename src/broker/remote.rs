@@ -1,4 +1,4 @@
-//! The broker's side of location across replicas ([`super::super::cluster`]): which requests go
+//! The broker's side of location across replicas ([`super::cluster`]): which requests go
 //! to another replica, and what the origin keeps of them until their stream may close.
 //!
 //! A request of a local client whose cell another replica owns becomes a *remote request*: its
@@ -19,12 +19,11 @@ use std::sync::Arc;
 
 use tonic::Code;
 
-use super::{Broker, ClientId, ClientState, EventQueue};
+use super::message::{AdmittedRequest, CellOwner, ClientId, EventQueue, Rejection};
+use super::{Broker, ClientState};
 use crate::location::UserKey;
 use crate::proto::LocationEvent;
 use crate::proto::location_event::Outcome as EventOutcome;
-use crate::service::location::cluster::CellOwner;
-use crate::service::location::validate::{AdmittedRequest, Rejection};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -53,7 +52,7 @@ struct RemoteEntry {
 /// The remote requests of this replica's clients, by tag (a number unique on this replica that
 /// the owner's events carry back: one stream may use a request number for several users).
 #[derive(Debug, Default)]
-pub(in crate::service::location) struct RemoteRequests {
+pub(super) struct RemoteRequests {
     next_tag: u64,
     entries: HashMap<u64, RemoteEntry>,
     /// Each client's tags, and how many of them its stream still waits for.
@@ -64,12 +63,12 @@ pub(in crate::service::location) struct RemoteRequests {
 
 impl RemoteRequests {
     /// How many remote requests `client`'s stream waits for.
-    pub(in crate::service::location) fn awaited(&self, client: ClientId) -> usize {
+    pub(super) fn awaited(&self, client: ClientId) -> usize {
         self.by_client.get(&client).map_or(0, |(n, _)| *n)
     }
 
     /// The earliest deadline, if any.
-    pub(in crate::service::location) fn next_expiry(&self) -> Option<i64> {
+    pub(super) fn next_expiry(&self) -> Option<i64> {
         self.expiry
             .peek()
             .map(|Reverse((due, _))| due.saturating_add(1))

@@ -1,0 +1,71 @@
+//! The location broker's metrics (names in [`crate::telemetry::catalog`]): handles registered
+//! once when the actor starts, and the gauges it sets after each wake-up.
+use super::Broker;
+use crate::telemetry::catalog;
+
+/// The broker's metric handles, registered once (see [`crate::telemetry::catalog`]).
+pub(super) struct BrokerMetrics {
+    pub(super) cloaked: metrics::Counter,
+    pub(super) expired: metrics::Counter,
+    pub(super) rejected: metrics::Counter,
+    pub(super) withdrawn: metrics::Counter,
+    pub(super) pending: metrics::Gauge,
+    pub(super) command_queue: metrics::Gauge,
+    /// Group size and relative anonymity by model: CliqueCloak groups ...
+    pub(super) requests: ModelMetrics,
+    /// ... and PRESENCE anonymity sets.
+    pub(super) presence: ModelMetrics,
+    pub(super) overhead: metrics::Histogram,
+    pub(super) answers_delivered: metrics::Counter,
+    pub(super) answers_undeliverable: metrics::Counter,
+}
+
+/// `cloakd_location_group_size` and `cloakd_location_relative_anonymity` of one cloaking model.
+pub(super) struct ModelMetrics {
+    pub(super) group_size: metrics::Histogram,
+    pub(super) relative_anonymity: metrics::Histogram,
+}
+
+impl ModelMetrics {
+    fn new(model: &'static str) -> ModelMetrics {
+        ModelMetrics {
+            group_size: metrics::histogram!(catalog::LOCATION_GROUP_SIZE, "model" => model),
+            relative_anonymity: metrics::histogram!(
+                catalog::LOCATION_RELATIVE_ANONYMITY,
+                "model" => model
+            ),
+        }
+    }
+}
+
+impl BrokerMetrics {
+    pub(super) fn new() -> BrokerMetrics {
+        let requests = |outcome: &'static str| metrics::counter!(catalog::LOCATION_REQUESTS, "outcome" => outcome);
+        let answers =
+            |result: &'static str| metrics::counter!(catalog::LBS_ANSWERS, "result" => result);
+        BrokerMetrics {
+            cloaked: requests("cloaked"),
+            expired: requests("expired"),
+            rejected: requests("rejected"),
+            withdrawn: requests("withdrawn"),
+            pending: metrics::gauge!(catalog::LOCATION_PENDING),
+            command_queue: metrics::gauge!(catalog::LOCATION_COMMAND_QUEUE_DEPTH),
+            requests: ModelMetrics::new("requests"),
+            presence: ModelMetrics::new("presence"),
+            overhead: metrics::histogram!(catalog::LOCATION_BROKER_OVERHEAD),
+            answers_delivered: answers("delivered"),
+            answers_undeliverable: answers("undeliverable"),
+        }
+    }
+}
+
+impl Broker {
+    /// Updates the pending, command-queue and provider-queue gauges.
+    pub(super) fn record_gauges(&self, commands_waiting: usize) {
+        self.metrics.pending.set(self.pending.len() as f64);
+        self.metrics.command_queue.set(commands_waiting as f64);
+        for queue in &self.provider_queues {
+            queue.depth.set(queue.sender.len() as f64);
+        }
+    }
+}
