@@ -45,11 +45,19 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::config::TransactionsConfig;
 use crate::proto::release_feed_server::{ReleaseFeed, ReleaseFeedServer};
 use crate::proto::transaction_ingest_server::{TransactionIngest, TransactionIngestServer};
-use crate::proto::{PublishAck, ReleaseSubscription, ReleasedWindow, Transaction};
+use crate::proto::{
+    PublishAck, RecordRefusal, RefusalReason, ReleaseSubscription, ReleasedWindow, Transaction,
+};
 use crate::service::{InboundError, drain};
 use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
 use crate::text::quote;
 use windows::{Append, AppendError, Appended, ForwardedKind, WindowManager};
+
+/// Request metadata of a Publish call whose producer reads [`PublishAck::refused`]: with value `1`,
+/// a record no replica took within `cluster.failover_wait_ms` is refused in its acknowledgement and
+/// the stream goes on; without it, that refusal ends the stream (older producers would read any
+/// acknowledgement as "stored").
+pub const RECORD_REFUSALS_HEADER: &str = "cloakd-record-refusals";
 
 /// Longest stream name, in bytes (its hex form names a directory).
 pub const MAX_STREAM_NAME_BYTES: usize = 120;
@@ -124,7 +132,9 @@ impl From<TransactionsError> for Status {
                 ForwardedKind::Unavailable => Status::unavailable(message),
             },
             TransactionsError::Append(
-                AppendError::Unavailable(_) | AppendError::NotWriter { .. },
+                AppendError::Unavailable(_)
+                | AppendError::NotWriter { .. }
+                | AppendError::NoWriter { .. },
             )
             | TransactionsError::Store(_)
             | TransactionsError::ShuttingDown
@@ -268,6 +278,7 @@ impl TransactionServices {
                 .as_ref()
                 .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout),
             lease: nats.config.lease,
+            failover_wait: nats.config.failover_wait,
         };
         tokio::spawn(router.run(routed));
         {
@@ -522,6 +533,10 @@ impl TransactionIngest for TransactionServices {
         request: Request<Streaming<Transaction>>,
     ) -> Result<Response<AckStream>, Status> {
         let principal = crate::auth::Caller::of(&request)?;
+        let per_record_refusals = request
+            .metadata()
+            .get(RECORD_REFUSALS_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"1");
         let mut inbound = request.into_inner();
         let limit = self.config.borrow().max_unacked_per_publish;
         let (ack_tx, ack_rx) = mpsc::channel::<Result<PublishAck, Status>>(256);
@@ -609,7 +624,20 @@ impl TransactionIngest for TransactionServices {
                             record_id,
                             window_id: appended.window_id,
                             duplicate: appended.duplicate,
+                            refused: None,
                         }),
+                        Ok(Err(e @ AppendError::NoWriter { .. })) if per_record_refusals => {
+                            windows::count_refused("no_writer");
+                            Ok(PublishAck {
+                                record_id,
+                                window_id: 0,
+                                duplicate: false,
+                                refused: Some(RecordRefusal {
+                                    reason: RefusalReason::NoWriter.into(),
+                                    message: e.to_string(),
+                                }),
+                            })
+                        }
                         Ok(Err(e)) => Err(TransactionsError::Append(e).into()),
                         Err(_) => Err(TransactionsError::Append(AppendError::Unavailable(
                             "the transaction writer dropped the record".into(),
