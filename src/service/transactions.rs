@@ -13,7 +13,11 @@
 //! and carrying on would need a per-record error message in the ack stream; ending the stream keeps
 //! the contract "every ack means durable" simple.) Past `max_open_records` waiting records of a
 //! stream: RESOURCE_EXHAUSTED; store errors: UNAVAILABLE — in both cases the stream ends and the
-//! failed record was not acknowledged.
+//! failed record was not acknowledged. One refusal does not end the stream: with replicas, a record
+//! no replica took within `cluster.failover_wait_ms` ([`cluster::Router`]) is answered with a
+//! [`PublishAck`] whose `refused` is set, on calls whose metadata has [`RECORD_REFUSALS_HEADER`]`: 1`
+//! (older producers would read any acknowledgement as "stored", so without it the refusal ends the
+//! stream with UNAVAILABLE).
 //!
 //! # Subscribe
 //! Released windows are read from the release store in id order from `from_window`, then each new

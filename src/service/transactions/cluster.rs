@@ -14,11 +14,16 @@
 //!   seals sends it there as a NATS request on `<prefix>.ingest.<node id>` (a `ForwardRequest` of
 //!   up to [`MAX_FORWARD_BYTES`]; one request per batch of the router's queue and holder), and
 //!   acknowledges it to its producer only with the holder's answer (durable, or a duplicate with its
-//!   window). The holder validates the records again with its own limits ([`serve_ingest`]). A
-//!   stream nobody is known to hold is contended for first; records wait up to two lease durations
-//!   for a holder and are otherwise refused UNAVAILABLE (not stored; publish again). A holder that
-//!   does not answer within `cluster.request_timeout_ms` gets the same: the record may or may not
-//!   be stored, and publishing it again is safe (idempotent by record id).
+//!   window). The holder validates the records again with its own limits ([`serve_ingest`]).
+//! * **Failover without the producer noticing** ([`Router::deliver`]). Records whose stream has no
+//!   known holder, or whose holder does not take them (unreachable, no answer within
+//!   `cluster.request_timeout_ms`, or answering that it no longer seals the stream), wait until the
+//!   stream's lease is held here or by another replica (a request in flight is given up as soon as
+//!   the lease leaves its holder) and are then sent there, up to `cluster.failover_wait_ms` (default
+//!   twice the lease) after the first failure. Sending again is safe: a record the old holder
+//!   stored is answered by the new one as a duplicate in its window (the log is idempotent by record
+//!   id). Past the wait a record is refused with [`AppendError::NoWriter`] (nothing stored; publish
+//!   it again), which Publish reports per record when the producer asks for it.
 //! * **Releases everywhere** ([`watch_releases`]). Every replica listens on `<prefix>.releases.>`
 //!   (the release store's subjects; JetStream delivers stored messages to plain subscribers too) and
 //!   announces each release to its local subscribers, and re-reads the release store every lease
