@@ -34,8 +34,7 @@ async fn run_to_exit(config_path: std::path::PathBuf) -> (bool, String) {
         loop {
             if let Some(status) = child.try_wait().unwrap() {
                 let mut stderr = String::new();
-                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr)
-                    .unwrap();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
                 return (status.success(), stderr);
             }
             if std::time::Instant::now() > deadline {
@@ -74,7 +73,11 @@ async fn a_second_replica_with_a_running_replicas_id_refuses_to_start() {
         .await
         .expect("the running replica still serves");
     assert_eq!(health.into_inner().status, 1);
-    assert!(a.logs().iter().all(|l| l["level"] != "ERROR"), "{:#?}", a.logs());
+    assert!(
+        a.logs().iter().all(|l| l["level"] != "ERROR"),
+        "{:#?}",
+        a.logs()
+    );
 
     // A graceful stop releases the id: the next replica under it starts without waiting.
     a.stop();
@@ -127,8 +130,7 @@ async fn replicas_on_the_default_id_each_get_their_own() {
     for n in [&na, &nb] {
         assert!(
             n.len() <= 64
-                && n
-                    .bytes()
+                && n.bytes()
                     .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
             "{n} is not a subject token"
         );

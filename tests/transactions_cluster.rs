@@ -546,9 +546,8 @@ async fn a_killed_holder_is_invisible_to_producers_on_the_survivor() {
     let b = DaemonProcess::start(&failover_config(&nats, "b", 60_000));
     let (seen, gap) = failover_round(&a, &b, STREAM, 400).await;
     eprintln!("longest gap without an acknowledgement on the survivor: {gap:?}");
-    let mut acknowledged: HashMap<String, u64> = (0..CHUNK)
-        .map(|i| (record(8, i).record_id, 0))
-        .collect();
+    let mut acknowledged: HashMap<String, u64> =
+        (0..CHUNK).map(|i| (record(8, i).record_id, 0)).collect();
     let mut first_windows = HashMap::new();
     for steady in &seen {
         assert_eq!(steady.acks.len(), steady.sent.len());
@@ -606,7 +605,11 @@ async fn past_the_failover_wait_records_are_refused_one_by_one() {
     assert!(!refused.is_empty(), "nothing refused with a 1 ms wait");
     for r in &refused {
         assert_eq!(r.reason, cloakd::proto::RefusalReason::NoWriter as i32);
-        assert!(r.message.contains("cluster.failover_wait_ms"), "{}", r.message);
+        assert!(
+            r.message.contains("cluster.failover_wait_ms"),
+            "{}",
+            r.message
+        );
     }
     let stored = seen
         .iter()
@@ -633,19 +636,17 @@ async fn failover_pause_over_ten_kills() {
     let mut gaps = Vec::new();
     for round in 0..10 {
         let (h, s) = (round % 2, 1 - round % 2);
-        let (seen, gap) = failover_round(
-            &replicas[h],
-            &replicas[s],
-            &format!("pause-{round}"),
-            300,
-        )
-        .await;
+        let (seen, gap) =
+            failover_round(&replicas[h], &replicas[s], &format!("pause-{round}"), 300).await;
         let refused = seen
             .iter()
             .flat_map(|s| &s.acks)
             .filter(|(ack, _)| ack.refused.is_some())
             .count();
-        eprintln!("kill {round}: longest gap {} ms, {refused} refused", gap.as_millis());
+        eprintln!(
+            "kill {round}: longest gap {} ms, {refused} refused",
+            gap.as_millis()
+        );
         gaps.push(gap);
         replicas[h] = DaemonProcess::start(&failover_config(&nats, ["a", "b"][h], 0));
     }

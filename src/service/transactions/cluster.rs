@@ -265,9 +265,7 @@ impl Router {
                     let router = self.clone();
                     let (node, failure) = (node.clone(), not_taken.failure.clone());
                     tokio::spawn(async move {
-                        router
-                            .deliver(appends, Some(node), deadline, failure)
-                            .await
+                        router.deliver(appends, Some(node), deadline, failure).await
                     });
                 }
             }

@@ -108,9 +108,7 @@ impl AppendError {
             AppendError::TooManyAntecedents { .. } => ForwardedKind::Invalid,
             AppendError::Unavailable(_)
             | AppendError::NotWriter { .. }
-            | AppendError::NoWriter { .. } => {
-                ForwardedKind::Unavailable
-            }
+            | AppendError::NoWriter { .. } => ForwardedKind::Unavailable,
             AppendError::Forwarded { kind, .. } => *kind,
         }
     }
