@@ -69,6 +69,24 @@ impl Cluster {
     /// Registers this replica's node id (see the module doc): returns once it is held, or refuses
     /// when a live replica holds it.
     pub async fn register(&self) -> Result<Registration, RegistrationError> {
+        // A fresh replicated bucket may not answer until JetStream has elected its leader (replicas
+        // starting together): key-value errors are retried for about 30 s, as opening the bucket is.
+        let mut pause = Duration::from_millis(250);
+        let mut attempt = 1;
+        loop {
+            match self.try_register().await {
+                Err(RegistrationError::Cluster(e)) if attempt < 8 => {
+                    tracing::warn!(error = %e, attempt, "cannot register cluster.node_id yet; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(8));
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn try_register(&self) -> Result<Registration, RegistrationError> {
         let kv = self.lease_bucket().await?;
         let key = registration_key(&self.node_id);
         let holder = holder_description();
