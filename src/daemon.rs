@@ -93,6 +93,16 @@ async fn serve_inner(
     let cluster = crate::cluster::connect(&config.cluster)
         .await
         .context("connecting to the NATS cluster ([cluster])")?;
+    // One running replica per node id: a second one with the same cluster.node_id stops here.
+    let registration = match &cluster {
+        Some(cluster) => Some(
+            cluster
+                .register()
+                .await
+                .context("registering this replica's cluster.node_id on NATS")?,
+        ),
+        None => None,
+    };
     let max_message_bytes = config.server.max_message_bytes;
     let location = match &cluster {
         Some(cluster) => {
@@ -234,6 +244,9 @@ async fn serve_inner(
             Ok(_) => {}
             Err(_) => tracing::warn!("metrics listener still open after server.shutdown_grace_ms"),
         }
+    }
+    if let Some(registration) = registration {
+        registration.release().await;
     }
     match served {
         Ok(result) => result.context("gRPC server failed"),

@@ -17,6 +17,9 @@ pub const MIN_LEASE_MS: u64 = 300;
 /// Longest lease: a failed replica's cells and streams stay unserved this long.
 pub const MAX_LEASE_MS: u64 = 60_000;
 
+/// Longest `failover_wait_ms`: a producer's records wait at most this long for a stream's writer.
+pub const MAX_FAILOVER_WAIT_MS: u64 = 600_000;
+
 /// `[cluster]` as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -24,6 +27,7 @@ pub struct RawCluster {
     pub nats_url: String,
     pub replicas: usize,
     pub lease_ms: u64,
+    pub failover_wait_ms: u64,
     pub node_id: String,
     pub cell_size_m: f64,
     pub prefix: String,
@@ -44,7 +48,11 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// Lease duration: a replica that stops renewing loses its cells and streams after this long.
     pub lease: Duration,
-    /// This replica's name on NATS; `None`: derived from the host name at start ([`crate::cluster::node_id`]).
+    /// How long a record published here waits for its stream to get a reachable writer when the
+    /// replica sealing it stops answering (`failover_wait_ms`; 0 in the file: twice the lease).
+    pub failover_wait: Duration,
+    /// This replica's name on NATS; `None`: the host name and a random suffix, new for every process
+    /// ([`crate::cluster::node_id`]).
     pub node_id: Option<String>,
     /// Side of a location cell in metres; each cell is owned by one replica at a time.
     pub cell_size_m: f64,
@@ -117,6 +125,19 @@ impl RawCluster {
                 ),
             ));
         }
+        if self.failover_wait_ms > MAX_FAILOVER_WAIT_MS {
+            return Err(invalid(
+                "cluster.failover_wait_ms",
+                format!(
+                    "must lie in [0, {MAX_FAILOVER_WAIT_MS}] milliseconds (0: twice cluster.lease_ms; got {})",
+                    self.failover_wait_ms
+                ),
+            ));
+        }
+        let failover_wait = match self.failover_wait_ms {
+            0 => Duration::from_millis(2 * self.lease_ms),
+            ms => Duration::from_millis(ms),
+        };
         let node_id = match self.node_id.trim() {
             "" => None,
             id if is_name_token(id) => Some(id.to_string()),
@@ -208,6 +229,7 @@ impl RawCluster {
             nats,
             replicas: self.replicas,
             lease: Duration::from_millis(self.lease_ms),
+            failover_wait,
             node_id,
             cell_size_m: self.cell_size_m,
             prefix: self.prefix,
@@ -233,6 +255,7 @@ mod tests {
         assert!(!cfg.cluster.enabled());
         assert_eq!(cfg.cluster.replicas, 1);
         assert_eq!(cfg.cluster.lease.as_millis(), 5000);
+        assert_eq!(cfg.cluster.failover_wait.as_millis(), 10_000);
     }
 
     #[test]
@@ -260,6 +283,11 @@ mod tests {
             ("CLOAKD_CLUSTER__REPLICAS", "0", "cluster.replicas"),
             ("CLOAKD_CLUSTER__REPLICAS", "7", "cluster.replicas"),
             ("CLOAKD_CLUSTER__LEASE_MS", "10", "cluster.lease_ms"),
+            (
+                "CLOAKD_CLUSTER__FAILOVER_WAIT_MS",
+                "600001",
+                "cluster.failover_wait_ms",
+            ),
             ("CLOAKD_CLUSTER__NODE_ID", "\"a.b\"", "cluster.node_id"),
             ("CLOAKD_CLUSTER__CELL_SIZE_M", "0.0", "cluster.cell_size_m"),
             ("CLOAKD_CLUSTER__PREFIX", "\"a b\"", "cluster.prefix"),

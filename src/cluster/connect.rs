@@ -14,7 +14,7 @@ use super::{ClusterConfig, ClusterError};
 pub struct Cluster {
     pub client: async_nats::Client,
     pub jetstream: jetstream::Context,
-    /// This replica's name (validated `cluster.node_id`, or derived from the host name).
+    /// This replica's name (validated `cluster.node_id`, or [`node_id`]: unique to the process).
     pub node_id: String,
     pub config: ClusterConfig,
 }
@@ -152,31 +152,39 @@ fn parse_version(version: &str) -> Option<(u64, u64)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
-/// This replica's default name: the host name with every character other than letters, digits,
-/// '-' and '_' replaced by '-', or a random one when the host has no name.
+/// This replica's default name, new for every process: the host name (every character other than
+/// letters, digits, '-' and '_' replaced by '-', at most 47 of them) and 16 random hex digits, e.g.
+/// `web-3-5f0c2a9e41d7b388`; `cloakd-<16 hex digits>` when the host has no name. Two processes on one
+/// host (or two pods sharing a host name) so never share a name.
 pub fn node_id() -> String {
-    let host = std::env::var("HOSTNAME")
+    let suffix = format!("{:016x}", rand::random::<u64>());
+    match host_name() {
+        Some(host) => {
+            let host: String = host
+                .chars()
+                .take(47)
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            format!("{host}-{suffix}")
+        }
+        None => format!("cloakd-{suffix}"),
+    }
+}
+
+/// The host name (`$HOSTNAME`, else the kernel's), if it has one.
+pub fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .unwrap_or_default();
-    let name: String = host
-        .trim()
-        .chars()
-        .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    if name.is_empty() {
-        format!("cloakd-{:016x}", rand::random::<u64>())
-    } else {
-        name
-    }
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
 }
 
 fn readable(key: &'static str, path: &std::path::Path) -> Result<(), ClusterError> {
@@ -225,7 +233,10 @@ mod tests {
     }
 
     #[test]
-    fn node_id_is_a_subject_token() {
-        assert!(super::super::config::is_name_token(&node_id()));
+    fn node_id_is_a_subject_token_unique_per_call() {
+        let (a, b) = (node_id(), node_id());
+        assert!(super::super::config::is_name_token(&a), "{a}");
+        assert!(a.len() <= 64, "{a}");
+        assert_ne!(a, b);
     }
 }

@@ -211,7 +211,7 @@ impl Contender {
     }
 }
 
-fn holder_of(value: &[u8]) -> String {
+pub(crate) fn holder_of(value: &[u8]) -> String {
     serde_json::from_slice::<LeaseValue>(value)
         .map(|v| v.holder)
         .unwrap_or_else(|_| "(unreadable)".into())
@@ -316,17 +316,7 @@ impl Lease {
 
     /// Completes when the lease is lost (never, while it is renewed), so the owner can step down.
     pub async fn lost(&self) {
-        let mut state = self.watch();
-        loop {
-            let until = match *state.borrow_and_update() {
-                LeaseState::Lost => return,
-                LeaseState::Held { until } => until,
-            };
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => if Instant::now() >= until { return },
-                changed = state.changed() => if changed.is_err() { return },
-            }
-        }
+        lost(self.watch()).await
     }
 
     /// Renews now (besides the background renewals); false if the lease is lost.
@@ -356,6 +346,20 @@ impl Lease {
                 key: self.tenure.key.clone(),
                 message: e.to_string(),
             }),
+        }
+    }
+}
+
+/// Completes when the lease `state` follows is lost (see [`Lease::lost`]).
+pub async fn lost(mut state: watch::Receiver<LeaseState>) {
+    loop {
+        let until = match *state.borrow_and_update() {
+            LeaseState::Lost => return,
+            LeaseState::Held { until } => until,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => if Instant::now() >= until { return },
+            changed = state.changed() => if changed.is_err() { return },
         }
     }
 }

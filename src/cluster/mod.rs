@@ -5,16 +5,18 @@
 //! Everything a deployment puts on NATS starts with `cluster.prefix` (default `cloakd`):
 //! subjects `<prefix>.…`, streams and key-value buckets `<prefix>_…`. The leases live in the
 //! key-value bucket `<prefix>_leases` (replicated `cluster.replicas` times), one key per leased
-//! thing. With `cluster.nats_url = ""` none of this runs.
+//! thing, and one key `node.<node id>` per running replica ([`registration`]). With `cluster.nats_url = ""` none of this runs.
 pub mod config;
 pub mod connect;
 pub mod lease;
 pub mod lease_table;
+pub mod registration;
 
 pub use config::{ClusterConfig, NatsConfig};
 pub use connect::{Cluster, connect, node_id};
 pub use lease::{Contender, Lease, LeaseAttempt};
 pub use lease_table::{LeaseTable, Owner};
+pub use registration::{Registration, RegistrationError};
 
 /// What can go wrong talking to NATS; each names what was being done.
 #[derive(Debug, thiserror::Error)]

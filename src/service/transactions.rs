@@ -14,7 +14,11 @@
 //! and carrying on would need a per-record error message in the ack stream; ending the stream keeps
 //! the contract "every ack means durable" simple.) Past `max_open_records` waiting records of a
 //! stream: RESOURCE_EXHAUSTED; store errors: UNAVAILABLE — in both cases the stream ends and the
-//! failed record was not acknowledged.
+//! failed record was not acknowledged. One refusal does not end the stream: with replicas, a record
+//! no replica took within `cluster.failover_wait_ms` ([`cluster::Router`]) is answered with a
+//! [`PublishAck`] whose `refused` is set, on calls whose metadata has [`RECORD_REFUSALS_HEADER`]`: 1`
+//! (older producers would read any acknowledgement as "stored", so without it the refusal ends the
+//! stream with UNAVAILABLE).
 //!
 //! # Subscribe
 //! Released windows are read from the release store in id order from `from_window`, then each new
@@ -46,11 +50,19 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::config::TransactionsConfig;
 use crate::proto::release_feed_server::{ReleaseFeed, ReleaseFeedServer};
 use crate::proto::transaction_ingest_server::{TransactionIngest, TransactionIngestServer};
-use crate::proto::{PublishAck, ReleaseSubscription, ReleasedWindow, Transaction};
+use crate::proto::{
+    PublishAck, RecordRefusal, RefusalReason, ReleaseSubscription, ReleasedWindow, Transaction,
+};
 use crate::service::{InboundError, drain};
 use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
 use crate::text::quote;
 use windows::{Append, AppendError, Appended, ForwardedKind, WindowManager};
+
+/// Request metadata of a Publish call whose producer reads [`PublishAck::refused`]: with value `1`,
+/// a record no replica took within `cluster.failover_wait_ms` is refused in its acknowledgement and
+/// the stream goes on; without it, that refusal ends the stream (older producers would read any
+/// acknowledgement as "stored").
+pub const RECORD_REFUSALS_HEADER: &str = "cloakd-record-refusals";
 
 /// Longest stream name, in bytes (its hex form names a directory).
 pub const MAX_STREAM_NAME_BYTES: usize = 120;
@@ -125,7 +137,9 @@ impl From<TransactionsError> for Status {
                 ForwardedKind::Unavailable => Status::unavailable(message),
             },
             TransactionsError::Append(
-                AppendError::Unavailable(_) | AppendError::NotWriter { .. },
+                AppendError::Unavailable(_)
+                | AppendError::NotWriter { .. }
+                | AppendError::NoWriter { .. },
             )
             | TransactionsError::Store(_)
             | TransactionsError::ShuttingDown
@@ -269,6 +283,7 @@ impl TransactionServices {
                 .as_ref()
                 .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout),
             lease: nats.config.lease,
+            failover_wait: nats.config.failover_wait,
         };
         tokio::spawn(router.run(routed));
         {
@@ -523,6 +538,10 @@ impl TransactionIngest for TransactionServices {
         request: Request<Streaming<Transaction>>,
     ) -> Result<Response<AckStream>, Status> {
         let principal = crate::auth::Caller::of(&request)?;
+        let per_record_refusals = request
+            .metadata()
+            .get(RECORD_REFUSALS_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"1");
         let mut inbound = request.into_inner();
         let limit = self.config.borrow().max_unacked_per_publish;
         let (ack_tx, ack_rx) = mpsc::channel::<Result<PublishAck, Status>>(256);
@@ -610,7 +629,20 @@ impl TransactionIngest for TransactionServices {
                             record_id,
                             window_id: appended.window_id,
                             duplicate: appended.duplicate,
+                            refused: None,
                         }),
+                        Ok(Err(e @ AppendError::NoWriter { .. })) if per_record_refusals => {
+                            windows::count_refused("no_writer");
+                            Ok(PublishAck {
+                                record_id,
+                                window_id: 0,
+                                duplicate: false,
+                                refused: Some(RecordRefusal {
+                                    reason: RefusalReason::NoWriter.into(),
+                                    message: e.to_string(),
+                                }),
+                            })
+                        }
                         Ok(Err(e)) => Err(TransactionsError::Append(e).into()),
                         Err(_) => Err(TransactionsError::Append(AppendError::Unavailable(
                             "the transaction writer dropped the record".into(),

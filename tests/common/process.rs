@@ -94,6 +94,11 @@ impl DaemonProcess {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Every log line so far.
     pub fn logs(&self) -> Vec<serde_json::Value> {
         self.logs.lock().unwrap().clone()

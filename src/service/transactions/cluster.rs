@@ -14,11 +14,16 @@
 //!   seals sends it there as a NATS request on `<prefix>.ingest.<node id>` (a `ForwardRequest` of
 //!   up to [`MAX_FORWARD_BYTES`]; one request per batch of the router's queue and holder), and
 //!   acknowledges it to its producer only with the holder's answer (durable, or a duplicate with its
-//!   window). The holder validates the records again with its own limits ([`serve_ingest`]). A
-//!   stream nobody is known to hold is contended for first; records wait up to two lease durations
-//!   for a holder and are otherwise refused UNAVAILABLE (not stored; publish again). A holder that
-//!   does not answer within `cluster.request_timeout_ms` gets the same: the record may or may not
-//!   be stored, and publishing it again is safe (idempotent by record id).
+//!   window). The holder validates the records again with its own limits ([`serve_ingest`]).
+//! * **Failover without the producer noticing** ([`Router::deliver`]). Records whose stream has no
+//!   known holder, or whose holder does not take them (unreachable, no answer within
+//!   `cluster.request_timeout_ms`, or answering that it no longer seals the stream), wait until the
+//!   stream's lease is held here or by another replica (a request in flight is given up as soon as
+//!   the lease leaves its holder) and are then sent there, up to `cluster.failover_wait_ms` (default
+//!   twice the lease) after the first failure. Sending again is safe: a record the old holder
+//!   stored is answered by the new one as a duplicate in its window (the log is idempotent by record
+//!   id). Past the wait a record is refused with [`AppendError::NoWriter`] (nothing stored; publish
+//!   it again), which Publish reports per record when the producer asks for it.
 //! * **Releases everywhere** ([`watch_releases`]). Every replica listens on `<prefix>.releases.>`
 //!   (the release store's subjects; JetStream delivers stored messages to plain subscribers too) and
 //!   announces each release to its local subscribers, and re-reads the release store every lease
@@ -37,6 +42,7 @@ use super::windows::{Append, AppendError, Appended, ForwardedKind, Ownership, St
 use crate::cluster::{Cluster, LeaseTable, Owner};
 use crate::config::TransactionsConfig;
 use crate::store::{ReleaseStore, stream_dir_name, stream_name_of_dir};
+use crate::text::quote;
 
 /// Largest payload of one forwarded batch: below NATS's default `max_payload` (1 MiB).
 pub const MAX_FORWARD_BYTES: usize = 512 * 1024;
@@ -167,7 +173,19 @@ pub struct Router {
     pub prefix: String,
     pub request_timeout: Duration,
     pub lease: Duration,
+    /// How long a record waits for a reachable writer of its stream (`cluster.failover_wait_ms`).
+    pub failover_wait: Duration,
 }
+
+/// Records the holder of their stream did not take (unreachable, no answer, or it answered that it
+/// no longer seals the stream), to be sent again once the lease moves; and why.
+struct NotTaken {
+    appends: Vec<Append>,
+    failure: String,
+}
+
+/// How often a waiting record checks whether its stream's lease moved.
+const LEASE_POLL: Duration = Duration::from_millis(20);
 
 impl Router {
     pub async fn run(self, mut input: mpsc::Receiver<Append>) {
@@ -187,17 +205,16 @@ impl Router {
                     Owner::Remote(node) => remote.entry(node).or_default().push(append),
                     Owner::Vacant => {
                         let router = self.clone();
+                        let deadline = tokio::time::Instant::now() + router.failover_wait;
                         tokio::spawn(async move {
-                            let key = stream_dir_name(&append.stream);
-                            match router.leases.0.resolve(&key, router.lease * 2).await {
-                                Owner::Local => router.local(append),
-                                Owner::Remote(node) => router.forward(node, vec![append]).await,
-                                Owner::Vacant => {
-                                    let _ = append.reply.send(Err(AppendError::NotWriter {
-                                        stream: append.stream,
-                                    }));
-                                }
-                            }
+                            router
+                                .deliver(
+                                    vec![append],
+                                    None,
+                                    deadline,
+                                    "is not known to be sealed by any replica".into(),
+                                )
+                                .await
                         });
                     }
                 }
@@ -231,31 +248,117 @@ impl Router {
     }
 
     /// Sends `appends` to `node` in requests of at most [`MAX_FORWARD_BYTES`], one after the other,
-    /// and answers each record with its result.
+    /// and answers each record with its result; records `node` did not take wait for their stream's
+    /// lease to move ([`Self::deliver`]).
     async fn forward(&self, node: String, appends: Vec<Append>) {
-        let subject = ingest_subject(&self.prefix, &node);
-        let mut chunk: Vec<Append> = Vec::new();
-        let mut bytes = 0usize;
-        let mut appends = appends.into_iter().peekable();
-        while let Some(append) = appends.next() {
-            bytes += append.record_id.len()
-                + append.stream.len()
-                + append.items.iter().map(|i| i.len() + 2).sum::<usize>()
-                + append
-                    .sensitive_items
-                    .iter()
-                    .map(|i| i.len() + 2)
-                    .sum::<usize>()
-                + 16;
-            chunk.push(append);
-            if bytes >= MAX_FORWARD_BYTES / 2 || appends.peek().is_none() {
-                self.send(&subject, &node, std::mem::take(&mut chunk)).await;
-                bytes = 0;
+        let deadline = tokio::time::Instant::now() + self.failover_wait;
+        for chunk in chunks(appends) {
+            if let Some(not_taken) = self.send(&node, chunk).await {
+                let mut by_stream: HashMap<String, Vec<Append>> = HashMap::new();
+                for append in not_taken.appends {
+                    by_stream
+                        .entry(append.stream.clone())
+                        .or_default()
+                        .push(append);
+                }
+                for (_, appends) in by_stream {
+                    let router = self.clone();
+                    let (node, failure) = (node.clone(), not_taken.failure.clone());
+                    tokio::spawn(async move {
+                        router.deliver(appends, Some(node), deadline, failure).await
+                    });
+                }
             }
         }
     }
 
-    async fn send(&self, subject: &str, node: &str, chunk: Vec<Append>) {
+    /// Delivers records of one stream whose writer did not take them (`failed`, or nobody known),
+    /// as soon as the stream's lease is held by this replica or another reachable one, until
+    /// `deadline`; records still not taken then are refused with [`AppendError::NoWriter`].
+    async fn deliver(
+        &self,
+        mut appends: Vec<Append>,
+        mut failed: Option<String>,
+        deadline: tokio::time::Instant,
+        mut failure: String,
+    ) {
+        let stream = appends[0].stream.clone();
+        let started = tokio::time::Instant::now();
+        while let Some(owner) = self.next_holder(&stream, failed.as_deref(), deadline).await {
+            match owner {
+                Owner::Remote(node) => match self.send(&node, appends).await {
+                    None => return,
+                    Some(not_taken) => {
+                        appends = not_taken.appends;
+                        failure = not_taken.failure;
+                        failed = Some(node);
+                    }
+                },
+                _ => {
+                    for append in appends {
+                        self.local(append);
+                    }
+                    return;
+                }
+            }
+        }
+        let waited = started.elapsed();
+        tracing::warn!(
+            stream = %quote(&stream),
+            records = appends.len(),
+            waited_ms = waited.as_millis() as u64,
+            "no replica took the records within cluster.failover_wait_ms; refused"
+        );
+        metrics::counter!(crate::telemetry::catalog::TX_RECORDS_FORWARDED, "result" => "no_writer")
+            .increment(appends.len() as u64);
+        let holder = failed.map_or_else(|| "no replica".to_string(), |n| format!("replica {n:?}"));
+        for append in appends {
+            let _ = append.reply.send(Err(AppendError::NoWriter {
+                stream: append.stream,
+                waited_ms: waited.as_millis() as u64,
+                detail: format!("{holder} {failure}"),
+            }));
+        }
+    }
+
+    /// Waits until `stream` is sealed here or by a replica other than `failed` (`failed` itself
+    /// again after a third of a lease: it may only have been slow); `None` at `deadline`.
+    async fn next_holder(
+        &self,
+        stream: &str,
+        failed: Option<&str>,
+        deadline: tokio::time::Instant,
+    ) -> Option<Owner> {
+        let key = stream_dir_name(stream);
+        let retry_failed_at = tokio::time::Instant::now() + (self.lease / 3).max(LEASE_POLL);
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            let owner = match self.leases.owner(stream) {
+                Owner::Vacant => {
+                    let wait = (deadline - now).min(self.lease / 3).max(LEASE_POLL);
+                    self.leases.0.resolve(&key, wait).await
+                }
+                owner => owner,
+            };
+            match &owner {
+                Owner::Local => return Some(owner),
+                Owner::Remote(node) if Some(node.as_str()) != failed || now >= retry_failed_at => {
+                    return Some(owner);
+                }
+                _ => tokio::time::sleep(LEASE_POLL.min(deadline - now)).await,
+            }
+        }
+    }
+
+    /// One request to `node` with `chunk`; answers the records it took (stored, duplicate, or
+    /// refused for a reason of theirs) and returns the ones it did not take, and why. A request
+    /// still unanswered when the stream's lease moves away from `node` is given up (the records are
+    /// sent again to the new holder, which answers a record `node` stored as a duplicate).
+    async fn send(&self, node: &str, chunk: Vec<Append>) -> Option<NotTaken> {
+        let subject = ingest_subject(&self.prefix, node);
         let (records, replies): (Vec<ForwardRecord>, Vec<oneshot::Sender<_>>) = chunk
             .into_iter()
             .map(|a| {
@@ -270,19 +373,54 @@ impl Router {
                 )
             })
             .unzip();
-        let streams: Vec<String> = records.iter().map(|r| r.stream.clone()).collect();
-        let payload = prost::Message::encode_to_vec(&ForwardRequest { records });
-        let answer = tokio::time::timeout(
-            self.request_timeout,
-            self.client.request(subject.to_string(), payload.into()),
-        )
-        .await;
+        let payload = prost::Message::encode_to_vec(&ForwardRequest {
+            records: records.clone(),
+        });
+        let streams: Vec<String> = {
+            let mut s: Vec<String> = records.iter().map(|r| r.stream.clone()).collect();
+            s.sort();
+            s.dedup();
+            s
+        };
+        let moved = async {
+            let holder = Owner::Remote(node.to_string());
+            loop {
+                tokio::time::sleep(LEASE_POLL).await;
+                if streams.iter().any(|s| self.leases.owner(s) != holder) {
+                    return;
+                }
+            }
+        };
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(
+                self.request_timeout,
+                self.client.request(subject, payload.into()),
+            ) => Some(answer),
+            () = moved => None,
+        };
         let failure = match answer {
-            Ok(Ok(message)) => {
+            Some(Ok(Ok(message))) => {
                 match <ForwardReply as prost::Message>::decode(message.payload.as_ref()) {
                     Ok(reply) if reply.results.len() == replies.len() => {
-                        for (result, reply) in reply.results.into_iter().zip(replies) {
+                        let mut not_taken = NotTaken {
+                            appends: Vec::new(),
+                            failure: String::new(),
+                        };
+                        for ((result, reply), record) in
+                            reply.results.into_iter().zip(replies).zip(records)
+                        {
                             let result = result.into_result();
+                            if let Err(AppendError::Forwarded {
+                                kind: ForwardedKind::Unavailable,
+                                message,
+                            }) = &result
+                            {
+                                // Not stored there (it lost the lease, or its store failed):
+                                // wait for the stream's next holder.
+                                not_taken.failure = format!("answered: {message}");
+                                not_taken.appends.push(append_of(record, reply));
+                                continue;
+                            }
                             count_forwarded(match &result {
                                 Ok(a) if a.duplicate => "duplicate",
                                 Ok(_) => "stored",
@@ -290,27 +428,71 @@ impl Router {
                             });
                             let _ = reply.send(result);
                         }
-                        return;
+                        return (!not_taken.appends.is_empty()).then_some(not_taken);
                     }
                     Ok(_) => "answered for a different number of records".to_string(),
                     Err(e) => format!("sent an unreadable answer ({e})"),
                 }
             }
-            Ok(Err(e)) => format!("could not be reached ({e})"),
-            Err(_) => format!(
+            Some(Ok(Err(e))) => format!("could not be reached ({e})"),
+            Some(Err(_)) => format!(
                 "did not answer within {} ms (cluster.request_timeout_ms)",
                 self.request_timeout.as_millis()
             ),
+            None => "stopped sealing the stream before it answered".to_string(),
         };
-        tracing::warn!(replica = %node, records = replies.len(), failure = %failure, "forwarding records failed");
+        tracing::warn!(replica = %node, records = replies.len(), failure = %failure, "forwarding records failed; they wait for the stream's lease");
         metrics::counter!(crate::telemetry::catalog::TX_RECORDS_FORWARDED, "result" => "failed")
             .increment(replies.len() as u64);
-        for (reply, stream) in replies.into_iter().zip(streams) {
-            let _ = reply.send(Err(AppendError::Unavailable(format!(
-                "replica {node:?}, which seals stream {stream:?}, {failure}; the record may not be stored, publish it again"
-            ))));
+        Some(NotTaken {
+            appends: records
+                .into_iter()
+                .zip(replies)
+                .map(|(r, reply)| append_of(r, reply))
+                .collect(),
+            failure,
+        })
+    }
+}
+
+fn append_of(
+    record: ForwardRecord,
+    reply: oneshot::Sender<Result<Appended, AppendError>>,
+) -> Append {
+    Append {
+        stream: record.stream,
+        record_id: record.record_id,
+        items: record.items,
+        sensitive_items: record.sensitive_items,
+        reply,
+    }
+}
+
+/// `appends` in chunks of about half of [`MAX_FORWARD_BYTES`] each (one request per chunk).
+fn chunks(appends: Vec<Append>) -> Vec<Vec<Append>> {
+    let mut out = Vec::new();
+    let mut chunk: Vec<Append> = Vec::new();
+    let mut bytes = 0usize;
+    for append in appends {
+        bytes += append.record_id.len()
+            + append.stream.len()
+            + append.items.iter().map(|i| i.len() + 2).sum::<usize>()
+            + append
+                .sensitive_items
+                .iter()
+                .map(|i| i.len() + 2)
+                .sum::<usize>()
+            + 16;
+        chunk.push(append);
+        if bytes >= MAX_FORWARD_BYTES / 2 {
+            out.push(std::mem::take(&mut chunk));
+            bytes = 0;
         }
     }
+    if !chunk.is_empty() {
+        out.push(chunk);
+    }
+    out
 }
 
 /// Serves the records other replicas forward to this one (see the module doc), until the

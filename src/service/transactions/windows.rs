@@ -69,6 +69,16 @@ pub enum AppendError {
         "stream {stream:?} is being taken over by another replica; the record was not stored, publish it again"
     )]
     NotWriter { stream: String },
+    /// No replica took the record within `cluster.failover_wait_ms` (the one sealing its stream
+    /// stopped answering and the lease did not move in time); nothing stored.
+    #[error(
+        "stream {stream:?}: no replica took the record within {waited_ms} ms (cluster.failover_wait_ms; {detail}); it was not stored, publish it again"
+    )]
+    NoWriter {
+        stream: String,
+        waited_ms: u64,
+        detail: String,
+    },
     /// The replica that seals the stream's windows refused the record (forwarded there).
     #[error("{message}")]
     Forwarded {
@@ -96,9 +106,9 @@ impl AppendError {
                 ForwardedKind::Exhausted
             }
             AppendError::TooManyAntecedents { .. } => ForwardedKind::Invalid,
-            AppendError::Unavailable(_) | AppendError::NotWriter { .. } => {
-                ForwardedKind::Unavailable
-            }
+            AppendError::Unavailable(_)
+            | AppendError::NotWriter { .. }
+            | AppendError::NoWriter { .. } => ForwardedKind::Unavailable,
             AppendError::Forwarded { kind, .. } => *kind,
         }
     }
