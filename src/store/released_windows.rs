@@ -130,7 +130,9 @@ pub fn verify_outcome_file(
         // Written before the header existed: its content must name this window.
         bytes
     };
+    let headed = bytes.starts_with(MAGIC);
     match kind {
+        OutcomeKind::Released if headed => Ok(WindowOutcome::Released(payload.to_vec())),
         OutcomeKind::Released => {
             let window = <crate::proto::ReleasedWindow as prost::Message>::decode(payload)
                 .map_err(|e| (0, format!("the release does not decode: {e}")))?;
