@@ -1,5 +1,5 @@
 //! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`,
-//! `cloakd config ...`.
+//! `cloakd config ...`, `cloakd store ...`.
 use clap::{Parser, Subcommand};
 
 pub mod config;
@@ -9,6 +9,7 @@ mod item_sets;
 pub mod publish_load;
 pub mod simulate;
 pub mod soak;
+pub mod store;
 pub mod table;
 pub mod transactions;
 
@@ -73,6 +74,9 @@ pub enum Command {
     Config(config::ConfigArgs),
     /// Credentials: `cloakd auth hash-token < token-file` prints the `token_sha256` line to paste.
     Auth(AuthArgs),
+    /// The embedded transaction store: `cloakd store check DIR` (read-only) and `cloakd store
+    /// repair DIR [--dry-run]` (explicit, with a backup).
+    Store(store::StoreArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -128,6 +132,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
         Command::Config(args) => config::run(args),
+        Command::Store(args) => {
+            if store::run(args, &mut std::io::stdout().lock())? {
+                Ok(())
+            } else {
+                anyhow::bail!("the data directory has problems (listed above)")
+            }
+        }
         Command::Auth(args) => match args.command {
             AuthCommand::HashToken => hash_token(std::io::stdin().lock(), std::io::stdout().lock()),
         },

@@ -144,7 +144,9 @@ impl From<TransactionsError> for Status {
             | TransactionsError::Store(_)
             | TransactionsError::ShuttingDown
             | TransactionsError::SubscriptionStopped { .. } => Status::unavailable(message),
-            TransactionsError::WindowFailed(_) | TransactionsError::Internal(_) => {
+            TransactionsError::WindowFailed(_)
+            | TransactionsError::Internal(_)
+            | TransactionsError::Append(AppendError::WindowReleased { .. }) => {
                 Status::internal(message)
             }
             TransactionsError::WindowUnreadable { .. } => Status::data_loss(message),
@@ -513,6 +515,33 @@ async fn read_announced(
     releases.read(stream, window).await
 }
 
+/// A window a subscriber cannot be sent: logged (stream, window and what is wrong; never a record)
+/// and counted (`cloakd_transaction_data_loss_total`), then sent as DATA_LOSS.
+/// The file is named in the log line only, not to the subscriber.
+fn data_loss(
+    stream: &str,
+    window: u64,
+    reason: &'static str,
+    file: Option<std::path::PathBuf>,
+    detail: String,
+) -> TransactionsError {
+    tracing::error!(
+        stream = %stream,
+        file = %file.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+        window_id = window,
+        reason,
+        detail = %detail,
+        "a released window cannot be sent: DATA_LOSS to the subscriber; stop the daemon and run `cloakd store check` on its data directory"
+    );
+    metrics::counter!(crate::telemetry::catalog::TX_DATA_LOSS, "stream" => stream.to_string(), "reason" => reason)
+        .increment(1);
+    TransactionsError::WindowUnreadable {
+        stream: stream.to_string(),
+        window,
+        detail,
+    }
+}
+
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
@@ -700,20 +729,26 @@ impl ReleaseFeed for TransactionServices {
                     let item = match read_announced(releases.as_ref(), &stream, next).await {
                         Ok(Some(WindowOutcome::Released(bytes))) => {
                             <ReleasedWindow as prost::Message>::decode(bytes.as_slice()).map_err(
-                                |e| TransactionsError::WindowUnreadable {
-                                    stream: stream.clone(),
-                                    window: next,
-                                    detail: e.to_string(),
-                                },
+                                |e| data_loss(&stream, next, "damaged", None, e.to_string()),
                             )
                         }
                         Ok(Some(WindowOutcome::Failed(reason))) => {
                             Err(TransactionsError::WindowFailed(reason))
                         }
-                        Ok(None) => Err(TransactionsError::Internal(format!(
-                            "window {next} of stream {} is announced but missing",
-                            quote(&stream)
-                        ))),
+                        Ok(None) => Err(data_loss(
+                            &stream,
+                            next,
+                            "missing",
+                            None,
+                            "it is announced as stored but its outcome is gone".into(),
+                        )),
+                        Err(StoreError::Corrupt { path, offset, rule }) => Err(data_loss(
+                            &stream,
+                            next,
+                            "damaged",
+                            Some(path),
+                            format!("its stored outcome is damaged at byte {offset}: {rule}"),
+                        )),
                         Err(e) => Err(TransactionsError::Store(e)),
                     };
                     let item = item.map_err(Status::from);

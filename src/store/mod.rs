@@ -6,8 +6,10 @@
 //! The embedded implementations keep everything in the data directory: [`transaction_log`] is the
 //! append-only, checksummed, group-committed log file ([`FileRecordLog`]); [`released_windows`]
 //! holds each window's outcome as one atomically written file ([`ReleasedWindows`]); [`lock`] keeps
-//! a second daemon off the same directory. [`faults`] wraps any implementation to fail or tear its
+//! a second daemon off the same directory; [`check`] holds the rules between the log and the release
+//! files, checked before the daemon opens them and by `cloakd store check` / `cloakd store repair`. [`faults`] wraps any implementation to fail or tear its
 //! writes on command, for tests of everything above the seam.
+pub mod check;
 pub mod faults;
 pub mod jetstream;
 pub mod lock;

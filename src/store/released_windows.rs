@@ -2,7 +2,10 @@
 //!
 //! Layout: `<data_dir>/windows/<hex of stream name>/<window id, 20 digits>.released` holds the exact
 //! bytes sent to subscribers (an encoded `ReleasedWindow`); `<...>.failed` instead records that the
-//! window could not be anonymized (its text is the reason) and is never released.
+//! window could not be anonymized (its text is the reason) and is never released. Each file is a
+//! header `CLKWIN01` + payload length (u32 LE) + CRC-32 of the payload (u32 LE), then the payload
+//! ([`encode_outcome_file`]). Files written before the header existed (no `CLKWIN01`) are read when
+//! their content names the right stream and window.
 //!
 //! # Invariants
 //! 1. **Atomic.** A window file is written to `<name>.tmp`, fsync'd, renamed into place and the
@@ -12,7 +15,13 @@
 //!    stores nothing and says so), so every subscriber, before and after any restart, receives the
 //!    same bytes. One daemon per data directory ([`super::DataDirLock`]) makes check-then-write safe.
 //! 3. **In order.** Windows of a stream are written in increasing id with no gaps, so the next window
-//!    to release is one past the highest file present.
+//!    to release is the lowest without a file: normally one past the highest, and after a file was
+//!    lost, the lost one (re-anonymized from the log: the same bytes).
+//! 4. **Verified on read.** [`ReleasedWindows::read_blocking`] checks the header, length, checksum
+//!    and (for a release) that it is the release of the window asked for; a damaged file is
+//!    [`StoreError::Corrupt`] naming the file, the byte offset and the rule, never served as a
+//!    window. A damaged file is never rewritten either (invariant 2): `cloakd store repair` moves it
+//!    away explicitly.
 //!
 //! These are the [`ReleaseStore`] contract; the trait methods run the blocking file work on tokio's
 //! blocking pool.
@@ -36,6 +45,190 @@ pub struct ReleasedWindows {
     root: PathBuf,
 }
 
+/// Header of a window file: magic, payload length, CRC-32 of the payload.
+const MAGIC: &[u8; 8] = b"CLKWIN01";
+const HEADER: usize = 16;
+
+/// Whether a window file holds a release or a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeKind {
+    Released,
+    Failed,
+}
+
+/// One outcome file found in the windows directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeFile {
+    pub stream: String,
+    pub window_id: u64,
+    pub kind: OutcomeKind,
+    pub path: PathBuf,
+}
+
+/// What the windows directory holds: outcome files, temporary files of a crash, and anything else.
+#[derive(Debug, Clone, Default)]
+pub struct WindowFiles {
+    pub outcomes: Vec<OutcomeFile>,
+    pub temporary: Vec<PathBuf>,
+    pub unknown: Vec<PathBuf>,
+}
+
+/// The bytes of the file holding `payload`.
+pub fn encode_outcome_file(payload: &[u8]) -> Vec<u8> {
+    let mut crc = flate2::Crc::new();
+    crc.update(payload);
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Verifies the bytes of window `window_id` of `stream`'s outcome file (invariant 4): the outcome,
+/// or (byte offset, rule).
+pub fn verify_outcome_file(
+    bytes: &[u8],
+    kind: OutcomeKind,
+    stream: &str,
+    window_id: u64,
+) -> Result<WindowOutcome, (u64, String)> {
+    let payload = if let Some(header) = bytes.get(..HEADER).filter(|h| h.starts_with(MAGIC)) {
+        let len = u32::from_le_bytes([header[8], header[9], header[10], header[11]]) as usize;
+        let crc = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+        let payload = &bytes[HEADER..];
+        if payload.len() != len {
+            return Err((
+                (HEADER + payload.len().min(len)) as u64,
+                format!(
+                    "the header announces {len} payload bytes, the file holds {}",
+                    payload.len()
+                ),
+            ));
+        }
+        let mut actual = flate2::Crc::new();
+        actual.update(payload);
+        if actual.sum() != crc {
+            return Err((
+                HEADER as u64,
+                format!(
+                    "checksum mismatch: the header's CRC-32 is {crc:08x}, the payload gives {:08x}",
+                    actual.sum()
+                ),
+            ));
+        }
+        payload
+    } else if MAGIC.starts_with(bytes) || bytes.starts_with(&MAGIC[..4]) {
+        return Err((
+            bytes.len().min(HEADER) as u64,
+            format!(
+                "the file is cut inside its {HEADER}-byte header ({} bytes)",
+                bytes.len()
+            ),
+        ));
+    } else {
+        // Written before the header existed: its content must name this window.
+        bytes
+    };
+    let headed = bytes.starts_with(MAGIC);
+    match kind {
+        OutcomeKind::Released if headed => Ok(WindowOutcome::Released(payload.to_vec())),
+        OutcomeKind::Released => {
+            let window = <crate::proto::ReleasedWindow as prost::Message>::decode(payload)
+                .map_err(|e| (0, format!("the release does not decode: {e}")))?;
+            if window.stream != stream || window.window_id != window_id || window.report.is_none() {
+                return Err((
+                    0,
+                    format!(
+                        "the file is not the release of window {window_id} of stream {stream:?}: it names window {} of stream {:?}{}",
+                        window.window_id,
+                        window.stream,
+                        if window.report.is_none() {
+                            " and has no report"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
+            Ok(WindowOutcome::Released(payload.to_vec()))
+        }
+        OutcomeKind::Failed => match std::str::from_utf8(payload) {
+            Ok(reason) if !reason.is_empty() => Ok(WindowOutcome::Failed(reason.to_string())),
+            _ => Err((0, "the failure reason is empty or not UTF-8".to_string())),
+        },
+    }
+}
+
+/// Lists `<data_dir>/windows` without changing it; a missing directory holds nothing.
+pub fn list_window_files(data_dir: &Path) -> Result<WindowFiles, StoreError> {
+    let root = data_dir.join(WINDOWS_DIR);
+    let mut found = WindowFiles::default();
+    let streams = match std::fs::read_dir(&root) {
+        Ok(streams) => streams,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(StoreError::io(&root, "listing released windows")(e)),
+    };
+    for stream_dir in streams {
+        let dir = stream_dir
+            .map_err(StoreError::io(&root, "listing released windows"))?
+            .path();
+        let stream = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(super::stream_name_of_dir);
+        let (Some(stream), true) = (stream, dir.is_dir()) else {
+            found.unknown.push(dir);
+            continue;
+        };
+        let files =
+            std::fs::read_dir(&dir).map_err(StoreError::io(&dir, "listing released windows"))?;
+        for file in files {
+            let path = file
+                .map_err(StoreError::io(&dir, "listing released windows"))?
+                .path();
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            let id = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .filter(|s| s.len() == 20)
+                .and_then(|s| s.parse::<u64>().ok());
+            let kind = match ext {
+                RELEASED_EXT => Some(OutcomeKind::Released),
+                FAILED_EXT => Some(OutcomeKind::Failed),
+                _ => None,
+            };
+            match (kind, id) {
+                (Some(kind), Some(window_id)) => found.outcomes.push(OutcomeFile {
+                    stream: stream.clone(),
+                    window_id,
+                    kind,
+                    path,
+                }),
+                _ if ext == TMP_EXT => found.temporary.push(path),
+                _ => found.unknown.push(path),
+            }
+        }
+    }
+    found
+        .outcomes
+        .sort_by(|a, b| (&a.stream, a.window_id).cmp(&(&b.stream, b.window_id)));
+    Ok(found)
+}
+
+/// Reads and verifies one outcome file (invariant 4).
+pub fn read_outcome_file(file: &OutcomeFile) -> Result<WindowOutcome, StoreError> {
+    let bytes =
+        std::fs::read(&file.path).map_err(StoreError::io(&file.path, "reading a window file"))?;
+    verify_outcome_file(&bytes, file.kind, &file.stream, file.window_id).map_err(
+        |(offset, rule)| StoreError::Corrupt {
+            path: file.path.clone(),
+            offset,
+            rule,
+        },
+    )
+}
+
 impl ReleasedWindows {
     /// Opens (creating) `<data_dir>/windows` and deletes temporary files left by a crash.
     pub fn open(data_dir: &Path) -> Result<ReleasedWindows, StoreError> {
@@ -43,25 +236,9 @@ impl ReleasedWindows {
         std::fs::create_dir_all(&root)
             .map_err(StoreError::io(&root, "creating the windows directory"))?;
         sync_dir(data_dir)?;
-        let streams =
-            std::fs::read_dir(&root).map_err(StoreError::io(&root, "listing released windows"))?;
-        for stream in streams {
-            let stream = stream.map_err(StoreError::io(&root, "listing released windows"))?;
-            let dir = stream.path();
-            if !dir.is_dir() {
-                continue;
-            }
-            let files = std::fs::read_dir(&dir)
-                .map_err(StoreError::io(&dir, "listing released windows"))?;
-            for file in files {
-                let path = file
-                    .map_err(StoreError::io(&dir, "listing released windows"))?
-                    .path();
-                if path.extension().is_some_and(|e| e == TMP_EXT) {
-                    std::fs::remove_file(&path)
-                        .map_err(StoreError::io(&path, "removing a temporary window file"))?;
-                }
-            }
+        for path in list_window_files(data_dir)?.temporary {
+            std::fs::remove_file(&path)
+                .map_err(StoreError::io(&path, "removing a temporary window file"))?;
         }
         Ok(ReleasedWindows { root })
     }
@@ -77,14 +254,16 @@ impl ReleasedWindows {
     }
 
     /// Writes the outcome of window `window_id` of `stream` atomically (invariant 1), unless the
-    /// window already has one (invariant 2).
+    /// window already has a file, even a damaged one (invariant 2).
     pub fn write_blocking(
         &self,
         stream: &str,
         window_id: u64,
         outcome: &WindowOutcome,
     ) -> Result<Stored, StoreError> {
-        if self.read_blocking(stream, window_id)?.is_some() {
+        if self.file(stream, window_id, RELEASED_EXT).exists()
+            || self.file(stream, window_id, FAILED_EXT).exists()
+        {
             return Ok(Stored::Already);
         }
         let dir = self.stream_dir(stream);
@@ -93,7 +272,7 @@ impl ReleasedWindows {
                 .map_err(StoreError::io(&dir, "creating a stream's window directory"))?;
             sync_dir(&self.root)?;
         }
-        let (ext, bytes): (&str, &[u8]) = match outcome {
+        let (ext, payload): (&str, &[u8]) = match outcome {
             WindowOutcome::Released(bytes) => (RELEASED_EXT, bytes),
             WindowOutcome::Failed(reason) => (FAILED_EXT, reason.as_bytes()),
         };
@@ -101,7 +280,7 @@ impl ReleasedWindows {
         let tmp = self.file(stream, window_id, TMP_EXT);
         let mut file =
             std::fs::File::create(&tmp).map_err(StoreError::io(&tmp, "creating a window file"))?;
-        file.write_all(bytes)
+        file.write_all(&encode_outcome_file(payload))
             .and_then(|()| file.sync_all())
             .map_err(StoreError::io(&tmp, "writing a window file"))?;
         drop(file);
@@ -111,29 +290,33 @@ impl ReleasedWindows {
         Ok(Stored::Written)
     }
 
-    /// The outcome of window `window_id` of `stream`, if it has one.
+    /// The verified outcome of window `window_id` of `stream`, if it has one (invariant 4).
     pub fn read_blocking(
         &self,
         stream: &str,
         window_id: u64,
     ) -> Result<Option<WindowOutcome>, StoreError> {
-        let released = self.file(stream, window_id, RELEASED_EXT);
-        match std::fs::read(&released) {
-            Ok(bytes) => return Ok(Some(WindowOutcome::Released(bytes))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StoreError::io(&released, "reading a window file")(e)),
+        for (ext, kind) in [
+            (RELEASED_EXT, OutcomeKind::Released),
+            (FAILED_EXT, OutcomeKind::Failed),
+        ] {
+            let file = OutcomeFile {
+                stream: stream.to_string(),
+                window_id,
+                kind,
+                path: self.file(stream, window_id, ext),
+            };
+            match read_outcome_file(&file) {
+                Ok(outcome) => return Ok(Some(outcome)),
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
-        let failed = self.file(stream, window_id, FAILED_EXT);
-        match std::fs::read(&failed) {
-            Ok(bytes) => Ok(Some(WindowOutcome::Failed(
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::io(&failed, "reading a window file")(e)),
-        }
+        Ok(None)
     }
 
-    /// One past the highest window of `stream` with an outcome; 0 if none (invariant 3).
+    /// The lowest window of `stream` without an outcome file (invariant 3).
     pub fn next_unreleased_blocking(&self, stream: &str) -> Result<u64, StoreError> {
         let dir = self.stream_dir(stream);
         let files = match std::fs::read_dir(&dir) {
@@ -141,7 +324,7 @@ impl ReleasedWindows {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(StoreError::io(&dir, "listing released windows")(e)),
         };
-        let mut next = 0;
+        let mut present = std::collections::BTreeSet::new();
         for file in files {
             let path = file
                 .map_err(StoreError::io(&dir, "listing released windows"))?
@@ -154,10 +337,10 @@ impl ReleasedWindows {
                 .and_then(|s| s.to_str())
                 .and_then(|s| s.parse::<u64>().ok());
             if let (true, Some(id)) = (is_outcome, id) {
-                next = next.max(id + 1);
+                present.insert(id);
             }
         }
-        Ok(next)
+        Ok((0..).find(|id| !present.contains(id)).unwrap_or(0))
     }
 }
 

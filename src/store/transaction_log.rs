@@ -5,27 +5,44 @@
 //! # Format
 //! One file, `transactions.log`, a sequence of frames `[len: u32 LE][crc32: u32 LE][payload]`, where
 //! the payload (at most [`MAX_ENTRY_BYTES`]) is one [`LogEntry`] in its storage encoding
-//! ([`LogEntry::encode`]). A [`LogPosition`] is the byte offset of a frame.
+//! ([`LogEntry::encode`]). A [`LogPosition`] is the byte offset of a frame. Beside it,
+//! `transactions.log.sealed` ([`SEAL_FILE`]) exists only while no daemon has the log open after a
+//! clean shutdown: it holds the log's length and the CRC-32 of all its bytes.
 //!
 //! # Invariants (how the file gives the [`RecordLog`] contract)
 //! 1. **Durable prefix.** [`TransactionLog::append`] writes a whole batch with one `write` and then
 //!    `fdatasync`s (group commit); only after it returns `Ok` may any entry of the batch be
-//!    acknowledged or acted upon. So the acknowledged state is always a prefix of the file.
-//! 2. **Torn tail.** A crash can leave a partial last batch. [`TransactionLog::open`] reads frames
-//!    until the first one that is incomplete, fails its checksum or does not decode, truncates the
-//!    file there and fsyncs it. Everything cut off was never acknowledged (invariant 1), so no
-//!    acknowledged entry is lost. (A corrupt frame in the middle of the file, which fsync'd appends
-//!    cannot produce, would also be cut there; the number of bytes dropped is reported.)
-//! 3. **Failed append.** When a write or fsync fails, the file is truncated back to its last durable
+//!    acknowledged or acted upon. So every acknowledged entry lies in the fsync'd prefix, and an
+//!    entry beyond it was never acknowledged.
+//! 2. **Torn tail, and only that.** A crash during an append can leave part of the last batch: the
+//!    file then ends inside a frame (an incomplete header, or a payload shorter than its length
+//!    field). That incomplete *last* frame, and nothing else, is a torn tail; [`TransactionLog::open`]
+//!    cuts it (and says so). It held nothing acknowledged only because no seal vouches for the
+//!    length (invariant 3) and the fsync of invariant 1 had not returned for its batch. Everything
+//!    else is corruption and refused, naming the file, the byte offset and the rule
+//!    ([`super::StoreError::Corrupt`]): a complete frame whose checksum or encoding is wrong (even
+//!    the last one: a complete frame was written whole), a length field past
+//!    [`MAX_ENTRY_BYTES`], or a length reaching past the end of the file while a complete frame
+//!    lies inside what it claims (a damaged length field, not a short write).
+//! 3. **Seal.** When the last handle of a [`FileRecordLog`] whose appends all succeeded goes away
+//!    (a clean shutdown), it writes the seal: the log's length and CRC-32. [`TransactionLog::open`]
+//!    checks the log against the seal and only then removes it (before any append). Every byte
+//!    under a seal was acknowledged or acted upon, so any difference — a cut tail, a changed byte —
+//!    is loss of acknowledged data and refused, never cut.
+//! 4. **Failed append.** When a write or fsync fails, the file is truncated back to its last durable
 //!    length and the error is returned; [`FileRecordLog`] then reopens the file (the same path as a
-//!    restart, cutting whatever the truncation could not) before the next append or replay.
-//! 4. **Ids.** [`FileRecordLog`] keeps every stream's record ids (with their windows) and its closed
-//!    windows, rebuilt from the file at open; a batch's entries already present (or repeated
-//!    inside the batch) are reported duplicate and not written. One daemon per data directory
-//!    ([`super::DataDirLock`]) makes this index the only writer's.
+//!    restart) before the next append or replay, and writes no seal on the way.
+//! 5. **Ids and windows.** [`FileRecordLog`] keeps every stream's record ids (with their windows) and
+//!    its closed windows, rebuilt from the file at open; a batch's entries already present (or
+//!    repeated inside the batch) are reported duplicate and not written. (The writer never
+//!    acknowledges a record into a window that has a release; `check` refuses records out of
+//!    window order at start.) One daemon per data directory ([`super::DataDirLock`]) makes this
+//!    index the only writer's.
 //!
-//! Together with [`super::released_windows`] (a window's release is one atomic file), a window closed
-//! in the log but without a release file is re-anonymized after a restart from the same records, the
+//! Together with [`super::released_windows`] (a window's release is one atomic, checksummed file)
+//! and [`super::check`] (the consistency rules between the log, its close markers and the release
+//! files, checked before the daemon opens the store and by `cloakd store check`), a window closed in
+//! the log but without a release file is re-anonymized after a restart from the same records, the
 //! same order, the same stored parameters and a seed derived from (stream, window): the identical
 //! release. A window with a release file is never released again.
 use std::fs::{File, OpenOptions};
@@ -64,10 +81,150 @@ impl LogEntry {
 pub struct Recovery {
     /// Length of the valid prefix kept.
     pub valid_bytes: u64,
-    /// Bytes cut off the end (a torn or corrupt tail); 0 after a clean shutdown.
+    /// Bytes of a torn tail cut off the end (invariant 2); 0 after a clean shutdown.
     pub truncated_bytes: u64,
     /// Why the tail was cut, if it was.
     pub truncation_reason: Option<String>,
+}
+
+/// How the bytes after the last valid frame end (invariant 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEnd {
+    /// Every byte belongs to a valid frame.
+    Clean,
+    /// The file ends inside the frame at `offset`: a torn tail, unless a seal vouches for more.
+    Torn { offset: u64, reason: String },
+    /// The frame at `offset` is damaged.
+    Corrupt { offset: u64, rule: String },
+}
+
+/// The frames of a log file, read without changing it.
+#[derive(Debug, Clone)]
+pub struct LogScan {
+    /// The valid entries, in file order, with the byte offset of each frame.
+    pub entries: Vec<(u64, LogEntry)>,
+    /// Length of the valid prefix.
+    pub valid_len: u64,
+    /// Length of the file.
+    pub total_len: u64,
+    pub end: LogEnd,
+    /// The seal of a clean shutdown, if there is one (invariant 3).
+    pub seal: Option<Seal>,
+    /// CRC-32 of the whole file.
+    pub crc: u32,
+}
+
+/// The seal written at a clean shutdown: the log's length and the CRC-32 of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seal {
+    pub len: u64,
+    pub crc: u32,
+}
+
+const SEAL_MAGIC: &str = "cloakd-log-seal v1";
+
+impl Seal {
+    fn encode(&self) -> String {
+        format!("{SEAL_MAGIC} {} {:08x}\n", self.len, self.crc)
+    }
+
+    fn decode(text: &[u8]) -> Result<Seal, String> {
+        let text = std::str::from_utf8(text).map_err(|_| "the seal is not text".to_string())?;
+        let mut words = text.trim_end_matches('\n').split(' ');
+        let mut parse = || -> Option<Seal> {
+            let (m, v) = (words.next()?, words.next()?);
+            if format!("{m} {v}") != SEAL_MAGIC {
+                return None;
+            }
+            let len = words.next()?.parse().ok()?;
+            let crc = u32::from_str_radix(words.next()?, 16).ok()?;
+            words.next().is_none().then_some(Seal { len, crc })
+        };
+        parse().ok_or_else(|| format!("the seal is not `{SEAL_MAGIC} <length> <crc32 hex>`"))
+    }
+}
+
+impl LogScan {
+    /// What is wrong with the log, if anything (offset in the log, rule): corruption (invariant 2),
+    /// or any difference from the seal (invariant 3). A torn tail without a seal is not wrong.
+    pub fn problem(&self) -> Option<(u64, String)> {
+        if let LogEnd::Corrupt { offset, rule } = &self.end {
+            return Some((*offset, rule.clone()));
+        }
+        let seal = self.seal?;
+        if let LogEnd::Torn { offset, reason } = &self.end {
+            return Some((
+                *offset,
+                format!(
+                    "{reason}; the log was sealed at {} bytes by a clean shutdown, so this frame was acknowledged: acknowledged data is lost, not a torn tail",
+                    seal.len
+                ),
+            ));
+        }
+        if self.total_len != seal.len {
+            return Some((
+                self.total_len.min(seal.len),
+                format!(
+                    "the log has {} bytes but was sealed at {} bytes by a clean shutdown: acknowledged data is lost",
+                    self.total_len, seal.len
+                ),
+            ));
+        }
+        (self.crc != seal.crc).then(|| {
+            (
+                0,
+                format!(
+                    "the log's CRC-32 is {:08x} but it was sealed with {:08x} by a clean shutdown: its bytes changed",
+                    self.crc, seal.crc
+                ),
+            )
+        })
+    }
+}
+
+/// File name of the seal of a clean shutdown, beside the log (invariant 3).
+pub const SEAL_FILE: &str = "transactions.log.sealed";
+
+/// Reads the log and the seal in `dir` without changing anything; a missing log reads as empty.
+/// `Err` only for I/O; a damaged seal is a [`LogEnd::Corrupt`]-like problem reported by
+/// [`read_seal`]'s caller.
+pub fn scan_log(dir: &Path) -> Result<(LogScan, Option<(u64, String)>), StoreError> {
+    let path = dir.join(LOG_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(StoreError::io(&path, "reading the log")(e)),
+    };
+    let (seal, seal_problem) = match read_seal(dir)? {
+        Ok(seal) => (seal, None),
+        Err(rule) => (None, Some((0, rule))),
+    };
+    Ok((scan_bytes(&bytes, seal), seal_problem))
+}
+
+/// The seal in `dir`, if any; `Ok(Err(rule))` if it is damaged.
+pub fn read_seal(dir: &Path) -> Result<Result<Option<Seal>, String>, StoreError> {
+    let path = dir.join(SEAL_FILE);
+    match std::fs::read(&path) {
+        Ok(text) => Ok(Seal::decode(&text).map(Some)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ok(None)),
+        Err(e) => Err(StoreError::io(&path, "reading the seal of the log")(e)),
+    }
+}
+
+/// Scans `bytes` (a whole log) under `seal`.
+pub fn scan_bytes(bytes: &[u8], seal: Option<Seal>) -> LogScan {
+    let (entries, valid, end) = decode_frames(bytes);
+    let mut crc = flate2::Crc::new();
+    crc.update(bytes);
+    LogScan {
+        entries,
+        valid_len: valid,
+        total_len: bytes.len() as u64,
+        end,
+        seal,
+        crc: crc.sum(),
+    }
 }
 
 /// The open log, positioned at its end.
@@ -77,10 +234,13 @@ pub struct TransactionLog {
     file: File,
     /// Length of the durable prefix (everything fsync'd).
     durable_len: u64,
+    /// CRC-32 of the durable prefix, for the seal.
+    crc: flate2::Crc,
 }
 
 impl TransactionLog {
-    /// Opens (creating if needed) the log in `dir`, replays it and cuts a torn tail (invariant 2).
+    /// Opens (creating if needed) the log in `dir` and replays it: refuses corruption and any
+    /// difference from the seal, cuts a torn tail (invariants 2, 3) and removes the seal.
     pub fn open(dir: &Path) -> Result<(TransactionLog, Vec<LogEntry>, Recovery), StoreError> {
         std::fs::create_dir_all(dir).map_err(StoreError::io(dir, "creating the data directory"))?;
         let path = dir.join(LOG_FILE);
@@ -98,8 +258,29 @@ impl TransactionLog {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(StoreError::io(&path, "reading the log"))?;
-        let (entries, valid, reason) = decode_frames(&bytes);
-        let total = bytes.len() as u64;
+        let seal = match read_seal(dir)? {
+            Ok(seal) => seal,
+            Err(rule) => {
+                return Err(StoreError::Corrupt {
+                    path: dir.join(SEAL_FILE),
+                    offset: 0,
+                    rule,
+                });
+            }
+        };
+        let scan = scan_bytes(&bytes, seal);
+        if let Some((offset, rule)) = scan.problem() {
+            return Err(StoreError::Corrupt { path, offset, rule });
+        }
+        let valid = scan.valid_len;
+        let total = scan.total_len;
+        if seal.is_some() {
+            // From here on the log may change: the seal no longer describes it.
+            let seal_path = dir.join(SEAL_FILE);
+            std::fs::remove_file(&seal_path)
+                .map_err(StoreError::io(&seal_path, "removing the seal of the log"))?;
+            super::sync_dir(dir)?;
+        }
         if valid < total {
             file.set_len(valid)
                 .and_then(|()| file.sync_all())
@@ -110,18 +291,50 @@ impl TransactionLog {
         let recovery = Recovery {
             valid_bytes: valid,
             truncated_bytes: total - valid,
-            truncation_reason: reason,
+            truncation_reason: match scan.end {
+                LogEnd::Torn { reason, .. } => Some(reason),
+                _ => None,
+            },
         };
+        let mut crc = flate2::Crc::new();
+        crc.update(&bytes[..valid as usize]);
         metrics::gauge!(catalog::TX_LOG_BYTES).set(valid as f64);
         Ok((
             TransactionLog {
                 path,
                 file,
                 durable_len: valid,
+                crc,
             },
-            entries,
+            scan.entries.into_iter().map(|(_, e)| e).collect(),
             recovery,
         ))
+    }
+
+    /// Writes the seal of the log as it is now (invariant 3): only if the file is exactly the
+    /// durable prefix this handle wrote. Atomic (temporary file, fsync, rename, directory fsync).
+    pub fn seal(&self) -> Result<(), StoreError> {
+        let len = self
+            .file
+            .metadata()
+            .map_err(StoreError::io(&self.path, "sealing the log"))?
+            .len();
+        if len != self.durable_len {
+            return Ok(());
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let seal = Seal {
+            len,
+            crc: self.crc.sum(),
+        };
+        let target = dir.join(SEAL_FILE);
+        let tmp = dir.join(format!("{SEAL_FILE}.tmp"));
+        std::fs::write(&tmp, seal.encode())
+            .and_then(|()| File::open(&tmp)?.sync_all())
+            .map_err(StoreError::io(&tmp, "writing the seal of the log"))?;
+        std::fs::rename(&tmp, &target)
+            .map_err(StoreError::io(&target, "writing the seal of the log"))?;
+        super::sync_dir(dir)
     }
 
     /// Appends `entries` with one write and one fsync (invariant 1). On error the file is cut back to
@@ -149,6 +362,7 @@ impl TransactionLog {
                 metrics::histogram!(catalog::TX_LOG_FSYNC_SECONDS)
                     .record(started.elapsed().as_secs_f64());
                 self.durable_len += buf.len() as u64;
+                self.crc.update(&buf);
                 metrics::gauge!(catalog::TX_LOG_BYTES).set(self.durable_len as f64);
                 Ok(())
             }
@@ -179,13 +393,15 @@ impl TransactionLog {
     }
 }
 
-/// Record ids and closed windows of one stream (invariant 4).
+/// Record ids and closed windows of one stream (invariant 5).
 #[derive(Debug, Default)]
 struct StreamIndex {
     /// Record id -> window, for every record in the file.
     records: HashMap<String, u64>,
     /// Every window closed in the file.
     closed: std::collections::HashSet<u64>,
+    /// The highest of them.
+    last_closed: Option<u64>,
 }
 
 impl StreamIndex {
@@ -204,6 +420,7 @@ impl StreamIndex {
             }
             LogEntry::Close(c) => {
                 self.closed.insert(c.window_id);
+                self.last_closed = self.last_closed.max(Some(c.window_id));
             }
         }
     }
@@ -217,6 +434,18 @@ struct FileState {
     /// The entries read when the file was (re)opened, handed to the first replay from the start
     /// so that a restart reads the file once.
     opened_entries: Option<Vec<LogEntry>>,
+}
+
+impl Drop for FileState {
+    /// The last handle is gone with every append settled: seal the log (invariant 3). A log whose
+    /// last append failed (`log` is `None`) is not sealed.
+    fn drop(&mut self) {
+        if let Some(log) = &self.log
+            && let Err(e) = log.seal()
+        {
+            tracing::warn!(error = %e, "could not seal the transaction log; the next start treats it as after a crash");
+        }
+    }
 }
 
 /// The file record log of a data directory, a [`RecordLog`] (see the module doc).
@@ -335,8 +564,8 @@ impl FileRecordLog {
         file.take(end - from.0)
             .read_to_end(&mut bytes)
             .map_err(StoreError::io(&path, "reading the log"))?;
-        let (entries, valid, reason) = decode_frames(&bytes);
-        if let Some(rule) = reason {
+        let (entries, valid, log_end) = decode_frames(&bytes);
+        if let LogEnd::Torn { reason: rule, .. } | LogEnd::Corrupt { rule, .. } = log_end {
             return Err(StoreError::Corrupt {
                 path,
                 offset: from.0 + valid,
@@ -344,7 +573,7 @@ impl FileRecordLog {
             });
         }
         Ok(Replayed {
-            entries,
+            entries: entries.into_iter().map(|(_, e)| e).collect(),
             next: LogPosition(end),
         })
     }
@@ -357,9 +586,10 @@ fn reopen(dir: &Path, state: &mut FileState) -> Result<Recovery, StoreError> {
     if recovery.truncated_bytes > 0 {
         tracing::warn!(
             log = %log.path().display(),
+            offset = recovery.valid_bytes,
             truncated_bytes = recovery.truncated_bytes,
             reason = recovery.truncation_reason.as_deref().unwrap_or(""),
-            "cut the unacknowledged torn tail of the transaction log"
+            "cut the torn tail of the transaction log: an incomplete last frame of a batch being written when the daemon stopped without a clean shutdown (no seal); its fsync had not returned, so nothing in it was acknowledged"
         );
     }
     state.index.clear();
@@ -420,40 +650,85 @@ impl RecordLog for FileRecordLog {
     }
 }
 
-/// Decodes frames from the start of `bytes`; returns the entries, the length of the valid prefix
-/// and, when it is shorter than `bytes`, why.
-fn decode_frames(bytes: &[u8]) -> (Vec<LogEntry>, u64, Option<String>) {
+/// Decodes frames from the start of `bytes`: the entries with their offsets, the length of the
+/// valid prefix and how the bytes after it end (invariant 2).
+fn decode_frames(bytes: &[u8]) -> (Vec<(u64, LogEntry)>, u64, LogEnd) {
     let mut entries = Vec::new();
     let mut pos = 0usize;
-    let reason = loop {
+    let end = loop {
         let rest = &bytes[pos..];
+        let offset = pos as u64;
         if rest.is_empty() {
-            break None;
+            break LogEnd::Clean;
         }
         if rest.len() < FRAME_HEADER {
-            break Some(format!("incomplete frame header at byte {pos}"));
+            break LogEnd::Torn {
+                offset,
+                reason: format!(
+                    "the log ends inside a frame header ({} of {FRAME_HEADER} bytes)",
+                    rest.len()
+                ),
+            };
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
         if len > MAX_ENTRY_BYTES {
-            break Some(format!("frame length {len} too large at byte {pos}"));
+            break LogEnd::Corrupt {
+                offset,
+                rule: format!(
+                    "frame length field {len} exceeds the largest entry ({MAX_ENTRY_BYTES} bytes)"
+                ),
+            };
         }
         if rest.len() < FRAME_HEADER + len {
-            break Some(format!("incomplete frame at byte {pos}"));
+            if let Some(inner) = complete_frame_within(&rest[FRAME_HEADER..]) {
+                break LogEnd::Corrupt {
+                    offset,
+                    rule: format!(
+                        "frame length field {len} reaches past the end of the log, but a complete frame starts inside it at byte {}: the length field is damaged",
+                        pos + FRAME_HEADER + inner
+                    ),
+                };
+            }
+            break LogEnd::Torn {
+                offset,
+                reason: format!(
+                    "the log ends inside a frame ({} of {len} payload bytes)",
+                    rest.len() - FRAME_HEADER
+                ),
+            };
         }
-        let payload = &rest[FRAME_HEADER..FRAME_HEADER + len];
-        let mut actual = flate2::Crc::new();
-        actual.update(payload);
-        if actual.sum() != crc {
-            break Some(format!("checksum mismatch at byte {pos}"));
-        }
-        match LogEntry::decode(payload) {
-            Ok(entry) => entries.push(entry),
-            Err(e) => break Some(format!("undecodable frame at byte {pos}: {e}")),
+        match frame_entry(rest, len) {
+            Ok(entry) => entries.push((offset, entry)),
+            Err(rule) => break LogEnd::Corrupt { offset, rule },
         }
         pos += FRAME_HEADER + len;
     };
-    (entries, pos as u64, reason)
+    (entries, pos as u64, end)
+}
+
+/// The entry of the complete frame at the start of `frame` with payload length `len`.
+fn frame_entry(frame: &[u8], len: usize) -> Result<LogEntry, String> {
+    let crc = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let payload = &frame[FRAME_HEADER..FRAME_HEADER + len];
+    let mut actual = flate2::Crc::new();
+    actual.update(payload);
+    if actual.sum() != crc {
+        return Err(format!(
+            "checksum mismatch: the frame's CRC-32 field is {crc:08x}, its {len} payload bytes give {:08x}",
+            actual.sum()
+        ));
+    }
+    LogEntry::decode(payload).map_err(|e| format!("undecodable frame: {e}"))
+}
+
+/// Where in `bytes` a complete, valid frame starts, if anywhere: proof that a length field
+/// reaching past the end of the file is damaged rather than the header of a short write.
+fn complete_frame_within(bytes: &[u8]) -> Option<usize> {
+    (0..bytes.len().saturating_sub(FRAME_HEADER)).find(|&at| {
+        let rest = &bytes[at..];
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        len > 0 && FRAME_HEADER + len <= rest.len() && frame_entry(rest, len).is_ok()
+    })
 }
 
 #[cfg(test)]
@@ -548,27 +823,68 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_byte_cuts_the_log_at_that_frame() {
+    fn a_damaged_complete_frame_is_refused_even_when_last() {
         let dir = tempfile::tempdir().unwrap();
         let (mut log, _, _) = TransactionLog::open(dir.path()).unwrap();
         log.append(&[record("a", 0, "r1", &["x"])]).unwrap();
-        let first_len = log.durable_len() as usize;
+        let first_len = log.durable_len();
         log.append(&[record("a", 0, "r2", &["y"])]).unwrap();
         drop(log);
-        let mut bytes = std::fs::read(dir.path().join(LOG_FILE)).unwrap();
+        let path = dir.path().join(LOG_FILE);
+        let clean = std::fs::read(&path).unwrap();
+        let mut bytes = clean.clone();
         let last = bytes.len() - 1;
-        bytes[last] ^= 0xff;
-        std::fs::write(dir.path().join(LOG_FILE), &bytes).unwrap();
-        let (mut log, entries, rec) = TransactionLog::open(dir.path()).unwrap();
-        assert_eq!(entries.len(), 1);
-        assert!(rec.truncation_reason.unwrap().contains("checksum"));
-        assert_eq!(log.durable_len() as usize, first_len);
-        // Appending after recovery continues on a frame boundary.
-        log.append(&[record("a", 0, "r3", &["w"])]).unwrap();
+        bytes[last] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        match TransactionLog::open(dir.path()).unwrap_err() {
+            StoreError::Corrupt { offset, rule, .. } => {
+                assert_eq!(offset, first_len);
+                assert!(rule.contains("checksum"), "{rule}");
+            }
+            e => panic!("{e}"),
+        }
+        // Nothing was cut.
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        // A length field reaching past the end while a whole frame lies inside it is damage.
+        let mut bytes = clean.clone();
+        bytes[2] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        match TransactionLog::open(dir.path()).unwrap_err() {
+            StoreError::Corrupt { offset, rule, .. } => {
+                assert_eq!(offset, 0);
+                assert!(rule.contains("length field is damaged"), "{rule}");
+            }
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_sealed_log_refuses_a_cut_tail_and_an_unsealed_one_cuts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = FileRecordLog::open(dir.path()).unwrap();
+        log.append_blocking(&[record("a", 0, "r1", &["x"]), record("a", 0, "r2", &["y"])])
+            .unwrap();
         drop(log);
-        let (_, entries, rec) = TransactionLog::open(dir.path()).unwrap();
-        assert_eq!(entries.len(), 2);
-        assert_eq!(rec.truncated_bytes, 0);
+        assert!(
+            dir.path().join(SEAL_FILE).exists(),
+            "a clean drop seals the log"
+        );
+        let path = dir.path().join(LOG_FILE);
+        let full = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &full[..full.len() - 3]).unwrap();
+        match FileRecordLog::open(dir.path()).unwrap_err() {
+            StoreError::Corrupt { rule, .. } => assert!(rule.contains("acknowledged"), "{rule}"),
+            e => panic!("{e}"),
+        }
+        // Without the seal (a crash), the same bytes are a torn tail.
+        std::fs::remove_file(dir.path().join(SEAL_FILE)).unwrap();
+        let (log, recovery) = FileRecordLog::open(dir.path()).unwrap();
+        assert_eq!(
+            recovery.truncated_bytes,
+            full.len() as u64 - recovery.valid_bytes
+        );
+        assert!(!dir.path().join(SEAL_FILE).exists());
+        drop(log);
     }
 
     fn arb_entry() -> impl Strategy<Value = LogEntry> {

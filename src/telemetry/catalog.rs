@@ -128,6 +128,7 @@ pub const TX_WINDOWS_UNRELEASED: &str = "cloakd_transaction_windows_unreleased";
 pub const TX_ANONYMIZATION_SECONDS: &str = "cloakd_transaction_window_anonymization_seconds";
 pub const TX_SUPPRESSED_ITEMS: &str = "cloakd_transaction_suppressed_items_total";
 pub const TX_RELEASE_LAG_SECONDS: &str = "cloakd_transaction_release_lag_seconds";
+pub const TX_DATA_LOSS: &str = "cloakd_transaction_data_loss_total";
 
 pub const TABLE_JOBS: &str = "cloakd_table_jobs_total";
 pub const TABLE_JOB_SECONDS: &str = "cloakd_table_job_seconds";
@@ -243,7 +244,7 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TX_RECORDS_REFUSED,
         &["reason"],
-        "Published records refused: invalid, too_many_open (transactions.max_open_records), unavailable (store error) or not_writer (the stream's lease moved to another replica).",
+        "Published records refused: invalid, too_many_open (transactions.max_open_records), unavailable (store error), not_writer (the stream's lease moved to another replica) or window_released (the open window already has a release: the store is inconsistent, see `cloakd store check`).",
     ),
     counter(
         TX_RECORDS_FORWARDED,
@@ -307,6 +308,11 @@ pub const METRICS: &[MetricDef] = &[
         &[],
         "Time from a window's close to its outcome being durable (released or failed).",
         WINDOW_SECONDS,
+    ),
+    counter(
+        TX_DATA_LOSS,
+        &["stream", "reason"],
+        "Windows a subscriber was sent DATA_LOSS for, by reason: damaged (its stored outcome fails its checksum or format) or missing (announced as stored, no longer there).",
     ),
     counter(
         TABLE_JOBS,

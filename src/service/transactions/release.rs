@@ -2,9 +2,10 @@
 //! personalized rho-uncertainty engine ([`crate::transactions::anonymize`]) with a seed derived from
 //! (stream, window id), map the suppressed records back to names and shuffle them.
 //!
-//! Invariants: the result depends only on (stream, window id, the window's records in log order, the
-//! stored parameters) — except the report's `seconds`, which is wall time and is written once with
-//! the release. Released records carry no record ids, are in seeded random order, and each is a
+//! Invariants: the result, byte for byte, depends only on (stream, window id, the window's records in
+//! log order, the stored parameters), so a release file that was lost is rebuilt identical. (The
+//! report's `seconds` is therefore 0; the anonymization time is the metric
+//! `cloakd_transaction_window_anonymization_seconds`.) Released records carry no record ids, are in seeded random order, and each is a
 //! subset of its original record; the number of records is unchanged. A window the engine cannot
 //! anonymize yields [`WindowOutcome::Failed`] and is never released.
 use std::collections::HashMap;
@@ -96,8 +97,7 @@ pub fn release_window(close: &WindowClose, records: &[StoredRecord]) -> WindowOu
         Ok(a) => a,
         Err(e) => return fail(format!("it cannot be made rho-uncertain: {e}")),
     };
-    let seconds = started.elapsed().as_secs_f64();
-    metrics::histogram!(catalog::TX_ANONYMIZATION_SECONDS).record(seconds);
+    metrics::histogram!(catalog::TX_ANONYMIZATION_SECONDS).record(started.elapsed().as_secs_f64());
     if anonymized.records.len() != engine_records.len() {
         return fail(format!(
             "the engine returned {} records for {}",
@@ -152,7 +152,8 @@ pub fn release_window(close: &WindowClose, records: &[StoredRecord]) -> WindowOu
             util_mining: r.util_mining,
             suppressed: r.suppressed,
             rounds: r.rounds,
-            seconds,
+            // Wall time would make the bytes differ when a lost release is rebuilt.
+            seconds: 0.0,
         }),
     };
     WindowOutcome::Released(prost::Message::encode_to_vec(&window))

@@ -79,6 +79,12 @@ pub enum AppendError {
         waited_ms: u64,
         detail: String,
     },
+    /// The stream's open window already has a release: the store is inconsistent (a log lost or
+    /// cut under its release files). Nothing is acknowledged into a released window.
+    #[error(
+        "window {window_id} of stream {stream:?} already has a release; the record was not stored (the transaction store is inconsistent: the operator must run `cloakd store check`)"
+    )]
+    WindowReleased { stream: String, window_id: u64 },
     /// The replica that seals the stream's windows refused the record (forwarded there).
     #[error("{message}")]
     Forwarded {
@@ -108,7 +114,8 @@ impl AppendError {
             AppendError::TooManyAntecedents { .. } => ForwardedKind::Invalid,
             AppendError::Unavailable(_)
             | AppendError::NotWriter { .. }
-            | AppendError::NoWriter { .. } => ForwardedKind::Unavailable,
+            | AppendError::NoWriter { .. }
+            | AppendError::WindowReleased { .. } => ForwardedKind::Unavailable,
             AppendError::Forwarded { kind, .. } => *kind,
         }
     }
@@ -219,6 +226,14 @@ impl WindowManager {
         let dir = config.data_dir.clone();
         let (log, releases) =
             crate::store::blocking(&config.data_dir, "opening the store", move || {
+                // The daemon's start and `cloakd store check` share this one check.
+                let report = crate::store::check::check_data_dir(&dir)?;
+                if let Some(refusal) = report.refusal() {
+                    return Err(refusal);
+                }
+                for note in &report.notes {
+                    tracing::warn!(file = %note.path.display(), offset = note.offset, "{}", note.rule);
+                }
                 let releases = ReleasedWindows::open(&dir)?;
                 let (log, _recovery) = FileRecordLog::open(&dir)?;
                 Ok((log, releases))

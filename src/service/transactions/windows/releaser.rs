@@ -5,7 +5,8 @@
 //!
 //! Invariants: window w is announced (`released_upto` > w) only once its outcome is durable; a
 //! window whose outcome is already stored (queued twice after a replay, or stored by an earlier
-//! run) keeps the stored outcome ([`ReleaseStore::write_once`]); a failed write is retried with
+//! run) keeps the stored outcome ([`ReleaseStore::write_once`]), and a recovered window that has
+//! one is announced without being anonymized again (only a lost window below it is); a failed write is retried with
 //! backoff, so nothing is announced that is not stored. The releaser ends once its stream's handle
 //! is gone and its queue is empty, so a graceful shutdown finishes the windows already closed.
 use std::sync::Arc;
@@ -25,6 +26,8 @@ pub(super) struct ClosedWindow {
     pub records: Vec<StoredRecord>,
     /// When its close became durable (or it was recovered), for the release lag metric.
     pub closed_at: std::time::Instant,
+    /// Queued by a replay: it may have an outcome already (a window above a lost one).
+    pub recovered: bool,
 }
 
 /// Releases the closed windows of `stream` in order (see the module doc).
@@ -51,6 +54,23 @@ pub(super) async fn run_releaser(
         let Ok(_worker) = workers.acquire().await else {
             return;
         };
+        // A recovered window that has an outcome (even a damaged one, which is never rewritten)
+        // is announced as it is: only a window without one is anonymized.
+        if window.recovered
+            && matches!(
+                releases.read(&stream, window_id).await,
+                Ok(Some(_)) | Err(crate::store::StoreError::Corrupt { .. })
+            )
+        {
+            released_upto.send_if_modified(|upto| {
+                let advanced = window_id + 1 > *upto;
+                *upto = (*upto).max(window_id + 1);
+                advanced
+            });
+            metrics.windows_unreleased.decrement(1.0);
+            metrics.open_records.decrement(records as f64);
+            continue;
+        }
         let outcome = match tokio::task::spawn_blocking(move || {
             release_window(&window.close, &window.records)
         })

@@ -125,6 +125,7 @@ impl StreamState {
             },
             records,
             closed_at: std::time::Instant::now(),
+            recovered: false,
         }
     }
 }
@@ -261,6 +262,7 @@ impl Writer {
                             close,
                             records,
                             closed_at: std::time::Instant::now(),
+                            recovered: true,
                         });
                     }
                 }
@@ -440,6 +442,21 @@ impl Writer {
                 continue;
             }
             let (stream, record_id) = key;
+            let released = *st.handle.released_upto.borrow();
+            if st.open.id < released {
+                count_refused("window_released");
+                tracing::error!(
+                    %stream,
+                    window_id = st.open.id,
+                    released_upto = released,
+                    "refused a record: the open window already has a release (the store is inconsistent)"
+                );
+                let _ = command.reply.send(Err(AppendError::WindowReleased {
+                    stream,
+                    window_id: st.open.id,
+                }));
+                continue;
+            }
             let waiting = st.waiting();
             if waiting >= limit {
                 count_refused("too_many_open");
