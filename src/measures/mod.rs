@@ -4,6 +4,7 @@
 //! error ([`queries`]), the whole evaluation of one release ([`evaluate`]) and the privacy/utility
 //! frontier with its plots ([`frontier`]).
 pub mod distance;
+pub mod distortion;
 pub mod evaluate;
 pub mod frontier;
 pub mod populations;
