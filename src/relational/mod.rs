@@ -86,6 +86,35 @@ pub struct AlgorithmOptions {
     pub beta: f64,
 }
 
+impl AlgorithmOptions {
+    /// Checks the options against each other and the release method; the error is the rule.
+    pub fn validate(&self, method: ReleaseMethod) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.max_suppression) {
+            return Err(format!(
+                "max_suppression = {} must lie in [0, 1]",
+                self.max_suppression
+            ));
+        }
+        crate::measures::distortion::validate_beta(self.beta).map_err(|e| e.to_string())?;
+        if self.algorithm != Algorithm::Mondrian && method != ReleaseMethod::Generalization {
+            return Err(format!(
+                "algorithm {} releases by generalization only (got method {method})",
+                self.algorithm
+            ));
+        }
+        if self.algorithm != Algorithm::Ola && self.max_suppression != 0.0 {
+            return Err(format!(
+                "max_suppression applies to algorithm ola only (got algorithm {})",
+                self.algorithm
+            ));
+        }
+        if self.algorithm == Algorithm::Kaca {
+            return Err("algorithm kaca is not available in this build".to_string());
+        }
+        Ok(())
+    }
+}
+
 impl Default for AlgorithmOptions {
     fn default() -> AlgorithmOptions {
         AlgorithmOptions {
@@ -168,20 +197,7 @@ pub fn anonymize_with(
     options: &AlgorithmOptions,
     cancelled: &AtomicBool,
 ) -> Result<(Release, Report), AnonymizeError> {
-    crate::measures::distortion::validate_beta(options.beta)
-        .map_err(|e| AnonymizeError::Options(e.to_string()))?;
-    if options.algorithm != Algorithm::Mondrian && method != ReleaseMethod::Generalization {
-        return Err(AnonymizeError::Options(format!(
-            "algorithm {} releases by generalization only (got method {method})",
-            options.algorithm
-        )));
-    }
-    if options.algorithm != Algorithm::Ola && options.max_suppression != 0.0 {
-        return Err(AnonymizeError::Options(format!(
-            "max_suppression applies to algorithm ola only (got algorithm {})",
-            options.algorithm
-        )));
-    }
+    options.validate(method).map_err(AnonymizeError::Options)?;
     match options.algorithm {
         Algorithm::Mondrian => {}
         Algorithm::Ola => {
@@ -217,11 +233,7 @@ pub fn anonymize_with(
             });
             return Ok((released, report));
         }
-        Algorithm::Kaca => {
-            return Err(AnonymizeError::Options(
-                "algorithm kaca is not available in this build".to_string(),
-            ));
-        }
+        Algorithm::Kaca => unreachable!("refused by AlgorithmOptions::validate"),
     }
     let check = || {
         if cancelled.load(Ordering::Relaxed) {
