@@ -1,8 +1,10 @@
 //! Batch relational anonymization: Mondrian strict multidimensional partitioning (LeFevre et al.)
-//! under any combination of k-anonymity, l-diversity (distinct, entropy, probabilistic, recursive),
+//! or OLA optimal full-domain generalization with suppression ([`ola`], El Emam et al.), under any
+//! combination of k-anonymity, l-diversity (distinct, entropy, probabilistic, recursive),
 //! t-closeness (EMD or JS divergence) and delta-disclosure (Brickell & Shmatikov), released by
 //! generalization, bucketization (Anatomy) or trivial sanitization, with a report computed from the
-//! released rows.
+//! released rows and, for every algorithm, the distortion measures of
+//! [`crate::measures::distortion`] over the release's cell-by-cell [`recoding`].
 //!
 //! Invariants: [`anonymize`] never returns a release that violates a requested model: the whole table
 //! is checked first (an unsatisfiable model is an error with the reason), every Mondrian split keeps
