@@ -73,6 +73,15 @@ pub struct AnonymizeArgs {
     /// Seed of the release's random row order.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Algorithm: mondrian (default) or ola (optimal full-domain generalization).
+    #[arg(long)]
+    pub algorithm: Option<String>,
+    /// OLA's information-loss metric: dm, prec or entropy.
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// OLA: the share of rows that may be suppressed, in [0, 1].
+    #[arg(long, value_name = "SHARE")]
+    pub max_suppression: Option<f64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,6 +133,18 @@ pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
             .parse::<ReleaseMethod>()
             .map_err(|e| anyhow!("--release: {e}"))?;
     }
+    if let Some(algorithm) = &args.algorithm {
+        job.algorithm.algorithm = algorithm.parse().map_err(|e| anyhow!("--algorithm: {e}"))?;
+    }
+    if let Some(metric) = &args.metric {
+        job.algorithm.metric = metric.parse().map_err(|e| anyhow!("--metric: {e}"))?;
+    }
+    if let Some(share) = args.max_suppression {
+        job.algorithm.max_suppression = share;
+    }
+    job.algorithm
+        .validate(job.release)
+        .map_err(|e| anyhow!("--algorithm/--metric/--max-suppression: {e}"))?;
     if let Some(seed) = args.seed {
         job.seed = seed;
     }
@@ -264,8 +285,14 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     let table = load_table(&job, &args.job, args.input.as_deref())?;
     let read_seconds = started.elapsed().as_secs_f64();
     let engine_started = Instant::now();
-    let (released, mut report) =
-        crate::relational::anonymize(&table, &job.privacy, job.release, job.seed)?;
+    let (released, mut report) = crate::relational::anonymize_with(
+        &table,
+        &job.privacy,
+        job.release,
+        job.seed,
+        &job.algorithm,
+        &std::sync::atomic::AtomicBool::new(false),
+    )?;
     report.seconds = engine_started.elapsed().as_secs_f64();
     drop(table);
     let write_started = Instant::now();

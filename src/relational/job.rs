@@ -19,6 +19,9 @@
 //! delta = 1.2                      # > 0
 //! [release]
 //! method = "generalization"        # generalization | bucketization | trivial
+//! algorithm = "mondrian"           # mondrian (default) | ola (generalization only)
+//! metric = "dm"                    # ola's loss: dm | prec | entropy
+//! max_suppression = 0.0            # ola: share of rows that may be suppressed, in [0, 1]
 //! seed = 7
 //! ```
 //!
@@ -31,6 +34,7 @@ use std::ops::Range;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::relational::AlgorithmOptions;
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::models::{LDiversity, PrivacySpec, TCloseness};
 use crate::relational::release::ReleaseMethod;
@@ -81,6 +85,8 @@ pub struct JobSpec {
     pub privacy: PrivacySpec,
     pub release: ReleaseMethod,
     pub seed: u64,
+    /// The algorithm and its parameters (`[release] algorithm`, `metric`, `max_suppression`).
+    pub algorithm: AlgorithmOptions,
 }
 
 #[derive(Deserialize)]
@@ -116,6 +122,9 @@ struct RawPrivacy {
 struct RawRelease {
     method: Option<Spanned<String>>,
     seed: Option<Spanned<i64>>,
+    algorithm: Option<Spanned<String>>,
+    metric: Option<Spanned<String>>,
+    max_suppression: Option<Spanned<f64>>,
 }
 
 /// 1-based line and column of a byte offset.
@@ -340,6 +349,7 @@ impl JobSpec {
             .map_err(|e| error(privacy_span, format!("[privacy]: {}", e.rule)))?;
         let mut release = ReleaseMethod::default();
         let mut seed = 0;
+        let mut algorithm = AlgorithmOptions::default();
         if let Some(r) = raw.release {
             if let Some(m) = r.method {
                 release = m.get_ref().parse().map_err(|e| error(m.span(), e))?;
@@ -349,6 +359,24 @@ impl JobSpec {
                     return Err(error(s.span(), "seed must be >= 0".into()));
                 }
                 seed = *s.get_ref() as u64;
+            }
+            if let Some(a) = &r.algorithm {
+                algorithm.algorithm = a.get_ref().parse().map_err(|e| error(a.span(), e))?;
+            }
+            if let Some(m) = &r.metric {
+                algorithm.metric = m.get_ref().parse().map_err(|e| error(m.span(), e))?;
+            }
+            if let Some(x) = &r.max_suppression {
+                algorithm.max_suppression = *x.get_ref();
+            }
+            if let Err(rule) = algorithm.validate(release) {
+                let span = r
+                    .max_suppression
+                    .as_ref()
+                    .map(|x| x.span())
+                    .or(r.algorithm.as_ref().map(|a| a.span()))
+                    .unwrap_or(0..0);
+                return Err(error(span, format!("[release]: {rule}")));
             }
         }
         Ok(JobSpec {
@@ -360,6 +388,7 @@ impl JobSpec {
             privacy,
             release,
             seed,
+            algorithm,
         })
     }
 
@@ -419,6 +448,54 @@ seed = 9
         assert_eq!(job.release, ReleaseMethod::Bucketization);
         assert_eq!(job.seed, 9);
         assert_eq!(job.columns.len(), 3);
+    }
+
+    #[test]
+    fn parses_the_algorithm() {
+        let ola = JOB.replace(
+            "method = \"bucketization\"",
+            "method = \"generalization\"\nalgorithm = \"ola\"\nmetric = \"entropy\"\nmax_suppression = 0.05",
+        );
+        let job = JobSpec::parse("job.toml", &ola).unwrap();
+        assert_eq!(job.algorithm.algorithm, crate::relational::Algorithm::Ola);
+        assert_eq!(
+            job.algorithm.metric,
+            crate::relational::ola::Metric::Entropy
+        );
+        assert_eq!(job.algorithm.max_suppression, 0.05);
+        assert_eq!(
+            JobSpec::parse("job.toml", JOB).unwrap().algorithm,
+            AlgorithmOptions::default()
+        );
+        let err = |t: &str| JobSpec::parse("job.toml", t).unwrap_err().to_string();
+        let bucket = JOB.replace("seed = 9", "algorithm = \"ola\"");
+        assert!(
+            err(&bucket).contains("generalization only"),
+            "{}",
+            err(&bucket)
+        );
+        let metric = ola.replace("\"entropy\"", "\"gini\"");
+        assert!(
+            err(&metric).contains("unknown metric \"gini\""),
+            "{}",
+            err(&metric)
+        );
+        let share = ola.replace("0.05", "1.5");
+        assert!(
+            err(&share).contains("job.toml:14:19: [release]: max_suppression = 1.5"),
+            "{}",
+            err(&share)
+        );
+        let mondrian = share
+            .replace("\"ola\"", "\"mondrian\"")
+            .replace("1.5", "0.1");
+        assert!(err(&mondrian).contains("ola only"), "{}", err(&mondrian));
+        let unknown = JOB.replace("seed = 9", "algorithm = \"incognito\"");
+        assert!(
+            err(&unknown).contains("unknown algorithm"),
+            "{}",
+            err(&unknown)
+        );
     }
 
     #[test]

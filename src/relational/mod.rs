@@ -1,9 +1,11 @@
 //! Batch relational anonymization: Mondrian strict multidimensional partitioning (LeFevre et al.)
-//! under any combination of k-anonymity, l-diversity (distinct, entropy, probabilistic, recursive),
+//! or OLA optimal full-domain generalization with suppression ([`ola`], El Emam et al.), under any
+//! combination of k-anonymity, l-diversity (distinct, entropy, probabilistic, recursive),
 //! t-closeness (EMD or JS divergence) and delta-disclosure (Brickell & Shmatikov), released by
 //! generalization, bucketization (Anatomy) or trivial sanitization, with a report computed from the
-//! released rows. The distances between distributions ([`distance`]) live here, below the measures
-//! that also use them.
+//! released rows and, for every algorithm, the distortion measures of
+//! [`crate::measures::distortion`] over the release's cell-by-cell [`recoding`]. The distances
+//! between distributions ([`distance`]) live here, below the measures that also use them.
 //!
 //! Invariants: [`anonymize`] never returns a release that violates a requested model: the whole table
 //! is checked first (an unsatisfiable model is an error with the reason), every Mondrian split keeps
@@ -23,17 +25,110 @@ pub mod hierarchy;
 pub mod job;
 pub mod models;
 pub mod mondrian;
+pub mod ola;
+pub mod recoding;
 pub mod release;
 pub mod report;
 pub mod table;
 
 #[cfg(test)]
+mod ola_tests;
+#[cfg(test)]
 mod tests;
 
 use models::PrivacySpec;
+use ola::Metric;
 use release::{Release, ReleaseMethod};
 use report::Report;
 use table::Table;
+
+/// How the equivalence classes are formed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Algorithm {
+    /// Strict multidimensional partitioning ([`mondrian`]).
+    #[default]
+    Mondrian,
+    /// Local recoding by clustering in the hierarchies ([`kaca`]).
+    Kaca,
+    /// Optimal full-domain generalization with suppression ([`ola`]).
+    Ola,
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Algorithm, String> {
+        match s {
+            "mondrian" => Ok(Algorithm::Mondrian),
+            "kaca" => Ok(Algorithm::Kaca),
+            "ola" => Ok(Algorithm::Ola),
+            other => Err(format!(
+                "unknown algorithm {other:?} (known: mondrian, kaca, ola)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Algorithm::Mondrian => "mondrian",
+            Algorithm::Kaca => "kaca",
+            Algorithm::Ola => "ola",
+        })
+    }
+}
+
+/// The algorithm and its parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AlgorithmOptions {
+    pub algorithm: Algorithm,
+    /// OLA's information-loss metric.
+    pub metric: Metric,
+    /// OLA: the share of rows that may be suppressed, in [0, 1].
+    pub max_suppression: f64,
+    /// Exponent of the height weights of the reported WHD (>= 1).
+    pub beta: f64,
+}
+
+impl AlgorithmOptions {
+    /// Checks the options against each other and the release method; the error is the rule.
+    pub fn validate(&self, method: ReleaseMethod) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.max_suppression) {
+            return Err(format!(
+                "max_suppression = {} must lie in [0, 1]",
+                self.max_suppression
+            ));
+        }
+        crate::measures::distortion::validate_beta(self.beta).map_err(|e| e.to_string())?;
+        if self.algorithm != Algorithm::Mondrian && method != ReleaseMethod::Generalization {
+            return Err(format!(
+                "algorithm {} releases by generalization only (got method {method})",
+                self.algorithm
+            ));
+        }
+        if self.algorithm != Algorithm::Ola && self.max_suppression != 0.0 {
+            return Err(format!(
+                "max_suppression applies to algorithm ola only (got algorithm {})",
+                self.algorithm
+            ));
+        }
+        if self.algorithm == Algorithm::Kaca {
+            return Err("algorithm kaca is not available in this build".to_string());
+        }
+        Ok(())
+    }
+}
+
+impl Default for AlgorithmOptions {
+    fn default() -> AlgorithmOptions {
+        AlgorithmOptions {
+            algorithm: Algorithm::Mondrian,
+            metric: Metric::Dm,
+            max_suppression: 0.0,
+            beta: 1.0,
+        }
+    }
+}
 
 /// Why a table could not be anonymized.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -42,6 +137,10 @@ pub enum AnonymizeError {
     Spec(#[from] models::ModelSpecError),
     #[error(transparent)]
     Unsatisfiable(#[from] mondrian::Unsatisfiable),
+    #[error("ola: {0}")]
+    Ola(ola::OlaError),
+    #[error("{0}")]
+    Options(String),
     #[error("internal error: the release violates {model} in {classes} classes; nothing released")]
     ReleaseViolates { model: String, classes: u64 },
     #[error("internal error: {0}")]
@@ -82,6 +181,64 @@ pub fn anonymize_unless(
     seed: u64,
     cancelled: &AtomicBool,
 ) -> Result<(Release, Report), AnonymizeError> {
+    anonymize_with(
+        table,
+        privacy,
+        method,
+        seed,
+        &AlgorithmOptions::default(),
+        cancelled,
+    )
+}
+
+/// [`anonymize_unless`] with a chosen algorithm. KACA and OLA release by generalization only; every
+/// release is checked from its released rows, and its report carries the distortion measures.
+pub fn anonymize_with(
+    table: &Table,
+    privacy: &PrivacySpec,
+    method: ReleaseMethod,
+    seed: u64,
+    options: &AlgorithmOptions,
+    cancelled: &AtomicBool,
+) -> Result<(Release, Report), AnonymizeError> {
+    options.validate(method).map_err(AnonymizeError::Options)?;
+    match options.algorithm {
+        Algorithm::Mondrian => {}
+        Algorithm::Ola => {
+            privacy.validate()?;
+            let models = privacy.models();
+            let found = ola::ola_unless(
+                table,
+                privacy,
+                options.metric,
+                options.max_suppression,
+                cancelled,
+            )
+            .map_err(|e| match e {
+                ola::OlaError::Cancelled => AnonymizeError::Cancelled,
+                other => AnonymizeError::Ola(other),
+            })?;
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let released = recoding::release_generalized(table, &found.recoding, &mut rng);
+            let mut report = checked_report(&released, "generalization", &models, cancelled)?;
+            report.algorithm = Algorithm::Ola.to_string();
+            report.distortion = Some(crate::measures::distortion::distortion(
+                table,
+                &found.recoding,
+                options.beta,
+            ));
+            report.lattice = Some(report::LatticeSearch {
+                metric: options.metric.to_string(),
+                max_suppression: options.max_suppression,
+                levels: found.levels,
+                loss: found.loss,
+                lattice_size: found.lattice_size,
+                nodes_checked: found.nodes_checked,
+            });
+            return Ok((released, report));
+        }
+        Algorithm::Kaca => unreachable!("refused by AlgorithmOptions::validate"),
+    }
     let check = || {
         if cancelled.load(Ordering::Relaxed) {
             Err(AnonymizeError::Cancelled)
@@ -101,7 +258,34 @@ pub fn anonymize_unless(
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let released = release::release(table, &partitioning, method, &mut rng);
     check()?;
-    let report = report::evaluate_unless(&released, &method.to_string(), &models, cancelled)?
+    let mut report = checked_report(&released, &method.to_string(), &models, cancelled)?;
+    report.algorithm = Algorithm::Mondrian.to_string();
+    let recoding = match method {
+        ReleaseMethod::Generalization => recoding::Recoding::of_partitioning(table, &partitioning),
+        ReleaseMethod::Trivial => recoding::Recoding::of_partitioning(
+            table,
+            &mondrian::Partitioning::whole_table(table.rows()),
+        ),
+        ReleaseMethod::Bucketization => recoding::Recoding::identity(table),
+    };
+    let mut distortion = crate::measures::distortion::distortion(table, &recoding, options.beta);
+    if method == ReleaseMethod::Bucketization {
+        distortion.discernibility = crate::measures::distortion::bucket_discernibility(
+            partitioning.classes.iter().map(|c| c.len() as u64),
+        );
+    }
+    report.distortion = Some(distortion);
+    Ok((released, report))
+}
+
+/// The report of a release, computed from its rows; an error if any class violates a model.
+fn checked_report(
+    released: &Release,
+    name: &str,
+    models: &models::ModelSet,
+    cancelled: &AtomicBool,
+) -> Result<Report, AnonymizeError> {
+    let report = report::evaluate_unless(released, name, models, cancelled)?
         .ok_or(AnonymizeError::Cancelled)?;
     if let Some(check) = report.models.iter().find(|m| m.violating_classes > 0) {
         return Err(AnonymizeError::ReleaseViolates {
@@ -109,5 +293,5 @@ pub fn anonymize_unless(
             classes: check.violating_classes,
         });
     }
-    Ok((released, report))
+    Ok(report)
 }

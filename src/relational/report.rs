@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
+use crate::measures::distortion::Distortion;
 use crate::relational::models::{ClassCounts, ModelSet, SensitiveDistribution};
 use crate::relational::release::{Release, ReleasedRole, ReleasedTable, SensitiveTable};
 
@@ -52,6 +53,26 @@ pub struct Report {
     pub class_sizes: Vec<ClassSizeCount>,
     pub models: Vec<ModelCheck>,
     pub seconds: f64,
+    /// The algorithm that formed the classes (mondrian, kaca, ola); set by the engine.
+    pub algorithm: String,
+    /// Distortion against the original table (set by the engine, which knows the original rows;
+    /// `None` for a release read back without them).
+    pub distortion: Option<Distortion>,
+    /// OLA's search: the chosen node and how much of the lattice was checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lattice: Option<LatticeSearch>,
+}
+
+/// What OLA's search did.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatticeSearch {
+    pub metric: String,
+    pub max_suppression: f64,
+    /// The chosen node: a hierarchy level per quasi-identifier, in column order.
+    pub levels: Vec<usize>,
+    pub loss: f64,
+    pub lattice_size: u64,
+    pub nodes_checked: u64,
 }
 
 impl Report {
@@ -355,6 +376,9 @@ pub fn evaluate_unless(
             })
             .collect(),
         seconds: 0.0,
+        algorithm: String::new(),
+        distortion: None,
+        lattice: None,
     };
     let mut histogram: BTreeMap<u64, u64> = BTreeMap::new();
     // One dense histogram, filled from a class's cells and cleared after it.

@@ -246,6 +246,8 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
         privacy,
         release,
         seed: job.seed,
+        // The proto carries no algorithm fields yet: the service runs Mondrian.
+        algorithm: crate::relational::AlgorithmOptions::default(),
     })
 }
 
