@@ -5,7 +5,6 @@
 //! Ploss / A_know / A_acc ([`privacy`]), Uloss over large populations ([`populations`]), COUNT query
 //! error ([`queries`]), the whole evaluation of one release ([`evaluate`]) and the privacy/utility
 //! frontier with its plots ([`frontier`]).
-pub mod distortion;
 pub mod evaluate;
 pub mod frontier;
 pub mod populations;

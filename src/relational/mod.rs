@@ -4,7 +4,7 @@
 //! t-closeness (EMD or JS divergence) and delta-disclosure (Brickell & Shmatikov), released by
 //! generalization, bucketization (Anatomy) or trivial sanitization, with a report computed from the
 //! released rows and, for every algorithm, the distortion measures of
-//! [`crate::measures::distortion`] over the release's cell-by-cell [`recoding`]. The distances
+//! [`crate::relational::distortion`] over the release's cell-by-cell [`recoding`]. The distances
 //! between distributions ([`distance`]) live here, below the measures that also use them.
 //!
 //! Invariants: [`anonymize`] never returns a release that violates a requested model: the whole table
@@ -21,6 +21,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub mod distance;
+pub mod distortion;
 pub mod hierarchy;
 pub mod job;
 pub mod models;
@@ -99,7 +100,7 @@ impl AlgorithmOptions {
                 self.max_suppression
             ));
         }
-        crate::measures::distortion::validate_beta(self.beta).map_err(|e| e.to_string())?;
+        crate::relational::distortion::validate_beta(self.beta).map_err(|e| e.to_string())?;
         if self.algorithm != Algorithm::Mondrian && method != ReleaseMethod::Generalization {
             return Err(format!(
                 "algorithm {} releases by generalization only (got method {method})",
@@ -222,7 +223,7 @@ pub fn anonymize_with(
             let released = recoding::release_generalized(table, &found.recoding, &mut rng);
             let mut report = checked_report(&released, "generalization", &models, cancelled)?;
             report.algorithm = Algorithm::Ola.to_string();
-            report.distortion = Some(crate::measures::distortion::distortion(
+            report.distortion = Some(crate::relational::distortion::distortion(
                 table,
                 &found.recoding,
                 options.beta,
@@ -268,9 +269,9 @@ pub fn anonymize_with(
         ),
         ReleaseMethod::Bucketization => recoding::Recoding::identity(table),
     };
-    let mut distortion = crate::measures::distortion::distortion(table, &recoding, options.beta);
+    let mut distortion = crate::relational::distortion::distortion(table, &recoding, options.beta);
     if method == ReleaseMethod::Bucketization {
-        distortion.discernibility = crate::measures::distortion::bucket_discernibility(
+        distortion.discernibility = crate::relational::distortion::bucket_discernibility(
             partitioning.classes.iter().map(|c| c.len() as u64),
         );
     }

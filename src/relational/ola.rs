@@ -7,7 +7,7 @@
 //! QI `*`); a node is *anonymous* when at most `max_suppression` × |T| rows are suppressed and the
 //! suppressed rows, taken together as the one class they form in the release, satisfy every model
 //! (or there are none). Among the anonymous nodes OLA returns one of least information loss under the
-//! chosen [`Metric`] (DM, 1 − Prec, non-uniform entropy, as [`crate::measures::distortion`] defines
+//! chosen [`Metric`] (DM, 1 − Prec, non-uniform entropy, as [`crate::relational::distortion`] defines
 //! them; ties go to the node found first).
 //!
 //! Search: for every generalization strategy (path from the bottom to the top), a binary search by

@@ -1,7 +1,7 @@
 //! OLA against an independent exhaustive checker: every node of the lattice is released row by row
 //! (no distinct-tuple grouping, no packed keys, no tagging, no bounds), its violating classes
 //! suppressed, its anonymity decided from the definition and its loss measured by
-//! [`crate::measures::distortion`] on the recoding; OLA's node must be anonymous and of the minimum
+//! [`crate::relational::distortion`] on the recoding; OLA's node must be anonymous and of the minimum
 //! loss over all anonymous nodes, for every metric, on random tables and on Adult attributes. Every
 //! OLA release also passes the brute-force model checker of the pipeline tests.
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::measures::distortion::distortion;
+use crate::relational::distortion::distortion;
 use crate::relational::hierarchy::{Hierarchy, NodeId};
 use crate::relational::models::{ClassCounts, Distance, LDiversity, PrivacySpec, TCloseness};
 use crate::relational::ola::{Metric, OlaError, ola};

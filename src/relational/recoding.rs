@@ -2,7 +2,7 @@
 //! the region its value was recoded to (a hierarchy node, or an interval of a numeric domain), and
 //! whether the row was suppressed. Every algorithm's output is brought to this form (Mondrian's
 //! classes, OLA's full-domain node with its suppressed rows, KACA's local recoding), so the
-//! distortion measures ([`crate::measures::distortion`]) are defined once, for all of them, and the
+//! distortion measures ([`crate::relational::distortion`]) are defined once, for all of them, and the
 //! generalized release of a recoding is written in one place ([`release_generalized`]).
 //!
 //! Invariants: `cells[q]` has one entry per row of the table, in input row order; a cell's region

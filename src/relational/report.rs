@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
-use crate::measures::distortion::Distortion;
+use crate::relational::distortion::Distortion;
 use crate::relational::models::{ClassCounts, ModelSet, SensitiveDistribution};
 use crate::relational::release::{Release, ReleasedRole, ReleasedTable, SensitiveTable};
 
