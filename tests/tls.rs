@@ -104,6 +104,78 @@ async fn mutual_tls_client_certificate_is_a_credential() {
     daemon.shutdown().await.unwrap();
 }
 
+/// Issue 21 item 7: a client certificate names a principal only by an exact SAN match. A wildcard SAN
+/// (`*.example.org`) does not expand to `lbs-poi.example.org`, and a certificate whose SANs name two
+/// configured principals is refused with UNAUTHENTICATED naming the rule, whatever the config order.
+#[tokio::test]
+async fn client_certificate_identity_is_matched_exactly() {
+    let pki = TestPki::new();
+    let mut config = secured_config();
+    config.server.tls = Some(pki.server_tls(true));
+    for (name, dns) in [
+        ("lbs-poi-cert", "lbs-poi.example.org"),
+        ("lbs-other-cert", "lbs-other.example.org"),
+    ] {
+        let mut by_cert = principal(name, Role::Provider, &["poi"]);
+        by_cert.token_sha256 = None;
+        by_cert.cert_dns_name = Some(dns.to_string().try_into().unwrap());
+        config.auth.principals.push(by_cert);
+    }
+    let daemon = TestDaemon::start(config).await;
+    let call = |names: &'static [&'static str], stem: &'static str| {
+        let (cert, key) = pki.issue(stem, names, true);
+        let addr = daemon.addr;
+        let ca = pki.ca_pem.clone();
+        async move {
+            let channel = tls_channel(addr, &ca, Some((&cert, &key))).await.unwrap();
+            subscribe(channel, None).await
+        }
+    };
+
+    // The exact name authenticates, in any letter case.
+    call(&["lbs-poi.example.org"], "exact").await.unwrap();
+    call(&["LBS-POI.Example.ORG"], "upper").await.unwrap();
+
+    // A wildcard SAN is not expanded.
+    let status = call(&["*.example.org"], "wildcard").await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(
+        status.message().contains("matched exactly"),
+        "{}",
+        status.message()
+    );
+
+    // Two configured principals in one certificate: refused, in either SAN order.
+    for (names, stem) in [
+        (
+            &["lbs-poi.example.org", "lbs-other.example.org"][..],
+            "both",
+        ),
+        (
+            &["lbs-other.example.org", "lbs-poi.example.org"][..],
+            "both-reversed",
+        ),
+    ] {
+        let (cert, key) = pki.issue(stem, names, true);
+        let channel = tls_channel(daemon.addr, &pki.ca_pem, Some((&cert, &key)))
+            .await
+            .unwrap();
+        let status = subscribe(channel, None).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+        assert!(
+            status.message().contains("must name exactly one principal"),
+            "{}",
+            status.message()
+        );
+    }
+
+    // A configured name beside unconfigured ones is still exactly one principal.
+    call(&["lbs-poi.example.org", "unrelated.example.net"], "extra")
+        .await
+        .unwrap();
+    daemon.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn sighup_reloads_certificates_without_dropping_the_listener() {
     let pki = TestPki::new();

@@ -1,11 +1,17 @@
 //! Resolving a credential to a [`Principal`]: bearer tokens by their sha256 (compared in constant
 //! time against every configured hash, so neither a match nor its position leaks through timing), and
-//! client certificates under mutual TLS by a DNS name the (already chain-verified) certificate is valid
-//! for (`cert_dns_name`).
+//! client certificates under mutual TLS by the DNS names in the (already chain-verified) certificate's
+//! subject alternative names (`cert_dns_name`).
+//!
+//! A certificate's identity is matched exactly: a SAN DNS name names a principal only if it equals that
+//! principal's `cert_dns_name` (ASCII case-insensitively, as DNS names compare). A wildcard SAN such as
+//! `*.example.org` is not expanded and so names no principal. A certificate whose SANs name more than
+//! one configured principal is refused ([`AuthFailure::AmbiguousCertificate`]), never resolved by the
+//! order of the configuration.
 use std::sync::Arc;
 
 use http::HeaderMap;
-use rustls_pki_types::{CertificateDer, DnsName, ServerName};
+use rustls_pki_types::{CertificateDer, DnsName};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tonic::Status;
@@ -31,6 +37,7 @@ pub enum AuthFailure {
     Malformed,
     UnknownToken,
     UnknownCertificate,
+    AmbiguousCertificate,
 }
 
 impl AuthFailure {
@@ -40,6 +47,7 @@ impl AuthFailure {
             AuthFailure::Malformed => "malformed_authorization",
             AuthFailure::UnknownToken => "unknown_token",
             AuthFailure::UnknownCertificate => "unknown_certificate",
+            AuthFailure::AmbiguousCertificate => "ambiguous_certificate",
         }
     }
 
@@ -51,7 +59,10 @@ impl AuthFailure {
             AuthFailure::Malformed => "authorization: must be `Bearer <token>`",
             AuthFailure::UnknownToken => "authorization: the token matches no configured principal",
             AuthFailure::UnknownCertificate => {
-                "client certificate: valid for no configured principal's cert_dns_name"
+                "client certificate: no subject alternative name equals a configured principal's cert_dns_name (names are matched exactly; wildcards are not expanded)"
+            }
+            AuthFailure::AmbiguousCertificate => {
+                "client certificate: its subject alternative names name several configured principals' cert_dns_name; a client certificate must name exactly one principal"
             }
         };
         Status::unauthenticated(message)
@@ -155,17 +166,34 @@ impl Authenticator {
     ) -> Result<Arc<Principal>, AuthFailure> {
         let cert =
             webpki::EndEntityCert::try_from(leaf).map_err(|_| AuthFailure::UnknownCertificate)?;
-        self.entries
-            .iter()
-            .find(|entry| {
-                entry.cert_dns_name.as_ref().is_some_and(|name| {
-                    cert.verify_is_valid_for_subject_name(&ServerName::DnsName(name.clone()))
-                        .is_ok()
-                })
-            })
-            .map(|entry| Arc::clone(&entry.principal))
-            .ok_or(AuthFailure::UnknownCertificate)
+        let presented: Vec<&str> = cert.valid_dns_names().collect();
+        principal_named_by(&self.entries, &presented)
     }
+}
+
+/// The one principal whose `cert_dns_name` equals one of the certificate's SAN DNS names `presented`
+/// (exactly, ASCII case-insensitively; a wildcard SAN is compared as the literal string it is, and a
+/// configured name cannot be a wildcard, so it matches nothing). Several principals named: refused.
+fn principal_named_by(
+    entries: &[Entry],
+    presented: &[&str],
+) -> Result<Arc<Principal>, AuthFailure> {
+    let mut named = entries.iter().filter(|entry| {
+        entry.cert_dns_name.as_ref().is_some_and(|name| {
+            let name: &str = name.as_ref();
+            presented.iter().any(|san| {
+                !san.starts_with('*')
+                    && san
+                        .trim_end_matches('.')
+                        .eq_ignore_ascii_case(name.trim_end_matches('.'))
+            })
+        })
+    });
+    let first = named.next().ok_or(AuthFailure::UnknownCertificate)?;
+    if named.any(|other| other.principal.name != first.principal.name) {
+        return Err(AuthFailure::AmbiguousCertificate);
+    }
+    Ok(Arc::clone(&first.principal))
 }
 
 /// The token of an `authorization` value `Bearer <token>` (scheme case-insensitive).
@@ -251,6 +279,49 @@ mod tests {
         assert_eq!(
             hash_token("test"),
             "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+        );
+    }
+
+    fn cert_entries(names: &[(&str, &str)]) -> Vec<Entry> {
+        names
+            .iter()
+            .map(|(principal, dns)| Entry {
+                principal: Arc::new(Principal {
+                    name: (*principal).into(),
+                    role: Some(Role::Provider),
+                    services: vec!["poi".into()],
+                    user_ids: Default::default(),
+                    streams: vec![],
+                }),
+                token_sha256: None,
+                cert_dns_name: Some(dns.to_string().try_into().unwrap()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn certificate_names_match_exactly_and_only_one_principal() {
+        let entries = cert_entries(&[("a", "a.example.org"), ("b", "b.example.org")]);
+        let name = |sans: &[&str]| principal_named_by(&entries, sans).map(|p| p.name.clone());
+        assert_eq!(name(&["a.example.org"]), Ok("a".to_string()));
+        assert_eq!(name(&["B.Example.Org."]), Ok("b".to_string()));
+        assert_eq!(
+            name(&["*.example.org"]),
+            Err(AuthFailure::UnknownCertificate)
+        );
+        assert_eq!(name(&["example.org"]), Err(AuthFailure::UnknownCertificate));
+        assert_eq!(
+            name(&["xa.example.org"]),
+            Err(AuthFailure::UnknownCertificate)
+        );
+        assert_eq!(name(&[]), Err(AuthFailure::UnknownCertificate));
+        assert_eq!(
+            name(&["b.example.org", "a.example.org"]),
+            Err(AuthFailure::AmbiguousCertificate)
+        );
+        assert_eq!(
+            name(&["a.example.org", "other.example.net"]),
+            Ok("a".to_string())
         );
     }
 }
