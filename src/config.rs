@@ -419,7 +419,7 @@ impl Config {
                 message: e.to_string(),
             })?;
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            let text = crate::lines::read_text_file(path).map_err(|source| ConfigError::Read {
                 path: path.to_path_buf(),
                 source,
             })?;

@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod config;
 pub mod connections;
 pub mod daemon;
+pub mod lines;
 pub mod location;
 pub mod measures;
 pub mod relational;

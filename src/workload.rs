@@ -65,7 +65,11 @@ pub fn read_trace(
     limit: Option<usize>,
 ) -> Result<Vec<TracePoint>, TraceError> {
     let mut points = Vec::new();
-    let reader = BufReader::new(reader);
+    // Bounded: a line past `crate::lines::MAX_LINE_BYTES` fails the read.
+    let reader = BufReader::new(crate::lines::BoundedLines::new(
+        reader,
+        crate::lines::Records::Lines,
+    ));
     for (index, line) in reader.lines().enumerate() {
         let line = line.map_err(|source| TraceError::Io {
             origin: origin.to_string(),

@@ -67,7 +67,7 @@ pub struct EvaluateArgs {
 
 /// Reads and parses a job file.
 pub fn read_job(path: &Path) -> anyhow::Result<JobSpec> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::lines::read_text_file(path)
         .with_context(|| format!("{}: cannot read the job file", path.display()))?;
     Ok(JobSpec::parse(&path.display().to_string(), &text)?)
 }

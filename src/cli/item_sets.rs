@@ -294,6 +294,11 @@ pub(crate) fn read_item_sets(
     allow_empty: bool,
 ) -> Result<Vec<Vec<ItemId>>, TransactionsCliError> {
     let reader = crate::workload::open_maybe_gz(path).map_err(io_error(path))?;
+    // Bounded: a line past `crate::lines::MAX_LINE_BYTES` fails the read, naming its number.
+    let reader = Box::new(crate::lines::BoundedLines::new(
+        reader,
+        crate::lines::Records::Lines,
+    ));
     read_item_sets_from(path, ReadAhead::spawn(reader), names, allow_empty)
 }
 

@@ -145,14 +145,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn hash_token(
-    mut input: impl std::io::Read,
-    mut output: impl std::io::Write,
-) -> anyhow::Result<()> {
+fn hash_token(input: impl std::io::Read, mut output: impl std::io::Write) -> anyhow::Result<()> {
     let mut token = String::new();
-    input
-        .read_to_string(&mut token)
-        .map_err(|e| anyhow::anyhow!("cannot read the token from stdin: {e}"))?;
+    std::io::Read::read_to_string(
+        &mut crate::lines::BoundedLines::new(input, crate::lines::Records::Lines),
+        &mut token,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot read the token from stdin: {e}"))?;
     let token = token.trim();
     if token.is_empty() {
         anyhow::bail!(

@@ -107,7 +107,7 @@ pub fn run(args: TableArgs) -> anyhow::Result<()> {
 
 /// Reads a job file and applies the command line overrides; errors name the file or the flag.
 pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
-    let text = std::fs::read_to_string(&args.job)
+    let text = crate::lines::read_text_file(&args.job)
         .with_context(|| format!("{}: cannot read the job file", args.job.display()))?;
     let mut job = JobSpec::parse(&args.job.display().to_string(), &text)?;
     if let Some(k) = args.k {
@@ -180,7 +180,12 @@ pub fn open_maybe_gzip(
         }),
         None => crate::workload::maybe_gunzip(file),
     };
-    reader.with_context(|| format!("{}: cannot read the input", path.display()))
+    let reader = reader.with_context(|| format!("{}: cannot read the input", path.display()))?;
+    // Bounded: a CSV record past `crate::lines::MAX_LINE_BYTES` fails the read.
+    Ok(Box::new(crate::lines::BoundedLines::new(
+        reader,
+        crate::lines::Records::Csv,
+    )))
 }
 
 /// Loads the job's table: hierarchies (relative to the job file) and the input CSV.
@@ -188,7 +193,7 @@ pub fn load_table(job: &JobSpec, job_path: &Path, input: Option<&Path>) -> anyho
     let base = job_path.parent().unwrap_or(Path::new("."));
     let schema = job.schema(|path, column| -> anyhow::Result<Hierarchy> {
         let path = base.join(path);
-        let text = std::fs::read_to_string(&path).with_context(|| {
+        let text = crate::lines::read_text_file(&path).with_context(|| {
             format!(
                 "{}: cannot read the hierarchy of column {column:?}",
                 path.display()
