@@ -871,7 +871,8 @@ mod tests {
         );
         let path = dir.path().join(LOG_FILE);
         let full = std::fs::read(&path).unwrap();
-        std::fs::write(&path, &full[..full.len() - 3]).unwrap();
+        let cut = &full[..full.len() - 3];
+        std::fs::write(&path, cut).unwrap();
         match FileRecordLog::open(dir.path()).unwrap_err() {
             StoreError::Corrupt { rule, .. } => assert!(rule.contains("acknowledged"), "{rule}"),
             e => panic!("{e}"),
@@ -879,9 +880,10 @@ mod tests {
         // Without the seal (a crash), the same bytes are a torn tail.
         std::fs::remove_file(dir.path().join(SEAL_FILE)).unwrap();
         let (log, recovery) = FileRecordLog::open(dir.path()).unwrap();
+        // What is cut is the incomplete last frame: every byte of the file past the valid prefix.
         assert_eq!(
             recovery.truncated_bytes,
-            full.len() as u64 - recovery.valid_bytes
+            cut.len() as u64 - recovery.valid_bytes
         );
         assert!(!dir.path().join(SEAL_FILE).exists());
         drop(log);
