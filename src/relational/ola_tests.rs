@@ -14,13 +14,14 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::relational::distortion::distortion;
 use crate::relational::hierarchy::{Hierarchy, NodeId};
-use crate::relational::models::{ClassCounts, Distance, LDiversity, PrivacySpec, TCloseness};
+use crate::relational::models::{ClassCounts, LDiversity, PrivacySpec};
 use crate::relational::ola::{Metric, OlaError, ola};
 use crate::relational::recoding::{Cell, Recoding};
 use crate::relational::release::ReleaseMethod;
 use crate::relational::table::{
     ColumnRole, ColumnSchema, QuasiAttribute, QuasiKind, Table, TableSchema, Unlisted, read_csv,
 };
+use crate::relational::tests::{random_hierarchy, random_privacy};
 use crate::relational::{Algorithm, AlgorithmOptions, anonymize_with};
 
 /// The minimum loss over every anonymous node, by brute force: (loss, node) or None.
@@ -127,23 +128,6 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
 }
 
-fn random_hierarchy(column: usize, leaves: usize, height: usize, branching: usize) -> String {
-    let mut text = String::new();
-    for leaf in 0..leaves {
-        let mut labels = vec![format!("c{column}v{leaf}")];
-        for level in 1..height - 1 {
-            labels.push(format!(
-                "c{column}g{level}_{}",
-                leaf / branching.pow(level as u32)
-            ));
-        }
-        labels.push("*".to_string());
-        text.push_str(&labels.join(";"));
-        text.push('\n');
-    }
-    text
-}
-
 /// A random table of 1-4 categorical QIs with random hierarchies.
 fn random_table(seed: u64) -> Table {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -189,43 +173,6 @@ fn random_table(seed: u64) -> Table {
         unlisted: Unlisted::Drop,
     };
     read_csv(schema, csv.as_bytes(), "random.csv", b',').unwrap()
-}
-
-fn random_privacy(rng: &mut ChaCha8Rng) -> PrivacySpec {
-    loop {
-        let mut p = PrivacySpec::default();
-        if rng.random_bool(0.7) {
-            p.k = Some(rng.random_range(1..=6));
-        }
-        if rng.random_bool(0.35) {
-            let l = rng.random_range(1..=3);
-            p.l = Some(match rng.random_range(0..4) {
-                0 => LDiversity::Distinct(l as f64),
-                1 => LDiversity::Entropy(l as f64 * 0.8),
-                2 => LDiversity::Probabilistic(l as f64),
-                _ => LDiversity::Recursive {
-                    l,
-                    c: rng.random_range(1..=3) as f64,
-                },
-            });
-        }
-        if rng.random_bool(0.2) {
-            p.t = Some(TCloseness {
-                t: rng.random_range(0.1..1.0),
-                distance: if rng.random_bool(0.5) {
-                    Distance::Emd
-                } else {
-                    Distance::Js
-                },
-            });
-        }
-        if rng.random_bool(0.15) {
-            p.delta = Some(rng.random_range(0.5..3.0));
-        }
-        if p.validate().is_ok() {
-            return p;
-        }
-    }
 }
 
 /// OLA's answer agrees with the exhaustive checker, and its recoding measures as OLA says.

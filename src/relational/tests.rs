@@ -380,7 +380,12 @@ pub(super) struct Generated {
 }
 
 /// A random hierarchy over `leaves` leaves, `height` levels, nested groups of `branching`.
-fn random_hierarchy(column: usize, leaves: usize, height: usize, branching: usize) -> String {
+pub(super) fn random_hierarchy(
+    column: usize,
+    leaves: usize,
+    height: usize,
+    branching: usize,
+) -> String {
     let mut text = String::new();
     for leaf in 0..leaves {
         let mut labels = vec![format!("c{column}v{leaf}")];
@@ -554,7 +559,7 @@ fn released_classes(release: &Release) -> Vec<Multiset> {
     classes.into_values().collect()
 }
 
-fn random_privacy(rng: &mut ChaCha8Rng) -> PrivacySpec {
+pub(super) fn random_privacy(rng: &mut ChaCha8Rng) -> PrivacySpec {
     loop {
         let mut p = PrivacySpec::default();
         if rng.random_bool(0.6) {
