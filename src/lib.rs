@@ -5,7 +5,9 @@
 //! (personalized rho-uncertainty by suppression) and [`relational`] (Mondrian with k-anonymity,
 //! l-diversity, t-closeness, delta-disclosure) with the privacy/utility [`measures`]. Between the
 //! engines and the adapters, the stateful actors: [`broker`] (the location broker actor: admission,
-//! cloaking and dispatch, delivery and acknowledgements, replica routing). Around them, thin
+//! cloaking and dispatch, delivery and acknowledgements, replica routing) and [`windows`] (the durable
+//! window pipeline of the transaction streams: the writer, the releasers, replicas' stream routing).
+//! Around them, thin
 //! adapters: [`service`] (gRPC: proto <-> domain, validation, one status mapping per service),
 //! [`store`] (durable state), [`telemetry`] (Prometheus metrics), [`daemon`] (wiring, shutdown),
 //! [`reload`] (SIGHUP configuration reload) and [`cli`] (batch commands).
@@ -29,6 +31,7 @@ pub mod telemetry;
 pub mod text;
 pub mod tls;
 pub mod transactions;
+pub mod windows;
 pub mod workload;
 
 /// Generated protobuf and gRPC code of package `cloakd.v1`.

@@ -11,11 +11,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::message::{AnswerTally, ClientId, ProviderId};
+use super::message::{AnswerTally, ClientId, ProviderId, StreamEnd};
 use super::{Broker, Delivery, HandOver, Route};
 use crate::location::Pseudonym;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
-use crate::service::location::LocationError;
 use crate::telemetry::catalog;
 
 impl Broker {
@@ -212,13 +211,10 @@ impl Broker {
                 limit_ms = self.cfg.provider_ack_ms,
                 "provider did not acknowledge a request in time; closing its stream (location.provider_ack_ms)"
             );
-            let _ = state.close.send(
-                LocationError::ProviderStalled {
-                    limit_ms: self.cfg.provider_ack_ms,
-                    handed_on: held,
-                }
-                .into(),
-            );
+            let _ = state.close.send(StreamEnd::ProviderStalled {
+                limit_ms: self.cfg.provider_ack_ms,
+                handed_on: held,
+            });
         }
         for pseudonym in state.unacknowledged {
             self.hand_on(pseudonym, why);
@@ -398,12 +394,9 @@ impl Broker {
                 limit = self.cfg.client_queue,
                 "client reads too slowly; closing its stream (location.client_queue)"
             );
-            state.events.finish(
-                LocationError::ClientTooSlow {
-                    limit: self.cfg.client_queue,
-                }
-                .into(),
-            );
+            state.events.finish(StreamEnd::ClientTooSlow {
+                limit: self.cfg.client_queue,
+            });
         }
         self.drop_client(client);
     }
@@ -417,9 +410,9 @@ impl Broker {
         });
         if done
             && let Some(state) = self.clients.remove(&client)
-            && let Some(status) = state.final_status
+            && let Some(end) = state.final_status
         {
-            state.events.finish(status);
+            state.events.finish(end);
         }
     }
 
@@ -444,9 +437,7 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    use tonic::Code;
-
-    use super::super::message::{AnswerTally, Command};
+    use super::super::message::{AnswerTally, Command, StreamEnd};
     use super::super::testing::{Fixture, config, drain, pseudonym, request};
     use crate::location::Pseudonym;
     use crate::proto::location_event::Outcome;
@@ -568,15 +559,15 @@ mod tests {
 
         tokio::time::advance(Duration::from_millis(1)).await;
         f.tick();
-        let status = stalled
+        let end = stalled
             .closed
             .try_recv()
             .expect("the stalled stream is closed");
-        assert_eq!(status.code(), Code::ResourceExhausted);
+        // RESOURCE_EXHAUSTED (the service's mapping, `service/location/error.rs` tests).
+        assert!(matches!(end, StreamEnd::ProviderStalled { .. }), "{end:?}");
         assert!(
-            status.message().contains("location.provider_ack_ms"),
-            "{}",
-            status.message()
+            end.to_string().contains("location.provider_ack_ms"),
+            "{end}"
         );
         let again = f.take(&other, "lbs2");
         let sorted = |requests: &[crate::proto::CloakedRequest]| {
@@ -678,13 +669,10 @@ mod tests {
         f.submit(1, request("u", 1, 20));
         let (outcomes, ended) = drain(&mut slow);
         assert_eq!(outcomes.len(), 1);
-        let status = ended.expect("the stream ends with a status");
-        assert_eq!(status.code(), Code::ResourceExhausted);
-        assert!(
-            status.message().contains("location.client_queue"),
-            "{}",
-            status.message()
-        );
+        let end = ended.expect("the stream ends with a status");
+        // RESOURCE_EXHAUSTED (the service's mapping, `service/location/error.rs` tests).
+        assert!(matches!(end, StreamEnd::ClientTooSlow { .. }), "{end:?}");
+        assert!(end.to_string().contains("location.client_queue"), "{end}");
         assert!(!f.broker.clients.contains_key(&1));
         assert!(
             f.broker.pending.is_empty(),

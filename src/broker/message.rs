@@ -29,9 +29,28 @@ pub(crate) struct EventQueue {
     sink: EventSink,
 }
 
+/// Why the broker ends a client's or a provider's stream. The location service maps it to a status
+/// with its other errors (`service/location/error.rs`, the one mapping), so the actor never builds
+/// a stream-ending status itself.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StreamEnd {
+    #[error(
+        "the client reads its events too slowly: {limit} events were waiting (location.client_queue); the stream was closed"
+    )]
+    ClientTooSlow { limit: usize },
+    #[error(
+        "the provider did not acknowledge a request within {limit_ms} ms (location.provider_ack_ms); the stream was closed and its {handed_on} unacknowledged requests were handed to other providers or reported undelivered"
+    )]
+    ProviderStalled { limit_ms: u64, handed_on: usize },
+    /// The client's request stream broke; the status the adapter mapped its error to, delivered
+    /// after the outcomes of the requests already read.
+    #[error("{}", .0.message())]
+    InboundFailed(Status),
+}
+
 #[derive(Debug, Clone)]
 enum EventSink {
-    Stream(mpsc::Sender<Result<LocationEvent, Status>>),
+    Stream(mpsc::Sender<Result<LocationEvent, StreamEnd>>),
     Replica {
         to: RemoteClient,
         out: mpsc::Sender<Outbound>,
@@ -41,7 +60,7 @@ enum EventSink {
 impl EventQueue {
     pub(crate) fn channel(
         client_queue: usize,
-    ) -> (EventQueue, mpsc::Receiver<Result<LocationEvent, Status>>) {
+    ) -> (EventQueue, mpsc::Receiver<Result<LocationEvent, StreamEnd>>) {
         let (sender, receiver) = mpsc::channel(client_queue.saturating_add(1));
         (
             EventQueue {
@@ -87,11 +106,11 @@ impl EventQueue {
         }
     }
 
-    /// Ends the stream with `status` (uses the reserved place). The replica holding a remote
+    /// Ends the stream with `end` (uses the reserved place). The replica holding a remote
     /// stream ends it itself.
-    pub(crate) fn finish(&self, status: Status) {
+    pub(crate) fn finish(&self, end: StreamEnd) {
         if let EventSink::Stream(sender) = &self.sink {
-            let _ = sender.try_send(Err(status));
+            let _ = sender.try_send(Err(end));
         }
     }
 
@@ -140,7 +159,7 @@ pub(crate) enum Command {
     /// still get their outcome, then the stream ends with the error's status.
     InboundFailed {
         client: ClientId,
-        /// The error's status ([`crate::service::location::LocationError`]'s one mapping).
+        /// The error's status (mapped by the location service's one mapping).
         status: Status,
     },
     /// The client went away.
@@ -150,7 +169,7 @@ pub(crate) enum Command {
         provider: ProviderId,
         service: usize,
         window: Arc<ProviderWindow>,
-        close: oneshot::Sender<Status>,
+        close: oneshot::Sender<StreamEnd>,
     },
     /// A provider's Subscribe stream ended: the requests it has not acknowledged are handed on.
     ProviderGone { provider: ProviderId },

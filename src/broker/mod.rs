@@ -34,7 +34,7 @@ use std::sync::Arc;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use tokio::sync::{mpsc, oneshot, watch};
-use tonic::{Code, Status};
+use tonic::Code;
 
 use self::metrics::BrokerMetrics;
 use crate::config::LocationConfig;
@@ -45,7 +45,7 @@ use crate::proto::CloakedRequest;
 use crate::telemetry;
 use admission::already_pending;
 use cluster::ClusterLink;
-use message::{ClientId, Command, EventQueue, ProviderId, ProviderWindow, Rejection};
+use message::{ClientId, Command, EventQueue, ProviderId, ProviderWindow, Rejection, StreamEnd};
 use providers::{ProviderQueue, ProviderQueues};
 use rate::RateLimiter;
 use routes::Routes;
@@ -82,8 +82,8 @@ struct Delivery {
 
 struct ClientState {
     events: EventQueue,
-    /// The status that ends the stream once it has drained (OK when `None`).
-    final_status: Option<Status>,
+    /// What ends the stream once it has drained (OK when `None`).
+    final_status: Option<StreamEnd>,
     principal: Arc<str>,
     rate_limited: bool,
     pending: HashSet<RequestId>,
@@ -121,7 +121,7 @@ struct Route {
 struct ProviderState {
     service: usize,
     window: Arc<ProviderWindow>,
-    close: oneshot::Sender<Status>,
+    close: oneshot::Sender<StreamEnd>,
     /// Requests it took and has not acknowledged.
     unacknowledged: HashSet<Pseudonym>,
 }
@@ -268,7 +268,7 @@ impl Broker {
             Command::InboundFailed { client, status } => {
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.draining = true;
-                    state.final_status = Some(status);
+                    state.final_status = Some(StreamEnd::InboundFailed(status));
                 }
                 self.maybe_close(client);
             }

@@ -15,12 +15,11 @@ use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
-use tonic::Status;
 
 use crate::location::Pseudonym;
 use crate::proto::CloakedRequest;
 
-use super::message::{Command, ProviderId, ProviderWindow};
+use super::message::{Command, ProviderId, ProviderWindow, StreamEnd};
 
 /// Tells the broker the stream ended when it is dropped (the provider went away, or the stream was
 /// closed), so the requests it has not acknowledged are handed on.
@@ -52,7 +51,7 @@ pub(crate) struct ProviderStream {
     pub(crate) window: Arc<ProviderWindow>,
     pub(crate) window_limit: usize,
     /// The status the broker closes the stream with.
-    pub(crate) close: oneshot::Receiver<Status>,
+    pub(crate) close: oneshot::Receiver<StreamEnd>,
     pub(crate) commands: mpsc::Sender<Command>,
 }
 
@@ -73,7 +72,7 @@ impl ProviderStream {
     pub(crate) fn into_stream(
         self,
         queue: async_channel::Receiver<CloakedRequest>,
-    ) -> impl Stream<Item = Result<CloakedRequest, Status>> + Send + 'static {
+    ) -> impl Stream<Item = Result<CloakedRequest, StreamEnd>> + Send + 'static {
         let guard = ProviderGuard {
             provider: self.provider,
             commands: self.commands.clone(),
@@ -93,9 +92,9 @@ impl ProviderStream {
                 // A close from the broker still ends the stream first.
                 return match state.stream.close.try_recv() {
                     Err(oneshot::error::TryRecvError::Empty) => Some((Ok(cloaked), state)),
-                    Ok(status) => {
+                    Ok(end) => {
                         state.ended = true;
-                        Some((Err(status), state))
+                        Some((Err(end), state))
                     }
                     Err(oneshot::error::TryRecvError::Closed) => None,
                 };
@@ -114,9 +113,9 @@ impl ProviderStream {
                 Ok(Ok(cloaked)) => cloaked,
                 // The broker shut down (its queues are gone).
                 Ok(Err(_)) => return None,
-                Err(Some(status)) => {
+                Err(Some(end)) => {
                     state.ended = true;
-                    return Some((Err(status), state));
+                    return Some((Err(end), state));
                 }
                 Err(None) => return None,
             };

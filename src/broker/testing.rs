@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tonic::Status;
 
 use super::Broker;
-use super::message::{AdmittedRequest, ClientId, Command, EventQueue, ProviderId, ProviderWindow};
+use super::message::{
+    AdmittedRequest, ClientId, Command, EventQueue, ProviderId, ProviderWindow, StreamEnd,
+};
 use super::providers::ProviderQueues;
 use crate::config::{CloakModel, Config, LocationConfig};
 use crate::location::Pseudonym;
@@ -46,13 +47,13 @@ pub(super) struct Fixture {
 }
 
 /// One client stream's events as the handler would read them.
-pub(super) type Events = mpsc::Receiver<Result<LocationEvent, Status>>;
+pub(super) type Events = mpsc::Receiver<Result<LocationEvent, StreamEnd>>;
 
 /// One provider's Subscribe stream as the broker sees it.
 pub(super) struct Provider {
     pub(super) id: ProviderId,
     pub(super) window: Arc<ProviderWindow>,
-    pub(super) closed: oneshot::Receiver<Status>,
+    pub(super) closed: oneshot::Receiver<StreamEnd>,
 }
 
 impl Fixture {
@@ -131,12 +132,12 @@ pub(super) fn pseudonym(request: &CloakedRequest) -> Pseudonym {
 }
 
 /// Everything queued on a client stream so far: events, then the status that ended it if any.
-pub(super) fn drain(events: &mut Events) -> (Vec<location_event::Outcome>, Option<Status>) {
+pub(super) fn drain(events: &mut Events) -> (Vec<location_event::Outcome>, Option<StreamEnd>) {
     let mut outcomes = Vec::new();
     while let Ok(item) = events.try_recv() {
         match item {
             Ok(event) => outcomes.push(event.outcome.expect("every event has an outcome")),
-            Err(status) => return (outcomes, Some(status)),
+            Err(end) => return (outcomes, Some(end)),
         }
     }
     (outcomes, None)

@@ -1,9 +1,10 @@
 //! gRPC adapter of the transaction path: `TransactionIngest.Publish` and `ReleaseFeed.Subscribe`
 //! (contract in `proto/cloakd/v1/transactions.proto`, docs/architecture.md#contract). Validation and
 //! status codes live
-//! here; durability and windows in [`windows`] (over the store traits of [`crate::store`]); anonymization of a closed
-//! window in [`release`] (over [`crate::transactions::anonymize`], personalized rho-uncertainty of
-//! Nakagawa, Arai & Nakagawa 2018).
+//! here; durability, windows, releases and replicas in the window pipeline [`crate::windows`] (over the
+//! store traits of [`crate::store`]; anonymization of a closed window in [`crate::windows::release`],
+//! over [`crate::transactions::anonymize`], personalized rho-uncertainty of Nakagawa, Arai & Nakagawa
+//! 2018).
 //!
 //! # Publish
 //! Records are validated as they arrive and handed to the writer without waiting for earlier acks,
@@ -35,10 +36,6 @@
 //! The `[transactions]` section is a `watch` value a SIGHUP reload replaces
 //! ([`TransactionsReload`]): record limits apply from the next record, `max_unacked_per_publish`
 //! and `subscriber_queue` from the next stream, stream settings as [`windows`] describes.
-pub mod cluster;
-pub mod release;
-pub mod windows;
-
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -56,7 +53,7 @@ use crate::proto::{
 use crate::service::{InboundError, drain};
 use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
 use crate::text::quote;
-use windows::{Append, AppendError, Appended, ForwardedKind, WindowManager};
+use crate::windows::{self, Append, AppendError, Appended, ForwardedKind, WindowManager, cluster};
 
 /// Request metadata of a Publish call whose producer reads [`PublishAck::refused`]: with value `1`,
 /// a record no replica took within `cluster.failover_wait_ms` is refused in its acknowledgement and
@@ -261,6 +258,7 @@ impl TransactionServices {
             ingest,
             manager.appends.clone(),
             manager.config(),
+            |t, config| validate(t, config).map_err(|e| e.to_string()),
         ));
         let seen = nats
             .client
@@ -812,5 +810,17 @@ mod tests {
             assert_eq!(Status::from(err).code(), tonic::Code::InvalidArgument);
         }
         assert!(validate(&tx("s", "r", &["a", "b"], &["a", "z"]), &config).is_ok());
+    }
+
+    #[test]
+    fn a_store_failure_is_unavailable_naming_its_cause() {
+        let err = AppendError::Unavailable("disk full".into());
+        let status = Status::from(TransactionsError::Append(err));
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            status.message().contains("disk full"),
+            "{}",
+            status.message()
+        );
     }
 }

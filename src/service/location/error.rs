@@ -2,7 +2,7 @@
 //! not errors of the stream: they are [`Rejection`](super::Rejection) events and the stream goes on.
 use tonic::Status;
 
-use crate::broker::message::Rejection;
+use crate::broker::message::{Rejection, StreamEnd};
 use crate::service::{InboundError, LimitExceeded, quote};
 
 /// Why a location stream (Submit, Report, Subscribe or Answer) failed or ended early.
@@ -26,14 +26,9 @@ pub enum LocationError {
         "the broker's command queue is full ({queue} commands waiting); {what} not accepted, send it again later"
     )]
     Overloaded { queue: usize, what: &'static str },
-    #[error(
-        "the client reads its events too slowly: {limit} events were waiting (location.client_queue); the stream was closed"
-    )]
-    ClientTooSlow { limit: usize },
-    #[error(
-        "the provider did not acknowledge a request within {limit_ms} ms (location.provider_ack_ms); the stream was closed and its {handed_on} unacknowledged requests were handed to other providers or reported undelivered"
-    )]
-    ProviderStalled { limit_ms: u64, handed_on: usize },
+    /// The broker ended a client's or provider's stream.
+    #[error(transparent)]
+    Ended(#[from] StreamEnd),
     #[error(
         "payload: an acknowledgement (ack = true) carries no payload (got {got} bytes); send the answer in its own message"
     )]
@@ -62,8 +57,11 @@ impl From<LocationError> for Status {
         match err {
             LocationError::Limit(_)
             | LocationError::Overloaded { .. }
-            | LocationError::ClientTooSlow { .. }
-            | LocationError::ProviderStalled { .. } => Status::resource_exhausted(message),
+            | LocationError::Ended(StreamEnd::ClientTooSlow { .. })
+            | LocationError::Ended(StreamEnd::ProviderStalled { .. }) => {
+                Status::resource_exhausted(message)
+            }
+            LocationError::Ended(StreamEnd::InboundFailed(status)) => status,
             LocationError::UnknownService { .. }
             | LocationError::InvalidPseudonym(_)
             | LocationError::AckWithPayload { .. }
@@ -74,5 +72,36 @@ impl From<LocationError> for Status {
             LocationError::Denied(denial) => denial.into_status(),
             LocationError::AnswerNotReceived { .. } => Status::permission_denied(message),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_the_broker_ends_is_resource_exhausted_naming_the_limit() {
+        let cases = [
+            (
+                StreamEnd::ClientTooSlow { limit: 4 },
+                "location.client_queue",
+            ),
+            (
+                StreamEnd::ProviderStalled {
+                    limit_ms: 500,
+                    handed_on: 2,
+                },
+                "location.provider_ack_ms",
+            ),
+        ];
+        for (end, key) in cases {
+            let status = Status::from(LocationError::from(end));
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+            assert!(status.message().contains(key), "{}", status.message());
+        }
+        let failed = Status::invalid_argument("request: too large");
+        let status = Status::from(LocationError::from(StreamEnd::InboundFailed(failed)));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), "request: too large");
     }
 }

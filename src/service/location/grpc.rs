@@ -27,7 +27,7 @@ use crate::service::{InboundError, StreamSlot, drain};
 use super::LocationServices;
 use super::error::LocationError;
 use super::validate::{Rejection, validate, validate_update};
-use crate::broker::message::{AnswerTally, Command, EventQueue, ProviderWindow};
+use crate::broker::message::{AnswerTally, Command, EventQueue, ProviderWindow, StreamEnd};
 use crate::broker::provider::ProviderStream;
 
 /// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
@@ -50,6 +50,11 @@ impl<S: Stream + Unpin, G: Unpin> Stream for SlotStream<S, G> {
     ) -> std::task::Poll<Option<Self::Item>> {
         Pin::new(&mut self.inner).poll_next(cx)
     }
+}
+
+/// The status of a stream the broker ended (the service's one mapping, [`LocationError`]).
+fn ended(end: StreamEnd) -> Status {
+    LocationError::Ended(end).into()
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<LocationEvent, Status>> + Send>>;
@@ -165,7 +170,7 @@ impl LocationBroker for LocationServices {
             }
         });
         Ok(Response::new(Box::pin(SlotStream {
-            inner: ReceiverStream::new(event_rx),
+            inner: ReceiverStream::new(event_rx).map(|event| event.map_err(ended)),
             _slot: slot,
         })))
     }
@@ -330,7 +335,8 @@ impl LbsGateway for LocationServices {
             close: closed,
             commands: self.commands.clone(),
         }
-        .into_stream(queue.receiver);
+        .into_stream(queue.receiver)
+        .map(|request| request.map_err(ended));
         Ok(Response::new(Box::pin(SlotStream {
             inner: Box::pin(stream),
             _slot: (slot, principal_slot),

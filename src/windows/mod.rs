@@ -16,7 +16,9 @@
 //! [`WindowManager::start_with`] replays the log: rebuilds the open windows (their timers restart)
 //! and queues every window closed in the log without a stored outcome. The same replay rebuilds the
 //! writer's state after a failed append.
+pub mod cluster;
 mod metrics;
+pub mod release;
 mod releaser;
 #[cfg(test)]
 mod tests;

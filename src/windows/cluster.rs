@@ -38,7 +38,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::windows::{Append, AppendError, Appended, ForwardedKind, Ownership, StreamHandle};
+use super::{Append, AppendError, Appended, ForwardedKind, Ownership, StreamHandle};
 use crate::cluster::{Cluster, LeaseTable, Owner};
 use crate::config::TransactionsConfig;
 use crate::store::{ReleaseStore, stream_dir_name, stream_name_of_dir};
@@ -189,10 +189,10 @@ const LEASE_POLL: Duration = Duration::from_millis(20);
 
 impl Router {
     pub async fn run(self, mut input: mpsc::Receiver<Append>) {
-        let mut batch = Vec::with_capacity(super::windows::MAX_BATCH);
+        let mut batch = Vec::with_capacity(super::MAX_BATCH);
         while let Some(first) = input.recv().await {
             batch.push(first);
-            while batch.len() < super::windows::MAX_BATCH {
+            while batch.len() < super::MAX_BATCH {
                 match input.try_recv() {
                     Ok(append) => batch.push(append),
                     Err(_) => break,
@@ -495,13 +495,19 @@ fn chunks(appends: Vec<Append>) -> Vec<Vec<Append>> {
     out
 }
 
+/// How a replica checks a forwarded record: the gRPC adapter's own validation of a published
+/// record (the same rules and messages as on its Publish stream), passed in so that this layer
+/// does not import the adapter.
+pub type Validate = fn(&crate::proto::Transaction, &TransactionsConfig) -> Result<(), String>;
+
 /// Serves the records other replicas forward to this one (see the module doc), until the
-/// subscription ends.
+/// subscription ends. Each record is checked with `validate` before it reaches the writer.
 pub async fn serve_ingest(
     client: async_nats::Client,
     mut requests: async_nats::Subscriber,
     writer: mpsc::Sender<Append>,
     config: watch::Receiver<Arc<TransactionsConfig>>,
+    validate: Validate,
 ) {
     while let Some(message) = requests.next().await {
         let Some(reply_to) = message.reply.clone() else {
@@ -528,10 +534,10 @@ pub async fn serve_ingest(
                     items: record.items,
                     sensitive_items: record.sensitive_items,
                 };
-                if let Err(e) = super::validate(&t, &config) {
+                if let Err(message) = validate(&t, &config) {
                     pending.push(Err(AppendError::Forwarded {
                         kind: ForwardedKind::Invalid,
-                        message: e.to_string(),
+                        message,
                     }));
                     continue;
                 }
