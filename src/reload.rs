@@ -30,7 +30,7 @@ use crate::config::{Config, ConfigError, ENV_PREFIX};
 use crate::telemetry::catalog;
 
 /// Keys (dotted, or a section prefix ending in `.`) that a reload may change; every other key is
-/// restart-only. `config/default.toml`, README.md and docs/operations.md say the same per key.
+/// restart-only. `config/default.toml` and docs/configuration.md say the same per key.
 pub const RELOADABLE: &[&str] = &[
     "location.services",
     "location.default_k",

@@ -3,15 +3,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-/// One position report of a trace.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TracePoint {
-    pub user_id: String,
-    /// Unix seconds.
-    pub timestamp: i64,
-    pub lat: f64,
-    pub lon: f64,
-}
+/// One position report of a trace (a type of the location engine, which replays traces).
+pub use crate::location::replay::TracePoint;
 
 /// A trace line that could not be read.
 #[derive(Debug, thiserror::Error)]

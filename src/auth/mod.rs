@@ -28,99 +28,10 @@ use std::sync::Arc;
 
 use tonic::Status;
 
+/// The principal vocabulary is configuration ([`crate::config::auth`]); this module adds the checks.
+pub use crate::config::auth::{ANONYMOUS, Principal, Role, StreamPattern};
 pub use credentials::{Authenticator, hash_token};
 pub use layer::{AuthLayer, AuthService, SERVED};
-
-/// What a principal is allowed to do, in the words of the contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// Submits location requests for its `user_ids`.
-    Mobile,
-    /// Subscribes to and answers cloaked requests of its `services`.
-    Provider,
-    /// Publishes transactions to its `streams`.
-    Producer,
-    /// Reads released windows of its `streams`.
-    Consumer,
-    /// Runs table jobs and evaluations.
-    Analyst,
-    /// Runs the daemon: table jobs, evaluations and any operator service.
-    Operator,
-}
-
-impl Role {
-    pub const ALL: [Role; 6] = [
-        Role::Mobile,
-        Role::Provider,
-        Role::Producer,
-        Role::Consumer,
-        Role::Analyst,
-        Role::Operator,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Mobile => "mobile",
-            Role::Provider => "provider",
-            Role::Producer => "producer",
-            Role::Consumer => "consumer",
-            Role::Analyst => "analyst",
-            Role::Operator => "operator",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Role> {
-        Role::ALL.into_iter().find(|r| r.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A stream-name scope: an exact name, or a prefix when written with a trailing `*`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamPattern {
-    Exact(String),
-    Prefix(String),
-}
-
-impl StreamPattern {
-    pub fn parse(text: &str) -> StreamPattern {
-        match text.strip_suffix('*') {
-            Some(prefix) => StreamPattern::Prefix(prefix.to_string()),
-            None => StreamPattern::Exact(text.to_string()),
-        }
-    }
-
-    pub fn matches(&self, stream: &str) -> bool {
-        match self {
-            StreamPattern::Exact(name) => name == stream,
-            StreamPattern::Prefix(prefix) => stream.starts_with(prefix.as_str()),
-        }
-    }
-}
-
-/// A caller: a configured principal with one role and its scopes, or `anonymous` (no credential,
-/// allowed only when `auth.required = false`), which has every role and no scope limits.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Principal {
-    /// Shows up in logs and metrics; never a token.
-    pub name: String,
-    /// `None` for the anonymous principal.
-    pub role: Option<Role>,
-    /// Provider: services it may subscribe to and answer for.
-    pub services: Vec<String>,
-    /// Mobile: user ids it may submit for.
-    pub user_ids: HashSet<String>,
-    /// Producer / consumer: stream names it may use.
-    pub streams: Vec<StreamPattern>,
-}
-
-/// Name of the principal of calls without a credential when `auth.required = false`.
-pub const ANONYMOUS: &str = "anonymous";
 
 /// The principal of a call, as the auth layer put it into the request's extensions.
 #[derive(Debug, Clone)]

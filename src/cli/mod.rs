@@ -3,9 +3,6 @@
 use clap::{Parser, Subcommand};
 
 pub mod config;
-pub mod evaluate;
-pub mod frontier;
-mod item_sets;
 pub mod publish_load;
 pub mod simulate;
 pub mod soak;

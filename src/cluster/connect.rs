@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn node_id_is_a_subject_token_unique_per_call() {
         let (a, b) = (node_id(), node_id());
-        assert!(super::super::config::is_name_token(&a), "{a}");
+        assert!(crate::config::cluster::is_name_token(&a), "{a}");
         assert!(a.len() <= 64, "{a}");
         assert_ne!(a, b);
     }

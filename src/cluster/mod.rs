@@ -6,13 +6,12 @@
 //! subjects `<prefix>.…`, streams and key-value buckets `<prefix>_…`. The leases live in the
 //! key-value bucket `<prefix>_leases` (replicated `cluster.replicas` times), one key per leased
 //! thing, and one key `node.<node id>` per running replica ([`registration`]). With `cluster.nats_url = ""` none of this runs.
-pub mod config;
 pub mod connect;
 pub mod lease;
 pub mod lease_table;
 pub mod registration;
 
-pub use config::{ClusterConfig, NatsConfig};
+pub use crate::config::cluster::{ClusterConfig, NatsConfig};
 pub use connect::{Cluster, connect, node_id};
 pub use lease::{Contender, Lease, LeaseAttempt};
 pub use lease_table::{LeaseTable, Owner};

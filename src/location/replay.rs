@@ -12,7 +12,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{CloakRequest, GeoBox, Outcome, RequestId};
-use crate::workload::TracePoint;
+
+/// One position report of a trace (read from files by [`crate::workload`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracePoint {
+    pub user_id: String,
+    /// Unix seconds.
+    pub timestamp: i64,
+    pub lat: f64,
+    pub lon: f64,
+}
 
 /// How trace points are turned into requests.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,8 +14,8 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::evaluate::{MeasureArgs, read_job};
-use crate::cli::table::load_table;
+use super::evaluate::{MeasureArgs, read_job};
+use super::input::load_table;
 use crate::measures::evaluate::{Baseline, evaluate};
 use crate::measures::frontier::{
     FrontierPoint, SweepItem, SweptModel, mark_efficient, plots, sweep, write_csv,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use crate::cli::table::{load_table, open_maybe_gzip};
+use super::input::{load_table, open_maybe_gzip};
 use crate::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
 use crate::measures::released::read_release;
 use crate::relational::job::JobSpec;

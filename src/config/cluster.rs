@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, invalid};
+use super::{ConfigError, invalid};
 
 /// Largest replication factor JetStream accepts for a stream or bucket.
 pub const MAX_REPLICAS: usize = 5;

@@ -16,7 +16,7 @@ use std::path::Path;
 use crate::transactions::ItemId;
 use crate::transactions::support::FxHashMap;
 
-use super::transactions::TransactionsCliError;
+use super::error::TransactionsCliError;
 
 /// Interned item names: name → dense id, and back.
 ///

@@ -5,23 +5,25 @@
 //! output behind. A progress bar on stderr shows the reading of the input (hidden when stderr is not a
 //! terminal). Also a hidden `cloakd table synth` that writes a synthetic table with the schema of the
 //! Adult examples (for the 10-million-row benchmark).
+pub mod evaluate;
+pub mod frontier;
+mod input;
+
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, anyhow, bail};
 use clap::Subcommand;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::models::{LDiversity, TCloseness};
 use crate::relational::release::{self, Release, ReleaseMethod};
 use crate::relational::report::Report;
-use crate::relational::table::{Table, read_csv};
+pub use input::{load_table, open_maybe_gzip};
 
 #[derive(Debug, clap::Args)]
 pub struct TableArgs {
@@ -37,9 +39,9 @@ pub enum TableCommand {
     #[command(hide = true)]
     Synth(SynthArgs),
     /// Measure a release against its original table: Ploss, Uloss, A_know, A_acc, query error.
-    Evaluate(crate::cli::evaluate::EvaluateArgs),
+    Evaluate(evaluate::EvaluateArgs),
     /// Sweep privacy models and parameters, measure each release, plot the efficient frontier.
-    Frontier(crate::cli::frontier::FrontierArgs),
+    Frontier(frontier::FrontierArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -100,8 +102,8 @@ pub fn run(args: TableArgs) -> anyhow::Result<()> {
     match args.command {
         TableCommand::Anonymize(a) => anonymize(a),
         TableCommand::Synth(a) => synth(a),
-        TableCommand::Evaluate(a) => crate::cli::evaluate::run(a),
-        TableCommand::Frontier(a) => crate::cli::frontier::run(a),
+        TableCommand::Evaluate(a) => evaluate::run(a),
+        TableCommand::Frontier(a) => frontier::run(a),
     }
 }
 
@@ -149,79 +151,6 @@ pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
         job.seed = seed;
     }
     Ok(job)
-}
-
-/// A reader that counts the bytes read through it (for the progress bar).
-struct Counting<R> {
-    inner: R,
-    progress: ProgressBar,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.progress.inc(n as u64);
-        Ok(n)
-    }
-}
-
-/// Opens a file that may be gzip-compressed ([`crate::workload::maybe_gunzip`]), counting the bytes
-/// read from disk on `progress`.
-pub fn open_maybe_gzip(
-    path: &Path,
-    progress: Option<&ProgressBar>,
-) -> anyhow::Result<Box<dyn Read + Send>> {
-    let file =
-        File::open(path).with_context(|| format!("{}: cannot open the input", path.display()))?;
-    let reader = match progress {
-        Some(p) => crate::workload::maybe_gunzip(Counting {
-            inner: file,
-            progress: p.clone(),
-        }),
-        None => crate::workload::maybe_gunzip(file),
-    };
-    let reader = reader.with_context(|| format!("{}: cannot read the input", path.display()))?;
-    // Bounded: a CSV record past `crate::lines::MAX_LINE_BYTES` fails the read.
-    Ok(Box::new(crate::lines::BoundedLines::new(
-        reader,
-        crate::lines::Records::Csv,
-    )))
-}
-
-/// Loads the job's table: hierarchies (relative to the job file) and the input CSV.
-pub fn load_table(job: &JobSpec, job_path: &Path, input: Option<&Path>) -> anyhow::Result<Table> {
-    let base = job_path.parent().unwrap_or(Path::new("."));
-    let schema = job.schema(|path, column| -> anyhow::Result<Hierarchy> {
-        let path = base.join(path);
-        let text = crate::lines::read_text_file(&path).with_context(|| {
-            format!(
-                "{}: cannot read the hierarchy of column {column:?}",
-                path.display()
-            )
-        })?;
-        Ok(Hierarchy::parse(&path.display().to_string(), &text)?)
-    })?;
-    let input = match (input, &job.input) {
-        (Some(path), _) => path.to_path_buf(),
-        (None, Some(path)) => base.join(path),
-        (None, None) => bail!(
-            "{}: no input (rule: the job names `input`, or pass --input)",
-            job.source_name
-        ),
-    };
-    let size = std::fs::metadata(&input).map(|m| m.len()).unwrap_or(0);
-    let progress = ProgressBar::with_draw_target(Some(size), ProgressDrawTarget::stderr());
-    if size < 8 << 20 {
-        progress.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    progress.set_style(
-        ProgressStyle::with_template("reading {bar:40} {bytes}/{total_bytes} ({eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let reader = open_maybe_gzip(&input, Some(&progress))?;
-    let table = read_csv(schema, reader, &input.display().to_string(), job.delimiter)?;
-    progress.finish_and_clear();
-    Ok(table)
 }
 
 /// A file written beside its target and renamed into place on [`Staged::commit`]; dropped

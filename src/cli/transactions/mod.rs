@@ -1,7 +1,7 @@
 //! `cloakd transactions ...`: batch anonymization of set-valued records with personalized
 //! rho-uncertainty ([`crate::transactions`]) and generation of "personalized+" sensitive constraints.
 //!
-//! Files ([`super::item_sets`]): one record per line, items separated by whitespace (any string;
+//! Files ([`item_sets`]): one record per line, items separated by whitespace (any string;
 //! interned to dense ids); `.gz` is read and written transparently. The constraints file has line i = the sensitive items of
 //! record i (possibly empty), so it must have exactly as many lines as the records file. Outputs are
 //! written to a temporary file beside the target and renamed into place, so a failed run never
@@ -15,10 +15,14 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use super::item_sets::{ItemNames, io_error, read_item_sets, write_item_sets};
+mod error;
+mod item_sets;
+
 use crate::transactions::{
-    AnonymizeError, ItemId, Mode, Params, PersonalizedPlus, Record, UtilityReport, anonymize,
+    ItemId, Mode, Params, PersonalizedPlus, Record, UtilityReport, anonymize,
 };
+pub use error::TransactionsCliError;
+use item_sets::{ItemNames, io_error, read_item_sets, write_item_sets};
 
 #[derive(Debug, Args)]
 pub struct TransactionsArgs {
@@ -84,38 +88,6 @@ pub struct ConstraintsArgs {
     /// Constraints file to write (line i = sensitive items of record i).
     #[arg(long, value_name = "CONSTRAINTS")]
     pub output: PathBuf,
-}
-
-/// Why a batch command failed.
-#[derive(Debug, thiserror::Error)]
-pub enum TransactionsCliError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: {rule}")]
-    Line {
-        path: String,
-        line: usize,
-        rule: String,
-    },
-    #[error("{field}: {rule}")]
-    Argument { field: &'static str, rule: String },
-    #[error(
-        "{sensitive}: has {constraint_lines} lines but {input} has {records} records; line i must hold the sensitive items of record i"
-    )]
-    LineCountMismatch {
-        sensitive: String,
-        constraint_lines: usize,
-        input: String,
-        records: usize,
-    },
-    #[error("{input}: {source}")]
-    Engine {
-        input: String,
-        source: AnonymizeError,
-    },
 }
 
 /// The JSON report of `cloakd transactions anonymize`.
