@@ -91,7 +91,7 @@ impl CloakRequest {
     }
 
     /// The box in which another member's point must lie for the two to be grouped: the constraint
-    /// box less [`padding::MIN_PAD_M`] on each side (less half the tolerance at most). Grouping by it
+    /// box less twice [`padding::MIN_PAD_M`] on each side ([`padding::grouping_tolerance`]). Grouping by it
     /// leaves every group's bounding box at least that far from the edges of the intersection of the
     /// members' constraint boxes, so padding can always push each side off the members.
     pub fn grouping_box(&self) -> GeoBox {
