@@ -320,7 +320,7 @@ pub fn check_padded_box(padded: &GeoBox, members: &[CloakRequest]) -> Result<(),
             (m.lon - padded.min_lon) * per_degree_lon,
             (padded.max_lon - m.lon) * per_degree_lon,
         ];
-        if let Some(gap) = gaps.iter().find(|&&gap| !(gap >= need)) {
+        if let Some(gap) = gaps.iter().find(|&&gap| gap.is_nan() || gap < need) {
             return Err(format!(
                 "an edge of padded box {padded:?} is {gap} m from member {}, less than {} m",
                 m.id,

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Beta, Distribution};
 
-use super::{GROUPING_SHARE, GeoBox, MIN_PAD_M, MIN_WIDTH_SHARE, intersection, pad_with};
+use super::{GROUPING_SHARE, GeoBox, MIN_PAD_M, MIN_WIDTH_SHARE, intersection, pad_with, per_axis};
 use crate::location::geo::METRES_PER_DEGREE_LAT;
 use crate::location::replay::{ReplayParams, relative_spatial_resolution, requests_from_trace};
 use crate::location::{CloakRequest, Engine, Outcome, SearchMode};
@@ -60,28 +60,9 @@ fn pinned_pad_axis<R: Rng + ?Sized>(
 }
 
 fn pinned_pad(mbr: &GeoBox, limit: &GeoBox, members: usize, rng: &mut ChaCha20Rng) -> GeoBox {
-    let centre = 0.5 * (mbr.min_lat + mbr.max_lat);
-    let per_lon = METRES_PER_DEGREE_LAT * centre.to_radians().cos();
-    let (min_lat, max_lat) = pinned_pad_axis(
-        (mbr.min_lat, mbr.max_lat),
-        (limit.min_lat, limit.max_lat),
-        members,
-        MIN_PAD_M / METRES_PER_DEGREE_LAT,
-        rng,
-    );
-    let (min_lon, max_lon) = pinned_pad_axis(
-        (mbr.min_lon, mbr.max_lon),
-        (limit.min_lon, limit.max_lon),
-        members,
-        MIN_PAD_M / per_lon,
-        rng,
-    );
-    GeoBox {
-        min_lat,
-        min_lon,
-        max_lat,
-        max_lon,
-    }
+    per_axis(mbr, limit, |members_span, limit_span, margin| {
+        pinned_pad_axis(members_span, limit_span, members, margin, rng)
+    })
 }
 
 /// Bounds of the tightness classes (`extent / widest`) the offsets are broken down by.
