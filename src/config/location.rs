@@ -95,6 +95,19 @@ pub struct LocationConfig {
     pub forward_jitter_ms: u64,
 }
 
+/// A spatial tolerance: at least what padding needs (`location::padding::MIN_TOLERANCE_M`).
+fn tolerance_metres(key: &str, v: f64) -> Result<f64, ConfigError> {
+    let least = crate::location::padding::MIN_TOLERANCE_M;
+    if !v.is_finite() || v < least {
+        Err(invalid(
+            key,
+            format!("must be a finite number >= {least} metres, what padding needs (got {v})"),
+        ))
+    } else {
+        Ok(v)
+    }
+}
+
 impl RawLocation {
     pub(super) fn validate(self) -> Result<LocationConfig, ConfigError> {
         if self.services.is_empty() {
@@ -134,10 +147,10 @@ impl RawLocation {
                 ),
             ));
         }
-        let max_dx_m = positive_metres("location.max_dx_m", self.max_dx_m)?;
-        let max_dy_m = positive_metres("location.max_dy_m", self.max_dy_m)?;
-        let default_dx_m = positive_metres("location.default_dx_m", self.default_dx_m)?;
-        let default_dy_m = positive_metres("location.default_dy_m", self.default_dy_m)?;
+        let max_dx_m = tolerance_metres("location.max_dx_m", self.max_dx_m)?;
+        let max_dy_m = tolerance_metres("location.max_dy_m", self.max_dy_m)?;
+        let default_dx_m = tolerance_metres("location.default_dx_m", self.default_dx_m)?;
+        let default_dy_m = tolerance_metres("location.default_dy_m", self.default_dy_m)?;
         if default_dx_m > max_dx_m {
             return Err(invalid(
                 "location.default_dx_m",

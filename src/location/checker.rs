@@ -9,8 +9,11 @@
 //! - a group's members are pending, distinct requests of distinct users, pairwise adjacent in the
 //!   constraint graph, at least as many as every member's k;
 //! - the cloaking box holds the MBR of the members' points (so it contains each of them) and lies
-//!   inside every member's constraint box (their intersection); [`check_padded_box`] checks one
-//!   padded box the same way;
+//!   inside every member's constraint box (their intersection), lies inside [-90, 90] x [-180, 180]
+//!   and keeps every edge at least `padding::MIN_PAD_M` off every member's coordinate (east-west at
+//!   the member's latitude) ([`check_padded_box`], which checks one padded box these ways);
+//! - invalid requests include tolerances below `padding::MIN_TOLERANCE_M` and constraint boxes beyond
+//!   latitude +-`padding::MAX_ABS_LAT` or across the antimeridian;
 //! - the interval is [earliest arrival, latest arrival], lies in every member's temporal constraint
 //!   [t - dt, t + dt], and the group is forwarded (at the triggering arrival) no later than any member's
 //!   deadline and not before any member arrived;
@@ -83,9 +86,16 @@ fn is_valid(req: &CloakRequest) -> bool {
         && req.lon <= 180.0
         && req.k >= 1
         && req.dx_m.is_finite()
-        && req.dx_m > 0.0
+        && req.dx_m >= super::padding::MIN_TOLERANCE_M
         && req.dy_m.is_finite()
-        && req.dy_m > 0.0
+        && req.dy_m >= super::padding::MIN_TOLERANCE_M
+        && within_served_world(&req.constraint_box())
+}
+
+/// The constraint box within latitudes +-`padding::MAX_ABS_LAT` and longitudes [-180, 180].
+fn within_served_world(b: &GeoBox) -> bool {
+    let max_lat = super::padding::MAX_ABS_LAT;
+    -max_lat <= b.min_lat && b.max_lat <= max_lat && -180.0 <= b.min_lon && b.max_lon <= 180.0
 }
 
 fn point_inside(b: &GeoBox, lat: f64, lon: f64) -> bool {
@@ -237,6 +247,8 @@ impl Model {
                 "cloaking box {b:?} leaves the intersection {limit:?} of the constraint boxes of {ids:?}"
             ));
         }
+        // In the world, and every edge at least the padding margin off every member.
+        check_padded_box(b, &members).map_err(|e| format!("{e} ({ids:?})"))?;
         let t_start = members.iter().map(|m| m.arrival_ms).min().unwrap_or(0);
         let t_end = members.iter().map(|m| m.arrival_ms).max().unwrap_or(0);
         if (group.t_start_ms, group.t_end_ms) != (t_start, t_end) {
@@ -277,12 +289,43 @@ impl Model {
     }
 }
 
+/// Slack of the margin check, in metres: the rounding of degrees, far below the margin itself.
+const MARGIN_SLACK_M: f64 = 1e-3;
+
 /// Checks one padded box against the members' points and constraint boxes, by direct comparisons:
-/// every point inside `padded`, and `padded` inside every constraint box.
+/// the box lies inside [-90, 90] x [-180, 180]; every point inside `padded` with each edge at least
+/// `padding::MIN_PAD_M` (less a millimetre of rounding) from it, east-west measured at the member's
+/// own latitude (so no edge lies on a member's coordinate); and `padded` inside every constraint box.
 pub fn check_padded_box(padded: &GeoBox, members: &[CloakRequest]) -> Result<(), String> {
+    if !(padded.min_lat >= -90.0
+        && padded.max_lat <= 90.0
+        && padded.min_lon >= -180.0
+        && padded.max_lon <= 180.0)
+    {
+        return Err(format!(
+            "padded box {padded:?} leaves [-90, 90] x [-180, 180]"
+        ));
+    }
+    // Metres per degree, from the mean Earth radius, written out independently of `geo`.
+    let metres_per_degree = 6_371_008.8 * std::f64::consts::PI / 180.0;
+    let need = super::padding::MIN_PAD_M - MARGIN_SLACK_M;
     for m in members {
         if !point_inside(padded, m.lat, m.lon) {
             return Err(format!("member {} outside padded box {padded:?}", m.id));
+        }
+        let per_degree_lon = metres_per_degree * m.lat.to_radians().cos();
+        let gaps = [
+            (m.lat - padded.min_lat) * metres_per_degree,
+            (padded.max_lat - m.lat) * metres_per_degree,
+            (m.lon - padded.min_lon) * per_degree_lon,
+            (padded.max_lon - m.lon) * per_degree_lon,
+        ];
+        if let Some(gap) = gaps.iter().find(|&&gap| gap.is_nan() || gap < need) {
+            return Err(format!(
+                "an edge of padded box {padded:?} is {gap} m from member {}, less than {} m",
+                m.id,
+                super::padding::MIN_PAD_M
+            ));
         }
         if !box_inside(padded, &m.constraint_box()) {
             return Err(format!(

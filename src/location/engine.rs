@@ -583,13 +583,20 @@ fn validate(req: &CloakRequest) -> Result<(), SubmitError> {
     if req.k < 1 {
         return Err(invalid("k", "must be at least 1"));
     }
-    if !(req.dx_m.is_finite() && req.dx_m > 0.0) {
-        return Err(invalid("dx_m", "must be a finite number > 0"));
+    let least = padding::MIN_TOLERANCE_M;
+    if !(req.dx_m.is_finite() && req.dx_m >= least) {
+        return Err(invalid(
+            "dx_m",
+            &format!("must be a finite number >= {least}"),
+        ));
     }
-    if !(req.dy_m.is_finite() && req.dy_m > 0.0) {
-        return Err(invalid("dy_m", "must be a finite number > 0"));
+    if !(req.dy_m.is_finite() && req.dy_m >= least) {
+        return Err(invalid(
+            "dy_m",
+            &format!("must be a finite number >= {least}"),
+        ));
     }
-    Ok(())
+    padding::world_rule(&req.constraint_box()).map_err(|(field, rule)| invalid(field, &rule))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! A message m = (user, point P, arrival t, k, dx, dy, dt) has the constraint box
 //! Bcn(m) = [x ± dx] × [y ± dy] × [t ± dt] and the deadline t + dt. Pending messages form the constraint
 //! graph: an edge joins two messages of *different* users when each one's point (and arrival time) lies
-//! in the other's constraint box (less a 2 m padding margin: [`CloakRequest::grouping_box`]). A clique of size >= the largest k among its members is cloaked
+//! in the other's constraint box (less twice the 2 m padding margin: [`CloakRequest::grouping_box`]). A clique of size >= the largest k among its members is cloaked
 //! together: every member is forwarded with the same cloaking box and the same time interval [earliest
 //! arrival, latest arrival]. The cloaking box is the minimum bounding rectangle (MBR) of the members'
 //! points with each side pushed outward at random inside every member's constraint box
@@ -91,7 +91,7 @@ impl CloakRequest {
     }
 
     /// The box in which another member's point must lie for the two to be grouped: the constraint
-    /// box less [`padding::MIN_PAD_M`] on each side (less half the tolerance at most). Grouping by it
+    /// box less twice [`padding::MIN_PAD_M`] on each side ([`padding::grouping_tolerance`]). Grouping by it
     /// leaves every group's bounding box at least that far from the edges of the intersection of the
     /// members' constraint boxes, so padding can always push each side off the members.
     pub fn grouping_box(&self) -> GeoBox {

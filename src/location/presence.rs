@@ -524,7 +524,7 @@ fn check_position(lat: f64, lon: f64) -> Result<(), PresenceError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::location::presence_checker::PresenceChecker;
     use crate::location::replay::{PeriodicEvent, PeriodicParams, periodic_workload};

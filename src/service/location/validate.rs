@@ -23,12 +23,17 @@ pub fn validate(
             format!("must lie in [{}, {}] (got {k})", cfg.min_k, cfg.max_k),
         ));
     }
+    // At least what padding needs: grouping uses the tolerance less twice the 2 m margin.
+    let least = crate::location::padding::MIN_TOLERANCE_M;
     let tolerance = |field: &'static str, v: Option<f64>, default: f64, max: f64| {
         let v = v.unwrap_or(default);
-        if !v.is_finite() || v <= 0.0 || v > max {
+        if !v.is_finite() || v < least || v > max {
             Err(Rejection::invalid(
                 field,
-                format!("must be a tolerance in metres in (0, {max}] (got {v})"),
+                format!(
+                    "must be a tolerance in metres in [{least}, {max}] (got {v}; padding keeps box edges {} m off the members and needs at least {least} m)",
+                    crate::location::padding::MIN_PAD_M
+                ),
             ))
         } else {
             Ok(v)
@@ -36,6 +41,11 @@ pub fn validate(
     };
     let dx_m = tolerance("dx_m", req.dx_m, cfg.default_dx_m, cfg.max_dx_m)?;
     let dy_m = tolerance("dy_m", req.dy_m, cfg.default_dy_m, cfg.max_dy_m)?;
+    // No box is clamped, wrapped or shifted at a pole or the antimeridian: such requests are refused.
+    crate::location::padding::world_rule(&crate::location::geo::constraint_box(
+        req.lat, req.lon, dx_m, dy_m,
+    ))
+    .map_err(|(field, rule)| Rejection::invalid(field, rule))?;
     let dt_ms = req.dt_ms.unwrap_or(cfg.default_dt_ms);
     if dt_ms == 0 || dt_ms > cfg.max_dt_ms {
         return Err(Rejection::invalid(
