@@ -84,7 +84,7 @@ fn covers(kind: &CheckQuasi, released: &str, original: &str) -> bool {
 }
 
 /// Sensitive multiset of one class: value -> count.
-type Multiset = BTreeMap<String, u64>;
+pub(super) type Multiset = BTreeMap<String, u64>;
 
 fn distribution(m: &Multiset, domain: &[String]) -> Vec<f64> {
     let n: u64 = m.values().sum();
@@ -405,7 +405,7 @@ pub(super) fn random_hierarchy(
 /// Draws one cell of a generated column.
 type ValueGenerator = Box<dyn Fn(&mut ChaCha8Rng) -> String>;
 
-fn generate(seed: u64) -> Generated {
+pub(super) fn generate(seed: u64) -> Generated {
     generate_with(seed, 0.5)
 }
 
@@ -521,7 +521,7 @@ fn generate_with(seed: u64, numeric_share: f64) -> Generated {
 
 /// The release's classes as sensitive-value multisets, read from the released values alone: rows
 /// grouped by their released QI values, or bucketization's groups with their sensitive entries.
-fn released_classes(release: &Release) -> Vec<Multiset> {
+pub(super) fn released_classes(release: &Release) -> Vec<Multiset> {
     let mut classes: BTreeMap<Vec<String>, Multiset> = BTreeMap::new();
     match release {
         Release::Generalized(t) => {
@@ -710,7 +710,7 @@ fn run(
     classes
 }
 
-fn categorical(text: &str) -> ColumnRole {
+pub(super) fn categorical(text: &str) -> ColumnRole {
     ColumnRole::Quasi(QuasiKind::Categorical(
         Hierarchy::parse("h.csv", text).unwrap(),
     ))
@@ -959,7 +959,7 @@ fn golden_table_3_reports() {
     assert_eq!(rc.delta, Some(0.0));
 }
 
-const TABLE_4: &str = "Nationality,Age,ZIP,Problem
+pub(super) const TABLE_4: &str = "Nationality,Age,ZIP,Problem
 American,42,02135,Viral Infect
 Japanese,41,02133,Hearth disease
 Germany,38,02238,Hearth disease
@@ -973,7 +973,7 @@ Indian,46,02139,Viral Infection
 American,31,02239,Vomiting
 American,28,02130,Viral Infection
 ";
-const ZIP: &str = "02135;0213*;021**;*
+pub(super) const ZIP: &str = "02135;0213*;021**;*
 02133;0213*;021**;*
 02139;0213*;021**;*
 02138;0213*;021**;*
