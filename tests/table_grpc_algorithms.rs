@@ -231,7 +231,7 @@ async fn bad_algorithm_fields_are_refused_naming_the_field() {
     let refused = |job: TableJob| {
         let daemon = &daemon;
         async move {
-            let status = run(daemon, job).await.err().expect("refused");
+            let status = run(daemon, job).await.expect_err("refused");
             assert_eq!(
                 status.code(),
                 tonic::Code::InvalidArgument,

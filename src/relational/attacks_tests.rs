@@ -18,6 +18,7 @@ use crate::relational::table::{
 };
 use crate::relational::tests::{
     Multiset, TABLE_4, ZIP, categorical, generate, random_privacy, released_classes,
+    table_4_published,
 };
 use crate::relational::{Algorithm, AlgorithmOptions, anonymize, anonymize_with};
 
@@ -169,24 +170,6 @@ fn published(header: &[&str], rows: &[Vec<&str>]) -> Release {
 // ------------------------------------------------------------------------------------------------
 // Table 4: homogeneity
 // ------------------------------------------------------------------------------------------------
-
-/// The paper's Table 4 (right) as published (Nationality `*` left out), transcribed with its typos.
-fn table_4_published() -> Vec<Vec<&'static str>> {
-    vec![
-        vec![">= 40", "021**", "Viral Infect"],
-        vec![">= 40", "021**", "Hearth disease"],
-        vec!["3*", "0223*", "Cancer"],
-        vec!["<= 30", "021**", "Fever"],
-        vec!["3*", "0223*", "Cancer"],
-        vec!["3*", "0223*", "Cancer"],
-        vec![">= 40", "021**", "Viral Infection"],
-        vec!["<= 30", "021**", "Cancer"],
-        vec!["<= 30", "021**", "Short of breath"],
-        vec![">= 40", "021**", "Viral Infection"],
-        vec!["3*", "0223*", "Cancer"],
-        vec!["<= 30", "021**", "Viral Infection"],
-    ]
-}
 
 /// Table 4 as published: the 3* class (Bob's: 31, 02239) is all Cancer, 4 of the 12 records.
 #[test]

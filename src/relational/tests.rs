@@ -985,11 +985,9 @@ pub(super) const ZIP: &str = "02135;0213*;021**;*
 02239;0223*;022**;*
 ";
 
-/// The paper's Table 4 (right) as published: 4-anonymous, yet the 3* class is all Cancer — the
-/// homogeneity attack; the report shows l_distinct = 1 and distinct 2-diversity flags that class.
-#[test]
-fn golden_table_4_homogeneity_report() {
-    let published: Vec<Vec<&str>> = vec![
+/// The paper's Table 4 (right) as published (Nationality `*` left out), transcribed with its typos.
+pub(super) fn table_4_published() -> Vec<Vec<&'static str>> {
+    vec![
         vec![">= 40", "021**", "Viral Infect"],
         vec![">= 40", "021**", "Hearth disease"],
         vec!["3*", "0223*", "Cancer"],
@@ -1002,7 +1000,14 @@ fn golden_table_4_homogeneity_report() {
         vec![">= 40", "021**", "Viral Infection"],
         vec!["3*", "0223*", "Cancer"],
         vec!["<= 30", "021**", "Viral Infection"],
-    ];
+    ]
+}
+
+/// The paper's Table 4 (right) as published: 4-anonymous, yet the 3* class is all Cancer — the
+/// homogeneity attack; the report shows l_distinct = 1 and distinct 2-diversity flags that class.
+#[test]
+fn golden_table_4_homogeneity_report() {
+    let published = table_4_published();
     let models = PrivacySpec {
         k: Some(4),
         l: Some(LDiversity::Distinct(2.0)),
