@@ -13,11 +13,9 @@ use crate::relational::ola::Metric;
 use crate::relational::recoding::{Cell, Recoding, release_generalized};
 use crate::relational::release::{Release, ReleaseMethod, ReleasedRole, ReleasedTable};
 use crate::relational::report::{Report, evaluate};
-use crate::relational::table::{
-    ColumnRole, ColumnSchema, QuasiAttribute, QuasiKind, Table, TableSchema, Unlisted, read_csv,
-};
+use crate::relational::table::{ColumnRole, QuasiAttribute, QuasiKind, Table, read_csv};
 use crate::relational::tests::{
-    Multiset, TABLE_4, ZIP, categorical, generate, random_privacy, released_classes,
+    Multiset, TABLE_4, ZIP, categorical, generate, load, random_privacy, released_classes,
     table_4_published,
 };
 use crate::relational::{Algorithm, AlgorithmOptions, anonymize, anonymize_with};
@@ -145,20 +143,6 @@ fn check_attacks(report: &Report, release: &Release, privacy: &PrivacySpec) {
     let order = attacks.unsorted_matching.as_ref().unwrap();
     assert_eq!(order.rows, ids.len() as u64);
     assert_eq!(order.rows_at_input_position, at_input);
-}
-
-fn load(csv: &str, columns: Vec<(&str, ColumnRole)>) -> Table {
-    let schema = TableSchema {
-        columns: columns
-            .into_iter()
-            .map(|(name, role)| ColumnSchema {
-                name: name.to_string(),
-                role,
-            })
-            .collect(),
-        unlisted: Unlisted::Drop,
-    };
-    read_csv(schema, csv.as_bytes(), "paper.csv", b',').unwrap()
 }
 
 fn published(header: &[&str], rows: &[Vec<&str>]) -> Release {

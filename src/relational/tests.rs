@@ -668,11 +668,8 @@ fn same_seed_same_release_other_seed_other_order() {
 // Golden tests: Wiegand & Schallner, tables 1-4
 // ------------------------------------------------------------------------------------------------
 
-fn run(
-    csv: &str,
-    columns: Vec<(&str, ColumnRole)>,
-    privacy: PrivacySpec,
-) -> BTreeMap<Vec<String>, Multiset> {
+/// A paper's table from CSV text with the given column roles (unlisted columns dropped).
+pub(super) fn load(csv: &str, columns: Vec<(&str, ColumnRole)>) -> crate::relational::table::Table {
     let schema = TableSchema {
         columns: columns
             .into_iter()
@@ -683,7 +680,15 @@ fn run(
             .collect(),
         unlisted: Unlisted::Drop,
     };
-    let table = read_csv(schema, csv.as_bytes(), "paper.csv", b',').unwrap();
+    read_csv(schema, csv.as_bytes(), "paper.csv", b',').unwrap()
+}
+
+fn run(
+    csv: &str,
+    columns: Vec<(&str, ColumnRole)>,
+    privacy: PrivacySpec,
+) -> BTreeMap<Vec<String>, Multiset> {
+    let table = load(csv, columns);
     let (release, _) = anonymize(&table, &privacy, ReleaseMethod::Generalization, 1).unwrap();
     let Release::Generalized(t) = release else {
         panic!("generalization expected")
