@@ -4,7 +4,8 @@
 //! figures: Uloss against Ploss per model (Fig. 2a, generalization), generalization against
 //! bucketization for l-diversity and t-closeness (Fig. 2b), and COUNT query error against Ploss per
 //! model (Fig. 3a, bucketization), each with the efficient frontier of the plotted points drawn as a
-//! dashed polyline.
+//! dashed polyline. Several algorithms (Mondrian, OLA, KACA) can be swept on the same axes: each
+//! series is then split by algorithm.
 //!
 //! Invariants: the sweep's defaults are the paper's parameter sets; a point is efficient exactly when
 //! no other point strictly dominates it on both axes (checked against the quadratic definition in the
@@ -13,6 +14,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use crate::measures::evaluate::Evaluation;
+use crate::relational::Algorithm;
 use crate::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
 use crate::relational::release::ReleaseMethod;
 
@@ -81,19 +83,32 @@ pub struct SweepItem {
     pub model: SweptModel,
     pub parameter: f64,
     pub method: ReleaseMethod,
+    /// The algorithm that forms the classes (one series per algorithm in the plots).
+    pub algorithm: Algorithm,
 }
 
-/// Every (model, parameter, method) of the sweep, models in [`SweptModel::ALL`] order.
-pub fn sweep(parameters: &[(SweptModel, Vec<f64>)], methods: &[ReleaseMethod]) -> Vec<SweepItem> {
+/// Every (model, parameter, method, algorithm) of the sweep, models in [`SweptModel::ALL`] order,
+/// leaving out the pairs of method and algorithm `valid` refuses (KACA and OLA generalize only).
+pub fn sweep(
+    parameters: &[(SweptModel, Vec<f64>)],
+    methods: &[ReleaseMethod],
+    algorithms: &[Algorithm],
+    valid: impl Fn(ReleaseMethod, Algorithm) -> bool,
+) -> Vec<SweepItem> {
     let mut items = Vec::new();
     for (model, values) in parameters {
         for &parameter in values {
             for &method in methods {
-                items.push(SweepItem {
-                    model: *model,
-                    parameter,
-                    method,
-                });
+                for &algorithm in algorithms {
+                    if valid(method, algorithm) {
+                        items.push(SweepItem {
+                            model: *model,
+                            parameter,
+                            method,
+                            algorithm,
+                        });
+                    }
+                }
             }
         }
     }
@@ -161,6 +176,7 @@ pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()
         "query_error",
         "seconds",
         "efficient",
+        "algorithm",
     ])?;
     for p in points {
         let e = &p.evaluation;
@@ -175,6 +191,7 @@ pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()
             format!("{:.6}", e.query_error),
             format!("{:.3}", p.seconds),
             p.efficient.to_string(),
+            p.item.algorithm.to_string(),
         ])?;
     }
     csv.flush()?;
@@ -428,17 +445,42 @@ fn series_of(
     }
 }
 
-/// The three plots: (file name, SVG).
+/// The algorithms of the points, in first-seen order.
+fn algorithms_of(points: &[FrontierPoint]) -> Vec<Algorithm> {
+    let mut algorithms = Vec::new();
+    for p in points {
+        if !algorithms.contains(&p.item.algorithm) {
+            algorithms.push(p.item.algorithm);
+        }
+    }
+    algorithms
+}
+
+/// The three plots: (file name, SVG). With more than one algorithm among the points, each series
+/// is split by algorithm and named `<series> (<algorithm>)`.
 pub fn plots(points: &[FrontierPoint]) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
+    let algorithms = algorithms_of(points);
+    let named = |name: &str, algorithm: Algorithm| {
+        if algorithms.len() > 1 {
+            format!("{name} ({algorithm})")
+        } else {
+            name.to_string()
+        }
+    };
     let per_model = |method: ReleaseMethod, y: fn(&Evaluation) -> f64| -> Vec<Series> {
         SweptModel::ALL
             .iter()
-            .map(|&model| {
+            .flat_map(|&model| algorithms.iter().map(move |&a| (model, a)))
+            .map(|(model, algorithm)| {
                 series_of(
                     points,
-                    model.name(),
-                    |p| p.item.model == model && p.item.method == method,
+                    &named(model.name(), algorithm),
+                    |p| {
+                        p.item.model == model
+                            && p.item.method == method
+                            && p.item.algorithm == algorithm
+                    },
                     y,
                 )
             })
@@ -457,14 +499,20 @@ pub fn plots(points: &[FrontierPoint]) -> Vec<(&'static str, String)> {
     let mut methods = Vec::new();
     for model in [SweptModel::L, SweptModel::T] {
         for method in [ReleaseMethod::Generalization, ReleaseMethod::Bucketization] {
-            let s = series_of(
-                points,
-                &format!("{method} ({})", model.name()),
-                |p| p.item.model == model && p.item.method == method,
-                |e| e.uloss,
-            );
-            if !s.points.is_empty() {
-                methods.push(s);
+            for &algorithm in &algorithms {
+                let s = series_of(
+                    points,
+                    &named(&format!("{method} ({})", model.name()), algorithm),
+                    |p| {
+                        p.item.model == model
+                            && p.item.method == method
+                            && p.item.algorithm == algorithm
+                    },
+                    |e| e.uloss,
+                );
+                if !s.points.is_empty() {
+                    methods.push(s);
+                }
             }
         }
     }

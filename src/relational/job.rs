@@ -421,6 +421,68 @@ impl JobSpec {
     }
 }
 
+/// Algorithm settings given by name, as `cloakd table anonymize`'s flags and `TableAnonymizer`'s job
+/// fields carry them; `None` keeps the job's setting.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlgorithmOverrides<'a> {
+    pub algorithm: Option<&'a str>,
+    pub metric: Option<&'a str>,
+    pub max_suppression: Option<f64>,
+}
+
+/// The setting an [`AlgorithmOverrides`] error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgorithmField {
+    Algorithm,
+    Metric,
+    MaxSuppression,
+}
+
+/// An algorithm setting refused: which one and the rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlgorithmFieldError {
+    pub field: AlgorithmField,
+    pub rule: String,
+}
+
+impl JobSpec {
+    /// Applies algorithm settings over the job's and checks the result against each other and the
+    /// release method ([`AlgorithmOptions::validate`]): the one implementation behind the CLI flags
+    /// and the gRPC job fields. On error the job is unchanged.
+    pub fn override_algorithm(
+        &mut self,
+        overrides: AlgorithmOverrides<'_>,
+    ) -> Result<(), AlgorithmFieldError> {
+        let refuse = |field, rule: String| AlgorithmFieldError { field, rule };
+        let mut options = self.algorithm;
+        if let Some(a) = overrides.algorithm {
+            options.algorithm = a
+                .parse()
+                .map_err(|e| refuse(AlgorithmField::Algorithm, e))?;
+        }
+        if let Some(m) = overrides.metric {
+            options.metric = m.parse().map_err(|e| refuse(AlgorithmField::Metric, e))?;
+        }
+        if let Some(x) = overrides.max_suppression {
+            options.max_suppression = x;
+        }
+        options.validate(self.release).map_err(|rule| {
+            // The share is at fault when it is out of range or given for another algorithm.
+            let share_at_fault = overrides.max_suppression.is_some()
+                && (!(0.0..=1.0).contains(&options.max_suppression)
+                    || options.algorithm != crate::relational::Algorithm::Ola);
+            let field = if share_at_fault {
+                AlgorithmField::MaxSuppression
+            } else {
+                AlgorithmField::Algorithm
+            };
+            refuse(field, rule)
+        })?;
+        self.algorithm = options;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,10 @@
 //! is checked first (an unsatisfiable model is an error with the reason), every Mondrian split keeps
 //! every class admissible, and the report, recomputed from the released rows, is checked again before
 //! the release is handed out. The engine reads no files and no clock; randomness (row order, group
-//! ids) comes only from the seed. Long work is cooperative: [`anonymize_unless`] looks at its
+//! ids) comes only from the seed. Every release, whatever the algorithm, is finally put in an order
+//! drawn from the seed and its released content ([`attacks::order_seed`]), so two releases of one
+//! table with different generalizations do not join by row order, and its report measures the
+//! barriers paper's attacks ([`attacks`]). Long work is cooperative: [`anonymize_unless`] looks at its
 //! cancellation flag before each Mondrian split, between the phases and before each class of the
 //! report, and gives up with
 //! [`AnonymizeError::Cancelled`] (releasing nothing) soon after the flag turns true.
@@ -20,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub mod attacks;
 pub mod distance;
 pub mod distortion;
 pub mod hierarchy;
@@ -32,6 +36,8 @@ pub mod release;
 pub mod report;
 pub mod table;
 
+#[cfg(test)]
+mod attacks_tests;
 #[cfg(test)]
 mod ola_tests;
 #[cfg(test)]
@@ -193,8 +199,31 @@ pub fn anonymize_unless(
 }
 
 /// [`anonymize_unless`] with a chosen algorithm. KACA and OLA release by generalization only; every
-/// release is checked from its released rows, and its report carries the distortion measures.
+/// release is checked from its released rows, and its report carries the distortion measures and the
+/// attacks ([`attacks`]). The algorithm's release, drawn in [`release::release_order`] from the seed,
+/// is reordered once more with a seed mixed from the seed and the released content, and the report
+/// measures the final order against the input order (unsorted matching).
 pub fn anonymize_with(
+    table: &Table,
+    privacy: &PrivacySpec,
+    method: ReleaseMethod,
+    seed: u64,
+    options: &AlgorithmOptions,
+    cancelled: &AtomicBool,
+) -> Result<(Release, Report), AnonymizeError> {
+    let (mut released, mut report) =
+        form_release(table, privacy, method, seed, options, cancelled)?;
+    // Every algorithm's release function draws its order first from a ChaCha8 seeded with `seed`.
+    let first = release::release_order(table.rows(), &mut ChaCha8Rng::seed_from_u64(seed));
+    let last = attacks::reorder(seed, &mut released);
+    let source: Vec<u32> = last.iter().map(|&i| first[i as usize]).collect();
+    report.attacks.unsorted_matching = Some(attacks::unsorted_matching(&source));
+    Ok((released, report))
+}
+
+/// Forms the classes with the chosen algorithm and releases them (rows in [`release::release_order`]
+/// drawn from a ChaCha8 seeded with `seed`).
+fn form_release(
     table: &Table,
     privacy: &PrivacySpec,
     method: ReleaseMethod,

@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 
 use rand::Rng;
-use rand::seq::SliceRandom;
 
 use crate::relational::hierarchy::NodeId;
 use crate::relational::mondrian::Partitioning;
@@ -133,8 +132,7 @@ pub fn label(attribute: &QuasiAttribute, cell: Cell) -> String {
 /// row), the other kept columns as they are, rows in a random order drawn from `rng`.
 pub fn release_generalized(table: &Table, recoding: &Recoding, rng: &mut impl Rng) -> Release {
     let n = table.rows();
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    order.shuffle(rng);
+    let order = crate::relational::release::release_order(n, rng);
     let mut columns = Vec::with_capacity(table.layout.len());
     for &slot in &table.layout {
         match slot {

@@ -226,6 +226,15 @@ fn exact_label(attribute: &QuasiAttribute, code: u32) -> &str {
     }
 }
 
+/// The first row order of a release, and the first draw from its RNG: row `order[i]` of the input
+/// is released at position i. The engine re-draws it from the seed to know each row's input position
+/// ([`crate::relational::attacks`]); every release function draws it first.
+pub fn release_order(n: usize, rng: &mut impl Rng) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.shuffle(rng);
+    order
+}
+
 /// Builds the release of `partitioning` (for [`ReleaseMethod::Trivial`] the partitioning is ignored:
 /// the whole table is one class).
 pub fn release(
@@ -235,8 +244,7 @@ pub fn release(
     rng: &mut impl Rng,
 ) -> Release {
     let n = table.rows();
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    order.shuffle(rng);
+    let order = release_order(n, rng);
     let trivial;
     let partitioning = if method == ReleaseMethod::Trivial {
         trivial = Partitioning::whole_table(n);

@@ -4,8 +4,8 @@
 //! the sensitive table (bucketization). Measures as in docs/architecture.md#definitions: achieved k,
 //! distinct / entropy /
 //! probabilistic l, t under EMD and JS divergence, delta of delta-disclosure, discernibility
-//! (Σ |class|²), average class size and the class size histogram; and, per requested model, how many
-//! released classes violate it.
+//! (Σ |class|²), average class size and the class size histogram; per requested model, how many
+//! released classes violate it; and how far the barriers paper's attacks get ([`attacks`]).
 //!
 //! Invariants: Q is the sensitive distribution of the whole released table; a numeric sensitive
 //! attribute's values are ordered by number for the ordered EMD; `delta` is `None` (JSON null) when
@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
+use crate::relational::attacks::{Attacks, ClassAttacks};
 use crate::relational::distortion::Distortion;
 use crate::relational::models::{ClassCounts, ModelSet, SensitiveDistribution};
 use crate::relational::release::{Release, ReleasedRole, ReleasedTable, SensitiveTable};
@@ -52,6 +53,8 @@ pub struct Report {
     pub avg_class_size: f64,
     pub class_sizes: Vec<ClassSizeCount>,
     pub models: Vec<ModelCheck>,
+    /// The homogeneity, background-knowledge and unsorted-matching attacks ([`attacks`]).
+    pub attacks: Attacks,
     pub seconds: f64,
     /// The algorithm that formed the classes (mondrian, kaca, ola); set by the engine.
     pub algorithm: String,
@@ -353,6 +356,7 @@ pub fn evaluate_unless(
     }
     let distribution = SensitiveDistribution::from_counts(totals, classes.numeric);
     let rows: u64 = classes.sizes.iter().sum();
+    let mut attacked = ClassAttacks::default();
     let mut report = Report {
         release: release_name.to_string(),
         rows,
@@ -375,6 +379,7 @@ pub fn evaluate_unless(
                 violating_classes: 0,
             })
             .collect(),
+        attacks: Attacks::default(),
         seconds: 0.0,
         algorithm: String::new(),
         distortion: None,
@@ -409,6 +414,7 @@ pub fn evaluate_unless(
         };
         report.discernibility += (size as f64) * (size as f64);
         *histogram.entry(size).or_default() += 1;
+        attacked.add(classes.cells(c).iter().map(|&(_, count)| u64::from(count)));
         for (check, model) in report.models.iter_mut().zip(&models.models) {
             if !model.admits(&class, &distribution) {
                 check.violating_classes += 1;
@@ -422,5 +428,9 @@ pub fn evaluate_unless(
         .into_iter()
         .map(|(size, classes)| ClassSizeCount { size, classes })
         .collect();
+    let (homogeneity, background_knowledge) =
+        attacked.finish(&distribution.probabilities, report.delta);
+    report.attacks.homogeneity = homogeneity;
+    report.attacks.background_knowledge = background_knowledge;
     Ok(Some(report))
 }

@@ -28,12 +28,15 @@ use crate::proto::{
     SensitiveRow, TableJob, TableReport,
 };
 use crate::relational::hierarchy::{Hierarchy, HierarchyError};
-use crate::relational::job::{ColumnSpec, JobError, JobSpec, RoleSpec};
+use crate::relational::job::{
+    AlgorithmField, AlgorithmOverrides, ColumnSpec, JobError, JobSpec, RoleSpec,
+};
 use crate::relational::models::{LDiversity, PrivacySpec, TCloseness};
+use crate::relational::ola::OlaError;
 use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
-use crate::relational::{AnonymizeError, anonymize_unless};
+use crate::relational::{AnonymizeError, anonymize_with};
 use crate::service::{InboundError, JobStopped, LimitExceeded, StreamLimit, drain, run_job};
 use crate::telemetry::TableJobRecord;
 
@@ -80,9 +83,12 @@ impl From<TableServiceError> for Status {
             TableServiceError::Anonymize(AnonymizeError::Unsatisfiable(_)) => {
                 Status::failed_precondition(message)
             }
-            TableServiceError::Anonymize(AnonymizeError::Spec(_)) => {
-                Status::invalid_argument(message)
-            }
+            TableServiceError::Anonymize(AnonymizeError::Ola(OlaError::NoAnonymousNode {
+                ..
+            })) => Status::failed_precondition(message),
+            TableServiceError::Anonymize(
+                AnonymizeError::Spec(_) | AnonymizeError::Options(_) | AnonymizeError::Ola(_),
+            ) => Status::invalid_argument(message),
             TableServiceError::Anonymize(AnonymizeError::Cancelled) => Status::cancelled(message),
             TableServiceError::Stopped(JobStopped::OverBudget { .. }) => {
                 Status::deadline_exceeded(message)
@@ -155,6 +161,7 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
         if job.seed != 0 {
             spec.seed = job.seed;
         }
+        override_algorithm(&mut spec, job)?;
         return Ok(spec);
     }
     let mut columns = Vec::with_capacity(job.columns.len());
@@ -233,7 +240,7 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
             .parse()
             .map_err(|e: String| invalid("job.release", e))?
     };
-    Ok(JobSpec {
+    let mut spec = JobSpec {
         source_name: "job".to_string(),
         input: None,
         delimiter: b',',
@@ -246,8 +253,29 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
         privacy,
         release,
         seed: job.seed,
-        // The proto carries no algorithm fields yet: the service runs Mondrian.
         algorithm: crate::relational::AlgorithmOptions::default(),
+    };
+    override_algorithm(&mut spec, job)?;
+    Ok(spec)
+}
+
+/// The job's `algorithm`, `metric` and `max_suppression` over the spec's, by the CLI's rules
+/// ([`JobSpec::override_algorithm`]); an error names the field.
+fn override_algorithm(spec: &mut JobSpec, job: &TableJob) -> Result<(), TableServiceError> {
+    let named = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let (algorithm, metric) = (named(&job.algorithm), named(&job.metric));
+    spec.override_algorithm(AlgorithmOverrides {
+        algorithm: algorithm.as_deref(),
+        metric: metric.as_deref(),
+        max_suppression: job.max_suppression,
+    })
+    .map_err(|e| {
+        let field = match e.field {
+            AlgorithmField::Algorithm => "job.algorithm",
+            AlgorithmField::Metric => "job.metric",
+            AlgorithmField::MaxSuppression => "job.max_suppression",
+        };
+        invalid(field, e.rule)
     })
 }
 
@@ -333,6 +361,21 @@ fn report_message(report: &Report) -> TableReport {
         avg_class_size: report.avg_class_size,
         seconds: report.seconds,
         json: serde_json::to_string(report).unwrap_or_default(),
+        algorithm: report.algorithm.clone(),
+        homogeneous_classes: report.attacks.homogeneity.classes,
+        homogeneous_share: report.attacks.homogeneity.share_of_records,
+        background_posterior: report.attacks.background_knowledge.posterior,
+        background_delta_bound: report.attacks.background_knowledge.delta_bound,
+        rows_at_input_position: report
+            .attacks
+            .unsorted_matching
+            .as_ref()
+            .map_or(0, |m| m.rows_at_input_position),
+        row_order_p_value: report
+            .attacks
+            .unsorted_matching
+            .as_ref()
+            .map_or(1.0, |m| m.p_value),
     }
 }
 
@@ -439,8 +482,14 @@ impl TableService {
         let (anonymized, slot) = run_job(slot, self.limits.max_job, move |cancelled| {
             let table = builder.finish()?;
             let started = Instant::now();
-            let anonymized =
-                anonymize_unless(&table, &spec.privacy, spec.release, spec.seed, cancelled);
+            let anonymized = anonymize_with(
+                &table,
+                &spec.privacy,
+                spec.release,
+                spec.seed,
+                &spec.algorithm,
+                cancelled,
+            );
             if let Err(AnonymizeError::Cancelled) = anonymized {
                 crate::telemetry::record_table_job_stopped("anonymize");
             }

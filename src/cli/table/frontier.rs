@@ -1,7 +1,8 @@
 //! `cloakd table frontier JOB.toml --out DIR [--input FILE]`: anonymizes the job's table under a sweep
 //! of privacy models and parameters (Li & Li's sets by default; `--k`, `--l`, `--t`, `--delta` take
-//! comma-separated lists, an empty list drops the model) with each release method, measures every
-//! release ([`crate::measures::evaluate`]) and writes `DIR/frontier.csv` and the SVG plots of
+//! comma-separated lists, an empty list drops the model) with each release method and each algorithm
+//! (`--algorithms mondrian,ola`: one series per algorithm on the same axes; KACA and OLA generalize
+//! only, so their bucketization pairs are left out), measures every release ([`crate::measures::evaluate`]) and writes `DIR/frontier.csv` and the SVG plots of
 //! [`crate::measures::frontier::plots`]. Releases run on all cores (`--threads`, default the
 //! machine's parallelism), one release per thread at a time, sharing the table and the measurement
 //! baseline read-only; a progress bar on stderr counts finished releases. A model a parameter makes
@@ -21,6 +22,7 @@ use crate::measures::frontier::{
     FrontierPoint, SweepItem, SweptModel, mark_efficient, plots, sweep, write_csv,
 };
 use crate::relational::release::ReleaseMethod;
+use crate::relational::{Algorithm, AlgorithmOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct FrontierArgs {
@@ -51,6 +53,15 @@ pub struct FrontierArgs {
         default_value = "generalization,bucketization"
     )]
     pub methods: Vec<String>,
+    /// Algorithms (mondrian, kaca, ola): one series per algorithm in frontier.csv and the plots.
+    #[arg(long, value_delimiter = ',', default_value = "mondrian")]
+    pub algorithms: Vec<String>,
+    /// OLA's information-loss metric: dm, prec or entropy.
+    #[arg(long, default_value = "dm")]
+    pub metric: String,
+    /// OLA: the share of rows that may be suppressed, in [0, 1].
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0)]
+    pub max_suppression: f64,
     /// Worker threads (default: available parallelism).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -83,9 +94,34 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         chosen(SweptModel::T, &args.t),
         chosen(SweptModel::Delta, &args.delta),
     ];
-    let items = sweep(&parameters, &methods);
+    let mut algorithms: Vec<Algorithm> = Vec::new();
+    for name in &args.algorithms {
+        let algorithm: Algorithm = name
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("--algorithms")?;
+        options_for(algorithm, &args)?
+            .validate(ReleaseMethod::Generalization)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("--algorithms {algorithm}"))?;
+        if !algorithms.contains(&algorithm) {
+            algorithms.push(algorithm);
+        }
+    }
+    let valid =
+        |method, algorithm| options_for(algorithm, &args).is_ok_and(|o| o.validate(method).is_ok());
+    for &method in &methods {
+        for &algorithm in &algorithms {
+            if !valid(method, algorithm) {
+                eprintln!("cloakd: {algorithm} does not release by {method}: left out");
+            }
+        }
+    }
+    let items = sweep(&parameters, &methods, &algorithms, valid);
     if items.is_empty() {
-        bail!("the sweep is empty (rule: at least one parameter and one method)");
+        bail!(
+            "the sweep is empty (rule: at least one parameter, one method and one algorithm that releases by it)"
+        );
     }
     for item in &items {
         item.model
@@ -129,12 +165,13 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&item) = items.get(i) else { break };
-                    let outcome = measure(&table, &baseline, item, args.seed);
+                    let outcome = measure(&table, &baseline, item, args.seed, &args);
                     progress.set_message(format!(
-                        "{} {} {}",
+                        "{} {} {} {}",
                         item.model.name(),
                         item.parameter,
-                        item.method
+                        item.method,
+                        item.algorithm
                     ));
                     progress.inc(1);
                     if let Ok(mut r) = results.lock() {
@@ -153,16 +190,18 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         match outcome {
             Some(Ok(point)) => points.push(point),
             Some(Err(reason)) => eprintln!(
-                "cloakd: {} {} {}: left out: {reason}",
+                "cloakd: {} {} {} {}: left out: {reason}",
                 item.model.name(),
                 item.parameter,
-                item.method
+                item.method,
+                item.algorithm
             ),
             None => eprintln!(
-                "cloakd: {} {} {}: not measured",
+                "cloakd: {} {} {} {}: not measured",
                 item.model.name(),
                 item.parameter,
-                item.method
+                item.method,
+                item.algorithm
             ),
         }
     }
@@ -177,16 +216,26 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         std::fs::write(&path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
     }
     println!(
-        "{:<17} {:>9} {:<15} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  efficient",
-        "model", "parameter", "method", "ploss", "uloss", "a_know", "a_acc", "q_error", "seconds"
+        "{:<17} {:>9} {:<15} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  efficient",
+        "model",
+        "parameter",
+        "method",
+        "algorithm",
+        "ploss",
+        "uloss",
+        "a_know",
+        "a_acc",
+        "q_error",
+        "seconds"
     );
     for p in &points {
         let e = &p.evaluation;
         println!(
-            "{:<17} {:>9} {:<15} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>7.2}  {}",
+            "{:<17} {:>9} {:<15} {:<9} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>7.2}  {}",
             p.item.model.name(),
             p.item.parameter,
             p.item.method.to_string(),
+            p.item.algorithm.to_string(),
             e.ploss,
             e.uloss,
             e.a_know,
@@ -214,17 +263,44 @@ fn flag(model: SweptModel) -> &'static str {
     }
 }
 
+/// The algorithm options of one algorithm of the sweep: `--metric` and `--max-suppression` apply to
+/// OLA only.
+fn options_for(algorithm: Algorithm, args: &FrontierArgs) -> anyhow::Result<AlgorithmOptions> {
+    Ok(AlgorithmOptions {
+        algorithm,
+        metric: args
+            .metric
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("--metric")?,
+        max_suppression: if algorithm == Algorithm::Ola {
+            args.max_suppression
+        } else {
+            0.0
+        },
+        ..AlgorithmOptions::default()
+    })
+}
+
 /// Anonymizes and measures one release of the sweep.
 fn measure(
     table: &crate::relational::table::Table,
     baseline: &Baseline,
     item: SweepItem,
     seed: u64,
+    args: &FrontierArgs,
 ) -> Result<FrontierPoint, String> {
     let started = Instant::now();
-    let (release, _) =
-        crate::relational::anonymize(table, &item.model.spec(item.parameter), item.method, seed)
-            .map_err(|e| e.to_string())?;
+    let options = options_for(item.algorithm, args).map_err(|e| format!("{e:#}"))?;
+    let (release, _) = crate::relational::anonymize_with(
+        table,
+        &item.model.spec(item.parameter),
+        item.method,
+        seed,
+        &options,
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .map_err(|e| e.to_string())?;
     let evaluation = evaluate(table, baseline, &release).map_err(|e| e.to_string())?;
     Ok(FrontierPoint {
         item,

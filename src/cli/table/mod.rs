@@ -19,7 +19,7 @@ use clap::Subcommand;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::relational::job::JobSpec;
+use crate::relational::job::{AlgorithmField, AlgorithmOverrides, JobSpec};
 use crate::relational::models::{LDiversity, TCloseness};
 use crate::relational::release::{self, Release, ReleaseMethod};
 use crate::relational::report::Report;
@@ -135,18 +135,19 @@ pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
             .parse::<ReleaseMethod>()
             .map_err(|e| anyhow!("--release: {e}"))?;
     }
-    if let Some(algorithm) = &args.algorithm {
-        job.algorithm.algorithm = algorithm.parse().map_err(|e| anyhow!("--algorithm: {e}"))?;
-    }
-    if let Some(metric) = &args.metric {
-        job.algorithm.metric = metric.parse().map_err(|e| anyhow!("--metric: {e}"))?;
-    }
-    if let Some(share) = args.max_suppression {
-        job.algorithm.max_suppression = share;
-    }
-    job.algorithm
-        .validate(job.release)
-        .map_err(|e| anyhow!("--algorithm/--metric/--max-suppression: {e}"))?;
+    job.override_algorithm(AlgorithmOverrides {
+        algorithm: args.algorithm.as_deref(),
+        metric: args.metric.as_deref(),
+        max_suppression: args.max_suppression,
+    })
+    .map_err(|e| {
+        let flag = match e.field {
+            AlgorithmField::Algorithm => "--algorithm",
+            AlgorithmField::Metric => "--metric",
+            AlgorithmField::MaxSuppression => "--max-suppression",
+        };
+        anyhow!("{flag}: {}", e.rule)
+    })?;
     if let Some(seed) = args.seed {
         job.seed = seed;
     }
@@ -232,7 +233,7 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     let write_started = Instant::now();
     write_release(&released, &args.output, args.report.as_deref(), &report)?;
     eprintln!(
-        "cloakd: {} rows, {} classes, k={}, l_distinct={}, t_emd={:.4}, t_js={:.4}, delta={}; read {:.3}s, anonymize {:.3}s, write {:.3}s",
+        "cloakd: {} rows, {} classes, k={}, l_distinct={}, t_emd={:.4}, t_js={:.4}, delta={}; homogeneous classes {} ({:.2}% of rows), background posterior {:.4}; read {:.3}s, anonymize {:.3}s, write {:.3}s",
         report.rows,
         report.classes,
         report.k,
@@ -242,6 +243,9 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
         report
             .delta
             .map_or("unbounded".to_string(), |d| format!("{d:.4}")),
+        report.attacks.homogeneity.classes,
+        100.0 * report.attacks.homogeneity.share_of_records,
+        report.attacks.background_knowledge.posterior,
         read_seconds,
         report.seconds,
         write_started.elapsed().as_secs_f64()
