@@ -64,6 +64,10 @@ use windows::{Append, AppendError, Appended, ForwardedKind, WindowManager};
 /// acknowledgement as "stored").
 pub const RECORD_REFUSALS_HEADER: &str = "cloakd-record-refusals";
 
+/// Longest a request of the record log to JetStream waits for its answer before it is made again
+/// (within `cluster.request_timeout_ms`; `crate::store::jetstream::Patience`).
+pub const LOG_REQUEST_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Longest stream name, in bytes (its hex form names a directory).
 pub const MAX_STREAM_NAME_BYTES: usize = 120;
 
@@ -224,10 +228,23 @@ impl TransactionServices {
         };
         // JetStream may still be electing leaders when replicas start together (a fresh cluster, a
         // rolling restart): opening is retried for a while before the replica gives up.
+        let request_timeout = nats
+            .config
+            .nats
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout);
+        // A log request unanswered after a second is made again (it is idempotent), for up to
+        // `cluster.request_timeout_ms`: after a NATS server died, the first request after the
+        // JetStream election goes through instead of the writer waiting out a whole timeout.
+        let patience = crate::store::jetstream::Patience {
+            attempt: Some(request_timeout.min(LOG_REQUEST_ATTEMPT)),
+            total: request_timeout,
+        };
         let (log, releases) = retry_opening(|| async {
-            let log = crate::store::jetstream::JetStreamRecordLog::open(
+            let log = crate::store::jetstream::JetStreamRecordLog::open_with(
                 nats.jetstream.clone(),
                 layout.clone(),
+                patience,
             )
             .await
             .context("opening the record log on JetStream")?;
@@ -279,11 +296,7 @@ impl TransactionServices {
             leases: leases.clone(),
             client: nats.client.clone(),
             prefix,
-            request_timeout: nats
-                .config
-                .nats
-                .as_ref()
-                .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout),
+            request_timeout,
             lease: nats.config.lease,
             failover_wait: nats.config.failover_wait,
         };
