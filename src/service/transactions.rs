@@ -64,10 +64,6 @@ use windows::{Append, AppendError, Appended, ForwardedKind, WindowManager};
 /// acknowledgement as "stored").
 pub const RECORD_REFUSALS_HEADER: &str = "cloakd-record-refusals";
 
-/// Longest a request of the record log to JetStream waits for its answer before it is made again
-/// (within `cluster.request_timeout_ms`; `crate::store::jetstream::Patience`).
-pub const LOG_REQUEST_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Longest stream name, in bytes (its hex form names a directory).
 pub const MAX_STREAM_NAME_BYTES: usize = 120;
 
@@ -237,7 +233,7 @@ impl TransactionServices {
         // `cluster.request_timeout_ms`: after a NATS server died, the first request after the
         // JetStream election goes through instead of the writer waiting out a whole timeout.
         let patience = crate::store::jetstream::Patience {
-            attempt: Some(request_timeout.min(LOG_REQUEST_ATTEMPT)),
+            attempt: Some(request_timeout.min(crate::cluster::connect::JETSTREAM_ATTEMPT)),
             total: request_timeout,
         };
         let (log, releases) = retry_opening(|| async {

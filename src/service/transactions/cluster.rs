@@ -505,12 +505,24 @@ impl Router {
             s.dedup();
             s
         };
+        // Given up early when the lease leaves `node`, or when this client reconnected to NATS (the
+        // request or its answer may have been lost with the old connection).
+        let connects = || {
+            self.client
+                .statistics()
+                .connects
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let connected = connects();
         let moved = async {
             let holder = Owner::Remote(node.to_string());
             loop {
                 tokio::time::sleep(LEASE_POLL).await;
                 if streams.iter().any(|s| self.leases.owner(s) != holder) {
-                    return;
+                    return "stopped sealing the stream before it answered";
+                }
+                if connects() != connected {
+                    return "did not answer before this replica reconnected to NATS";
                 }
             }
         };
@@ -518,11 +530,11 @@ impl Router {
             answer = tokio::time::timeout(
                 self.request_timeout,
                 self.client.request(subject, payload.into()),
-            ) => Some(answer),
-            () = moved => None,
+            ) => Ok(answer),
+            why = moved => Err(why),
         };
         let failure = match answer {
-            Some(Ok(Ok(message))) => {
+            Ok(Ok(Ok(message))) => {
                 match <ForwardReply as prost::Message>::decode(message.payload.as_ref()) {
                     Ok(reply) if reply.results.len() == replies.len() => {
                         let mut not_taken = NotTaken {
@@ -557,12 +569,12 @@ impl Router {
                     Err(e) => format!("sent an unreadable answer ({e})"),
                 }
             }
-            Some(Ok(Err(e))) => format!("could not be reached ({e})"),
-            Some(Err(_)) => format!(
+            Ok(Ok(Err(e))) => format!("could not be reached ({e})"),
+            Ok(Err(_)) => format!(
                 "did not answer within {} ms (cluster.request_timeout_ms)",
                 self.request_timeout.as_millis()
             ),
-            None => "stopped sealing the stream before it answered".to_string(),
+            Err(why) => why.to_string(),
         };
         let failure = format!("replica {node:?} {failure}");
         tracing::warn!(records = replies.len(), failure = %failure, "forwarding records failed; they wait for the stream's lease");
