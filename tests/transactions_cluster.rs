@@ -643,6 +643,31 @@ async fn stream_leader(nats: &NatsCluster, stream: &str) -> usize {
     }
 }
 
+/// One [`steady_producer`] of `records` records of `STREAM` on each of `replicas` (ids
+/// `<tag><replica>-<i>`).
+fn one_producer_each(
+    replicas: [&DaemonProcess; 2],
+    tag: &str,
+    records: usize,
+    acked: &Arc<Mutex<usize>>,
+    stop: Option<Arc<AtomicBool>>,
+) -> Vec<tokio::task::JoinHandle<Result<Steady, String>>> {
+    replicas
+        .iter()
+        .enumerate()
+        .map(|(p, r)| {
+            tokio::spawn(steady_producer(
+                format!("http://{}", r.addr),
+                STREAM.to_string(),
+                format!("{tag}{p}"),
+                records,
+                acked.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect()
+}
+
 /// Waits until `acked` reaches `target` or `PATIENCE` passes; whether it did.
 async fn acked_reach(acked: &Mutex<usize>, target: usize) -> bool {
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -672,20 +697,7 @@ async fn a_killed_nats_server_is_invisible_to_producers() {
     let b = DaemonProcess::start(&config_b);
     let acked = Arc::new(Mutex::new(0usize));
     let stop = Arc::new(AtomicBool::new(false));
-    let producers: Vec<_> = [&a, &b]
-        .iter()
-        .enumerate()
-        .map(|(p, r)| {
-            tokio::spawn(steady_producer(
-                format!("http://{}", r.addr),
-                STREAM.to_string(),
-                format!("k{p}"),
-                1_000_000,
-                acked.clone(),
-                Some(stop.clone()),
-            ))
-        })
-        .collect();
+    let producers = one_producer_each([&a, &b], "k", 1_000_000, &acked, Some(stop.clone()));
     let mut target = 100;
     for round in 0..3 {
         if !acked_reach(&acked, target).await {
@@ -804,16 +816,17 @@ async fn failover_pause_over_ten_kills() {
 
 /// The pause in acknowledgements when the NATS server leading the record log's JetStream stream
 /// (one of three) is killed with SIGKILL, before and after a change, side by side in one run: with
-/// `CLOAKD_BEFORE_BINARY` set to an older build of `cloakd`, each round runs it and then this
+/// `PAUSE_BEFORE_BINARY` set to an older build of `cloakd`, each round runs it and then this
 /// build, each on a fresh NATS cluster with two replicas (one steady producer each, as in
-/// `failover_round`). Prints per kill the longest gap without an acknowledgement and the Publish
-/// streams that ended, then p50 / max per binary. A measurement, not a check:
-/// `CLOAKD_BEFORE_BINARY=path/to/old/cloakd cargo test --test transactions_cluster nats_node_pause -- --ignored --nocapture`.
+/// `failover_round`; `failover_wait_ms` long enough that no record is refused for timing). Prints per kill the longest gap without an acknowledgement and the Publish
+/// streams that ended, then p50 / max per binary (not `CLOAKD_...`: the daemons would read that as
+/// configuration). A measurement, not a check:
+/// `PAUSE_BEFORE_BINARY=path/to/old/cloakd cargo test --test transactions_cluster nats_node_pause -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement (docs/operations.md \"Failover\"); run it with --ignored --nocapture"]
 async fn nats_node_pause_before_and_after() {
     let mut binaries = Vec::new();
-    if let Some(before) = std::env::var_os("CLOAKD_BEFORE_BINARY") {
+    if let Some(before) = std::env::var_os("PAUSE_BEFORE_BINARY") {
         binaries.push(("before", std::path::PathBuf::from(before)));
     }
     binaries.push(("after", common::process::binary()));
@@ -826,23 +839,10 @@ async fn nats_node_pause_before_and_after() {
     for round in 0..rounds {
         for (label, binary) in &binaries {
             let mut nats = NatsCluster::three().await;
-            let a = DaemonProcess::start_with(binary, &replica_config(&nats, "a"));
-            let b = DaemonProcess::start_with(binary, &replica_config(&nats, "b"));
+            let a = DaemonProcess::start_with(binary, &failover_config(&nats, "a", 60_000));
+            let b = DaemonProcess::start_with(binary, &failover_config(&nats, "b", 60_000));
             let acked = Arc::new(Mutex::new(0usize));
-            let producers: Vec<_> = [&a, &b]
-                .iter()
-                .enumerate()
-                .map(|(p, r)| {
-                    tokio::spawn(steady_producer(
-                        format!("http://{}", r.addr),
-                        STREAM.to_string(),
-                        format!("n{p}"),
-                        600,
-                        acked.clone(),
-                        None,
-                    ))
-                })
-                .collect();
+            let producers = one_producer_each([&a, &b], "n", 600, &acked, None);
             acked_reach(&acked, 100).await;
             let leader = stream_leader(&nats, "CLOAKD_RECORDS").await;
             let killed = tokio::time::Instant::now();
@@ -856,8 +856,13 @@ async fn nats_node_pause_before_and_after() {
                 }
             }
             let gap = longest_gap(&seen, killed);
+            let refused = seen
+                .iter()
+                .flat_map(|s| &s.acks)
+                .filter(|(ack, _)| ack.refused.is_some())
+                .count();
             eprintln!(
-                "round {round}, {label}: NATS server {leader} (the record log's leader) killed: longest gap {} ms; Publish streams ended: {ended:?}",
+                "round {round}, {label}: NATS server {leader} (the record log's leader) killed: longest gap {} ms; {refused} records refused; Publish streams ended: {ended:?}",
                 gap.as_millis()
             );
             *ended_total.entry(label).or_default() += ended.len();
