@@ -558,15 +558,9 @@ async fn a_killed_holder_is_invisible_to_producers_on_the_survivor() {
         (0..CHUNK).map(|i| (record(8, i).record_id, 0)).collect();
     let mut first_windows = HashMap::new();
     for steady in &seen {
-        assert_eq!(steady.acks.len(), steady.sent.len());
-        for ((ack, _), id) in steady.acks.iter().zip(&steady.sent) {
-            assert_eq!(&ack.record_id, id, "acknowledged once each, in order");
-            assert!(ack.refused.is_none(), "{id} refused: {:?}", ack.refused);
-            assert!(
-                acknowledged.insert(id.clone(), ack.window_id).is_none(),
-                "{id} acknowledged twice"
-            );
-            first_windows.insert(id.clone(), ack.window_id);
+        take_acks(steady, &mut acknowledged);
+        for id in &steady.sent {
+            first_windows.insert(id.clone(), acknowledged[id]);
         }
     }
     assert!(
@@ -578,6 +572,20 @@ async fn a_killed_holder_is_invisible_to_producers_on_the_survivor() {
         assert_eq!(released.get(&id), Some(&window), "{id} released elsewhere");
     }
     b.stop();
+}
+
+/// Checks one steady producer's acknowledgements (one per record sent, in order, none refused) and
+/// adds them to `acknowledged` (record id -> window), none twice.
+fn take_acks(steady: &Steady, acknowledged: &mut HashMap<String, u64>) {
+    assert_eq!(steady.acks.len(), steady.sent.len());
+    for ((ack, _), id) in steady.acks.iter().zip(&steady.sent) {
+        assert_eq!(&ack.record_id, id, "acknowledged once each, in order");
+        assert!(ack.refused.is_none(), "{id} refused: {:?}", ack.refused);
+        assert!(
+            acknowledged.insert(id.clone(), ack.window_id).is_none(),
+            "{id} acknowledged twice"
+        );
+    }
 }
 
 /// Reads the stream's releases through `replica` until they hold as many records as
@@ -724,15 +732,7 @@ async fn a_killed_nats_server_is_invisible_to_producers() {
                 b.logs()
             )
         });
-        assert_eq!(steady.acks.len(), steady.sent.len());
-        for ((ack, _), id) in steady.acks.iter().zip(&steady.sent) {
-            assert_eq!(&ack.record_id, id, "acknowledged once each, in order");
-            assert!(ack.refused.is_none(), "{id} refused: {:?}", ack.refused);
-            assert!(
-                acknowledged.insert(id.clone(), ack.window_id).is_none(),
-                "{id} acknowledged twice"
-            );
-        }
+        take_acks(&steady, &mut acknowledged);
     }
     assert!(
         acknowledged.len() > 700,
