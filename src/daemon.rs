@@ -230,13 +230,24 @@ async fn serve_inner(
         None => Box::pin(router.serve_with_incoming_shutdown(incoming, stopped)),
     };
     tokio::pin!(server);
-    // Wait for the server; once shutdown has begun, give open streams the grace period only.
+    // Wait for the server; once shutdown has begun, give open streams the grace period only. The
+    // server also ends on the stop signal, often before this select sees the signal: either way
+    // the shutdown goes on below, so the node id registration is always released.
     let mut stopping = stop_rx.clone();
-    tokio::select! {
-        result = &mut server => return result.context("gRPC server failed"),
-        _ = stopping.wait_for(|stop| *stop) => {}
-    }
-    let served = tokio::time::timeout(grace, &mut server).await;
+    let ended = tokio::select! {
+        result = &mut server => Some(result),
+        _ = stopping.wait_for(|stop| *stop) => None,
+    };
+    let served = match ended {
+        Some(result) if !*stop_rx.borrow() => {
+            if let Some(registration) = registration {
+                registration.release().await;
+            }
+            return result.context("gRPC server failed");
+        }
+        Some(result) => Ok(result),
+        None => tokio::time::timeout(grace, &mut server).await,
+    };
     hangups.abort();
     if let Some(metrics) = metrics {
         match tokio::time::timeout(grace, metrics).await {

@@ -216,3 +216,31 @@ async fn a_lease_survives_the_restart_of_one_nats_server() {
     assert!(acquired >= released);
     assert!(b_lease.fencing_token() > token);
 }
+
+/// A release racing a renewal frees the key (issue 21; `cluster_node_id` restarts a replica under
+/// its id right after a graceful stop): released again and again just as a renewal is due, the key
+/// is deleted every time. Before the release waited for the renewal in flight, a renewal landing
+/// after the release's delete (or before it, moving the revision) left the key held, and the next
+/// holder waited a whole lease for it to lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_racing_a_renewal_frees_the_key() {
+    use async_nats::jetstream::kv::Operation;
+    let nats = NatsCluster::single().await;
+    let replica = cloakd::cluster::connect(&nats.cluster_config(&[0], "r", 1, 300))
+        .await
+        .expect("connect")
+        .expect("cluster configured");
+    let kv = replica.lease_bucket().await.expect("bucket");
+    // Renewals every 50 ms; each release comes when one is due, give or take a few milliseconds.
+    let lease = Duration::from_millis(150);
+    for round in 0..40u64 {
+        let held = Lease::acquire(&kv, "node.racing", "r", lease).await;
+        tokio::time::sleep(Duration::from_micros(48_000 + (round % 8) * 500)).await;
+        held.release().await.expect("release");
+        let entry = kv.entry("node.racing").await.expect("read the key");
+        assert!(
+            entry.as_ref().is_none_or(|e| e.operation != Operation::Put),
+            "round {round}: the key is still held after the release: {entry:?}"
+        );
+    }
+}

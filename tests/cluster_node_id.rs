@@ -79,12 +79,12 @@ async fn a_second_replica_with_a_running_replicas_id_refuses_to_start() {
         a.logs()
     );
 
-    // After a graceful stop the next replica under the id starts. The stop is meant to release the
-    // registration so that it starts without waiting, but one CI run saw it wait for the
-    // registration to lapse (the release raced a renewal), so only the start is asserted here.
+    // A graceful stop releases the id: the next replica under it starts without waiting (the
+    // release waits for a renewal in flight, so none lands after the delete).
     a.stop();
     let again = DaemonProcess::start(&config(&nats, "shared-name"));
     assert!(logged(&again, "cluster.node_id registered"));
+    assert!(!logged(&again, WAITING), "{:#?}", again.logs());
     again.stop();
 }
 

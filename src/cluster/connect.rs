@@ -67,6 +67,11 @@ pub async fn connect(config: &ClusterConfig) -> Result<Option<Cluster>, ClusterE
         .query_account()
         .await
         .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+    // Once connected, a JetStream request (a key-value operation, a publish awaiting its PubAck, a
+    // read) unanswered after a second is given up, and its caller makes it again: after a NATS
+    // server died, a request sent to it before the client reconnected, or while a stream's leader
+    // was being elected, would otherwise hold its caller for a whole request_timeout_ms.
+    jetstream.set_timeout(nats.request_timeout.min(JETSTREAM_ATTEMPT));
     tracing::info!(
         node_id = %node_id,
         servers = %redacted(&nats.servers),
@@ -140,6 +145,11 @@ impl Cluster {
         }
     }
 }
+
+/// Longest a JetStream request waits for its answer once the replica is connected (at most
+/// `cluster.request_timeout_ms`): every caller retries (the record log for up to
+/// `cluster.request_timeout_ms`, `crate::store::jetstream::Patience`; leases until they run out).
+pub const JETSTREAM_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Oldest NATS server cloakd runs on: before 2.10, concurrent updates of a replicated key-value
 /// bucket expecting the same revision could all be accepted (nats-server#4320), and leases rely on

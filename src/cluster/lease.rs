@@ -7,9 +7,14 @@
 //!   revision has been seen unchanged for a whole lease duration on the contender's own clock, replace
 //!   it with an update that expects exactly that revision.
 //! - **Renew**: every `lease / 3` the holder rewrites the key expecting the revision it last wrote.
+//!   A renewal unanswered after `lease / 3` (a JetStream leader being elected) is given up and made
+//!   again at once, expecting the same revision.
 //! - **Lost**: a renewal that finds another revision (someone took over), or no successful renewal
-//!   for `lease × (1 − DRIFT)` since the last one was sent, ends the tenure. **Release**: delete the
-//!   key expecting the holder's revision, so others may create it at once.
+//!   for `lease × (1 − DRIFT)` since the last one was sent, ends the tenure. **Release**: stop
+//!   renewing and wait for a renewal in flight to be answered (one landing after the delete would
+//!   write the key again, and the next holder would wait a whole lease for it to lapse), then delete
+//!   the key if it still holds this tenure, expecting the revision it holds, so others may create
+//!   it at once.
 //!
 //! Invariant: at most one holder whose lease is unexpired. A holder counts its lease from the moment
 //! it *sent* its last successful write, a contender from the moment it first *saw* that write, which
@@ -234,6 +239,26 @@ struct Tenure {
     /// The revision this tenure last wrote.
     revision: Mutex<u64>,
     state: watch::Sender<LeaseState>,
+    /// Stops the renewals, after the one in flight ([`Lease::release`]).
+    stop: tokio::sync::Notify,
+}
+
+impl Tenure {
+    /// Whether `entry` holds this tenure (written by it, at whatever revision).
+    fn holds(&self, entry: &kv::Entry) -> bool {
+        entry.operation == kv::Operation::Put
+            && serde_json::from_slice::<LeaseValue>(&entry.value)
+                .ok()
+                .as_ref()
+                == Some(&self.value)
+    }
+
+    fn error(&self, err: impl std::fmt::Display) -> ClusterError {
+        ClusterError::KeyValue {
+            key: self.key.clone(),
+            message: err.to_string(),
+        }
+    }
 }
 
 /// A held lease. It renews itself in the background until lost, released, or dropped (dropping
@@ -277,6 +302,7 @@ impl Lease {
             duration,
             revision: Mutex::new(revision),
             state,
+            stop: tokio::sync::Notify::new(),
         });
         let renewer = tokio::spawn(renew_until_lost(Arc::clone(&tenure)));
         Lease {
@@ -325,28 +351,43 @@ impl Lease {
         self.is_held()
     }
 
-    /// Gives the lease up: stops renewing and deletes the key if it still holds our revision, so
+    /// Gives the lease up: stops renewing, waits for a renewal in flight (so that none lands after
+    /// the delete and writes the key again), and deletes the key if it still holds this tenure, so
     /// another replica may take it at once.
-    pub async fn release(self) -> Result<(), ClusterError> {
-        self.renewer.abort();
+    pub async fn release(mut self) -> Result<(), ClusterError> {
+        self.tenure.stop.notify_one();
+        // Ends at once between renewals, else once the renewal in flight is answered or given up.
+        let _ = (&mut self.renewer).await;
         let was_held = self.is_held();
         self.tenure.state.send_replace(LeaseState::Lost);
         if !was_held {
             return Ok(());
         }
-        let revision = self.revision();
-        match self
-            .tenure
+        delete_tenure(&self.tenure).await
+    }
+}
+
+/// Deletes `tenure`'s key if it still holds the tenure: expecting the revision the tenure wrote
+/// last, or, when a renewal whose answer was lost wrote a later one, the revision the key holds.
+async fn delete_tenure(tenure: &Tenure) -> Result<(), ClusterError> {
+    let revision = *tenure.revision.lock().expect("lease revision lock");
+    let first = match tenure
+        .kv
+        .delete_expect_revision(&tenure.key, Some(revision))
+        .await
+    {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    match tenure.kv.entry(&tenure.key).await {
+        Ok(Some(entry)) if tenure.holds(&entry) => tenure
             .kv
-            .delete_expect_revision(&self.tenure.key, Some(revision))
+            .delete_expect_revision(&tenure.key, Some(entry.revision))
             .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) => Err(ClusterError::KeyValue {
-                key: self.tenure.key.clone(),
-                message: e.to_string(),
-            }),
-        }
+            .map_err(|e| tenure.error(e)),
+        // Someone else's now, or already deleted: nothing of ours to release.
+        Ok(_) => Ok(()),
+        Err(_) => Err(tenure.error(first)),
     }
 }
 
@@ -379,6 +420,7 @@ async fn renew_until_lost(tenure: Arc<Tenure>) {
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}
             _ = tokio::time::sleep_until(until) => {}
+            () = tenure.stop.notified() => return,
         }
         if Instant::now() >= until {
             mark_lost(&tenure, "not renewed in time");
@@ -400,10 +442,17 @@ async fn renew_once(tenure: &Tenure) {
     let update = tenure
         .kv
         .update(&tenure.key, tenure.bytes.clone(), expected);
-    let result = match tokio::time::timeout_at(until, update).await {
+    // Unanswered after a third of the lease (a leader being elected), the renewal is made again at
+    // once by the caller, expecting the same revision.
+    let result = match tokio::time::timeout_at(until.min(sent + tenure.duration / 3), update).await
+    {
         Ok(result) => result,
-        Err(_) => {
+        Err(_) if Instant::now() >= until => {
             mark_lost(tenure, "renewal did not complete within the lease");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(key = %tenure.key, "lease renewal unanswered; renewing again");
             return;
         }
     };
@@ -413,13 +462,7 @@ async fn renew_once(tenure: &Tenure) {
             // Our own earlier renewal may have been written although its acknowledgement was lost:
             // the key then still holds our tenure under a newer revision.
             match tenure.kv.entry(&tenure.key).await {
-                Ok(Some(entry))
-                    if entry.operation == kv::Operation::Put
-                        && serde_json::from_slice::<LeaseValue>(&entry.value)
-                            .ok()
-                            .as_ref()
-                            == Some(&tenure.value) =>
-                {
+                Ok(Some(entry)) if tenure.holds(&entry) => {
                     *tenure.revision.lock().expect("lease revision lock") = entry.revision;
                 }
                 _ => mark_lost(tenure, "another replica holds it now"),

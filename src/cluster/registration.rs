@@ -193,9 +193,14 @@ async fn live_revision(kv: &kv::Store, key: &str) -> Result<Option<(u64, String)
 }
 
 impl Registration {
-    /// Gives the registration up (a graceful stop): the same node id may start again at once.
-    pub async fn release(self) {
+    /// Gives the registration up (a graceful stop): the same node id may start again at once. The
+    /// keeper is stopped first (so the release cannot look like a lapse to re-register after), then
+    /// the lease is released, which waits for a renewal in flight before deleting the key
+    /// ([`Lease::release`]): a renewal landing after the delete would make the next replica under
+    /// this id wait for the registration to lapse.
+    pub async fn release(mut self) {
         self.keeper.abort();
+        let _ = (&mut self.keeper).await;
         if let Some(lease) = self.lease.lock().await.take()
             && let Err(err) = lease.release().await
         {

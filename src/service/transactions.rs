@@ -221,10 +221,23 @@ impl TransactionServices {
         };
         // JetStream may still be electing leaders when replicas start together (a fresh cluster, a
         // rolling restart): opening is retried for a while before the replica gives up.
+        let request_timeout = nats
+            .config
+            .nats
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout);
+        // A log request unanswered after a second is made again (it is idempotent), for up to
+        // `cluster.request_timeout_ms`: after a NATS server died, the first request after the
+        // JetStream election goes through instead of the writer waiting out a whole timeout.
+        let patience = crate::store::jetstream::Patience {
+            attempt: Some(request_timeout.min(crate::cluster::connect::JETSTREAM_ATTEMPT)),
+            total: request_timeout,
+        };
         let (log, releases) = retry_opening(|| async {
-            let log = crate::store::jetstream::JetStreamRecordLog::open(
+            let log = crate::store::jetstream::JetStreamRecordLog::open_with(
                 nats.jetstream.clone(),
                 layout.clone(),
+                patience,
             )
             .await
             .context("opening the record log on JetStream")?;
@@ -277,11 +290,7 @@ impl TransactionServices {
             leases: leases.clone(),
             client: nats.client.clone(),
             prefix,
-            request_timeout: nats
-                .config
-                .nats
-                .as_ref()
-                .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout),
+            request_timeout,
             lease: nats.config.lease,
             failover_wait: nats.config.failover_wait,
         };

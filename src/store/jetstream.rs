@@ -38,7 +38,11 @@
 //! * **A lost PubAck is not a failed append.** When publishing a batch or awaiting its PubAck fails
 //!   in a way that may pass (a timeout, no responders, a lost connection, a 503 or a 409 "message
 //!   id in process" while a leader moves), the *identical* message (same id, same expected
-//!   sequence, same bytes) is published again, after 100, 200 and 400 ms. If an earlier attempt
+//!   sequence, same bytes) is published again, after 100, 200 and 400 ms, and then every 400 ms
+//!   until [`Patience::total`] has passed (a replica uses `cluster.request_timeout_ms`); an
+//!   attempt unanswered after [`Patience::attempt`] (a replica: 1 s) is given up and made again,
+//!   so the first attempt after a JetStream leader election is answered at once instead of after
+//!   a whole request timeout. A replay retries its reads likewise. If an earlier attempt
 //!   was stored, a replicated stream answers with the original sequence and `duplicate = true`
 //!   (nats-server checks the id before the expected sequence there, within the stream's
 //!   `duplicate_window` of 120 s), which is success. A stream of one replica (and any stream past
@@ -144,7 +148,7 @@ pub const MAX_BATCH_MESSAGE_BYTES: usize = 512 * 1024;
 const REPLAY_ATTEMPTS: u32 = 5;
 
 /// Times a batch message is published again after a failure that may pass; the waits before them
-/// double from [`PUBLISH_BACKOFF`] (100, 200, 400 ms).
+/// double from [`PUBLISH_BACKOFF`] (100, 200, 400 ms); more within [`Patience::total`].
 const PUBLISH_RETRIES: u32 = 3;
 
 /// Wait before the first publish retry.
@@ -291,36 +295,104 @@ pub struct JetStreamRecordLog {
     js: jetstream::Context,
     stream: stream::Stream,
     layout: Layout,
+    patience: Patience,
     /// Per transaction stream, what this log has read; one append or replay at a time.
     seen: Arc<Mutex<HashMap<String, StreamSeen>>>,
 }
 
+/// How long the record log waits on JetStream (module doc, "A lost PubAck is not a failed
+/// append"): each request (a publish awaiting its PubAck, each step of a read) may take `attempt`
+/// before it is given up and, being idempotent, made again; a failure that may pass is retried
+/// until `total` has passed since the first attempt, and at least [`PUBLISH_RETRIES`] times for a
+/// publish and [`REPLAY_ATTEMPTS`] times for a replay. While a JetStream leader is being elected
+/// (a NATS server died) requests fail at once (no responders) or go unanswered; a short `attempt`
+/// lets the first request after the election through without waiting out a long timeout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Patience {
+    /// `None`: the JetStream context's own request timeout.
+    pub attempt: Option<Duration>,
+    pub total: Duration,
+}
+
+/// Longest wait before a failed publish or read of the log is made again, when its requests are
+/// given up after [`Patience::attempt`].
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
+
 impl JetStreamRecordLog {
+    /// `work`, given up after [`Patience::attempt`]; its error as unavailable while `action`.
+    async fn within<T, E: std::fmt::Display>(
+        &self,
+        action: &'static str,
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, StoreError> {
+        let result = match self.patience.attempt {
+            Some(limit) => match tokio::time::timeout(limit, work).await {
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
+            },
+            None => work.await.map_err(|e| e.to_string()),
+        };
+        result.map_err(unavailable(action))
+    }
+
+    /// Whether a failed request, first made at `started` and retried `retries` times, is made
+    /// again ([`Patience`]).
+    fn retry(&self, started: tokio::time::Instant, retries: u32, at_least: u32) -> bool {
+        retries < at_least || started.elapsed() < self.patience.total
+    }
+
+    /// The pause before retry `retry + 1` of a request: `first` doubling with each retry, at most
+    /// [`RETRY_PAUSE_MAX`] when requests are given up after [`Patience::attempt`].
+    fn pause(&self, first: Duration, retry: u32) -> Duration {
+        let pause = first * 2u32.pow(retry.min(6));
+        match self.patience.attempt {
+            Some(_) => pause.min(RETRY_PAUSE_MAX),
+            None => pause,
+        }
+    }
+
+    /// The last sequence of the record stream and the entries of the messages from `start` to it.
+    async fn read_from(&self, start: u64) -> Result<(u64, Vec<(u64, LogEntry)>), StoreError> {
+        let mut stream = self.stream.clone();
+        let last = self
+            .within("reading the record log", stream.info())
+            .await?
+            .state
+            .last_sequence;
+        Ok((last, self.read_range(start, last).await?))
+    }
+
     /// The entries of the messages with sequences `start..=last`, in order (nothing if
-    /// `start > last`).
+    /// `start > last`). Fails if the messages end before `last`.
     async fn read_range(&self, start: u64, last: u64) -> Result<Vec<(u64, LogEntry)>, StoreError> {
+        const ACTION: &str = "replaying the record log";
         let mut entries = Vec::new();
         if start > last {
             return Ok(entries);
         }
         let consumer = self
-            .stream
-            .clone()
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
-                    start_sequence: start,
-                },
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
-        let mut messages = consumer
-            .messages()
-            .await
-            .map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
-        while let Some(message) = messages.next().await {
-            let message =
-                message.map_err(|e| unavailable("replaying the record log")(e.to_string()))?;
+            .within(
+                ACTION,
+                self.stream
+                    .clone()
+                    .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                        deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                            start_sequence: start,
+                        },
+                        ..Default::default()
+                    }),
+            )
+            .await?;
+        let mut messages = self.within(ACTION, consumer.messages()).await?;
+        loop {
+            let next = self
+                .within(ACTION, async {
+                    messages.next().await.ok_or_else(|| {
+                        format!("the messages ended before sequence {last} was read")
+                    })
+                })
+                .await?;
+            let message = next.map_err(|e| unavailable(ACTION)(e.to_string()))?;
             let sequence = message
                 .info()
                 .map_err(|e| unavailable("replaying the record log")(e.to_string()))?
@@ -348,12 +420,22 @@ impl JetStreamRecordLog {
         js: jetstream::Context,
         layout: Layout,
     ) -> Result<JetStreamRecordLog, StoreError> {
+        Self::open_with(js, layout, Patience::default()).await
+    }
+
+    /// As [`Self::open`], waiting on JetStream as `patience` says.
+    pub async fn open_with(
+        js: jetstream::Context,
+        layout: Layout,
+        patience: Patience,
+    ) -> Result<JetStreamRecordLog, StoreError> {
         let subjects = format!("{}.records.>", layout.prefix);
         let stream = layout.stream(&js, "RECORDS", subjects).await?;
         let log = JetStreamRecordLog {
             js,
             stream,
             layout,
+            patience,
             seen: Arc::new(Mutex::new(HashMap::new())),
         };
         log.replay(LogPosition::START).await?;
@@ -371,19 +453,26 @@ impl JetStreamRecordLog {
         encoded: Vec<Vec<u8>>,
     ) -> Result<u64, StoreError> {
         let message = BatchMessage::new(&self.layout, stream, fence, encoded);
+        let started = tokio::time::Instant::now();
         let mut retries = 0;
         loop {
-            let error = match message.send(&self.js).await {
+            let sent = match self.patience.attempt {
+                Some(limit) => tokio::time::timeout(limit, message.send(&self.js))
+                    .await
+                    .unwrap_or_else(|_| Err(PublishError::from(PublishErrorKind::TimedOut))),
+                None => message.send(&self.js).await,
+            };
+            let error = match sent {
                 // `duplicate`: an earlier attempt was stored, at this sequence.
                 Ok(ack) => return Ok(ack.sequence),
                 Err(error) => error,
             };
             match PublishFailure::of_error(&error) {
                 PublishFailure::Fenced => return self.stored_before(&message, stream).await,
-                PublishFailure::Transient if retries < PUBLISH_RETRIES => {
+                PublishFailure::Transient if self.retry(started, retries, PUBLISH_RETRIES) => {
                     retries += 1;
                     tracing::warn!(error = %error, retry = retries, "appending to the record log failed; publishing the same batch again");
-                    tokio::time::sleep(PUBLISH_BACKOFF * 2u32.pow(retries - 1)).await;
+                    tokio::time::sleep(self.pause(PUBLISH_BACKOFF, retries - 1)).await;
                 }
                 _ => {
                     return Err(unavailable("appending to the record log")(
@@ -519,25 +608,18 @@ impl RecordLog for JetStreamRecordLog {
 
     async fn replay(&self, from: LogPosition) -> Result<Replayed, StoreError> {
         let mut seen = self.seen.lock().await;
-        let last = self
-            .stream
-            .clone()
-            .info()
-            .await
-            .map_err(|e| unavailable("reading the record log")(e.to_string()))?
-            .state
-            .last_sequence;
         let start = from.0.max(1);
-        // A consumer may fail while JetStream moves a leader or is busy (503): read again, a few
-        // times, before giving up. Nothing is learnt from a failed read.
+        // A read may fail while JetStream moves a leader or is busy (503, or no answer): read
+        // again, for a while (`Patience`), before giving up. Nothing is learnt from a failed read.
+        let started = tokio::time::Instant::now();
         let mut attempt = 0;
-        let entries = loop {
-            match self.read_range(start, last).await {
-                Ok(entries) => break entries,
-                Err(e) if attempt < REPLAY_ATTEMPTS => {
+        let (last, entries) = loop {
+            match self.read_from(start).await {
+                Ok(read) => break read,
+                Err(e) if self.retry(started, attempt, REPLAY_ATTEMPTS) => {
                     attempt += 1;
                     tracing::warn!(error = %e, attempt, "replaying the record log failed; reading again");
-                    tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt)).await;
+                    tokio::time::sleep(self.pause(Duration::from_millis(100), attempt)).await;
                 }
                 Err(e) => return Err(e),
             }

@@ -249,7 +249,7 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TX_RECORDS_FORWARDED,
         &["result"],
-        "Records this replica forwarded to the replica sealing their stream ([cluster]), by result: stored, duplicate, refused (by that replica) or failed (no answer; the producer publishes again).",
+        "Records this replica forwarded to the replica sealing their stream ([cluster]), by result: stored, duplicate, refused (by that replica), failed (no answer; the record waits for the stream's writer), retried (this replica's own writer did not store it, its store unavailable or its lease gone; the record waits likewise) or no_writer (refused: nobody took it within cluster.failover_wait_ms).",
     ),
     gauge(
         CLUSTER_LEASES_HELD,

@@ -22,8 +22,16 @@
 //!   the lease leaves its holder) and are then sent there, up to `cluster.failover_wait_ms` (default
 //!   twice the lease) after the first failure. Sending again is safe: a record the old holder
 //!   stored is answered by the new one as a duplicate in its window (the log is idempotent by record
-//!   id). Past the wait a record is refused with [`AppendError::NoWriter`] (nothing stored; publish
-//!   it again), which Publish reports per record when the producer asks for it.
+//!   id). Past the wait a record is refused with [`AppendError::NoWriter`] (not acknowledged;
+//!   publish it again), which Publish reports per record when the producer asks for it.
+//! * **Store outages without the producer noticing** ([`Router::answers_here`]). A record of a
+//!   stream this replica seals goes to its own writer with a copy kept; when the writer does not
+//!   store it for a reason that passes (its store unavailable, e.g. while JetStream elects a new
+//!   leader after a NATS server died, or the lease gone before the record was written), the record
+//!   waits and is sent again, here or to the stream's new holder, bounded by the same
+//!   `cluster.failover_wait_ms` counted from that failure. The producer sees a pause, not an
+//!   ended stream. Invariant: every record gets exactly one answer, and only a writer's answer
+//!   (durable, or a duplicate with its window) acknowledges it.
 //! * **Releases everywhere** ([`watch_releases`]). Every replica listens on `<prefix>.releases.>`
 //!   (the release store's subjects; JetStream delivers stored messages to plain subscribers too) and
 //!   announces each release to its local subscribers, and re-reads the release store every lease
@@ -155,8 +163,12 @@ impl ForwardResult {
 }
 
 fn count_forwarded(result: &'static str) {
+    count_forwarded_n(result, 1);
+}
+
+fn count_forwarded_n(result: &'static str, records: usize) {
     metrics::counter!(crate::telemetry::catalog::TX_RECORDS_FORWARDED, "result" => result)
-        .increment(1);
+        .increment(records as u64);
 }
 
 fn ingest_subject(prefix: &str, node: &str) -> String {
@@ -187,6 +199,19 @@ struct NotTaken {
 /// How often a waiting record checks whether its stream's lease moved.
 const LEASE_POLL: Duration = Duration::from_millis(20);
 
+/// Pause before a record this replica's writer did not store is written here again; it doubles
+/// up to [`LOCAL_RETRY_MAX`].
+const LOCAL_RETRY_FIRST: Duration = Duration::from_millis(50);
+const LOCAL_RETRY_MAX: Duration = Duration::from_millis(800);
+
+/// A record handed to this replica's writer ([`Router::write_here`]): the producer's reply, the
+/// writer's answer, and a copy of the record to send it again.
+struct Written {
+    record: ForwardRecord,
+    reply: oneshot::Sender<Result<Appended, AppendError>>,
+    answer: oneshot::Receiver<Result<Appended, AppendError>>,
+}
+
 impl Router {
     pub async fn run(self, mut input: mpsc::Receiver<Append>) {
         let mut batch = Vec::with_capacity(super::MAX_BATCH);
@@ -199,9 +224,11 @@ impl Router {
                 }
             }
             let mut remote: HashMap<String, Vec<Append>> = HashMap::new();
+            let mut here = Vec::new();
             for append in batch.drain(..) {
                 match self.leases.owner(&append.stream) {
-                    Owner::Local => self.local(append),
+                    // Handed to the writer now, in the order received.
+                    Owner::Local => here.extend(self.write_here(append)),
                     Owner::Remote(node) => remote.entry(node).or_default().push(append),
                     Owner::Vacant => {
                         let router = self.clone();
@@ -212,12 +239,21 @@ impl Router {
                                     vec![append],
                                     None,
                                     deadline,
-                                    "is not known to be sealed by any replica".into(),
+                                    "no replica is known to seal the stream".into(),
                                 )
                                 .await
                         });
                     }
                 }
+            }
+            if !here.is_empty() {
+                let router = self.clone();
+                tokio::spawn(async move {
+                    if let Some(not_written) = router.answers_here(here).await {
+                        let deadline = tokio::time::Instant::now() + router.failover_wait;
+                        router.wait_for_writer(not_written, None, deadline);
+                    }
+                });
             }
             for (node, appends) in remote {
                 let router = self.clone();
@@ -226,24 +262,111 @@ impl Router {
         }
     }
 
-    fn local(&self, append: Append) {
-        if let Err(e) = self.writer.try_send(append) {
-            let (append, message) = match e {
-                mpsc::error::TrySendError::Full(a) => (
-                    a,
-                    format!(
+    /// Hands `append` to this replica's writer, keeping a copy to send it again should the writer
+    /// not store it ([`Self::answers_here`]); `None` when the writer's queue refused it (answered).
+    fn write_here(&self, append: Append) -> Option<Written> {
+        let Append {
+            stream,
+            record_id,
+            items,
+            sensitive_items,
+            reply,
+        } = append;
+        let record = ForwardRecord {
+            stream: stream.clone(),
+            record_id: record_id.clone(),
+            items: items.clone(),
+            sensitive_items: sensitive_items.clone(),
+        };
+        let (to_writer, answer) = oneshot::channel();
+        let append = Append {
+            stream,
+            record_id,
+            items,
+            sensitive_items,
+            reply: to_writer,
+        };
+        match self.writer.try_send(append) {
+            Ok(()) => Some(Written {
+                record,
+                reply,
+                answer,
+            }),
+            Err(e) => {
+                let message = match e {
+                    mpsc::error::TrySendError::Full(_) => format!(
                         "the transaction writer's queue is full ({} records waiting); publish the rest again later",
                         self.writer.max_capacity()
                     ),
-                ),
-                mpsc::error::TrySendError::Closed(a) => {
-                    (a, "the transaction writer has stopped".to_string())
+                    mpsc::error::TrySendError::Closed(_) => {
+                        "the transaction writer has stopped".to_string()
+                    }
+                };
+                let _ = reply.send(Err(AppendError::Forwarded {
+                    kind: ForwardedKind::Exhausted,
+                    message,
+                }));
+                None
+            }
+        }
+    }
+
+    /// Passes this replica's writer's answers on to the producers as they come, except for records
+    /// it did not store for a reason that passes (its store unavailable, e.g. while JetStream elects
+    /// a leader after a NATS server died; or the stream's lease gone before they were written):
+    /// those are returned, to be sent again. Sending again is safe: the log is idempotent by record
+    /// id, so a record stored after all is answered as a duplicate in its window.
+    async fn answers_here(&self, written: Vec<Written>) -> Option<NotTaken> {
+        let mut not_taken = NotTaken {
+            appends: Vec::new(),
+            failure: String::new(),
+        };
+        let mut answers: futures::stream::FuturesUnordered<_> = written
+            .into_iter()
+            .map(|w| async move { (w.answer.await, w.record, w.reply) })
+            .collect();
+        while let Some((answer, record, reply)) = answers.next().await {
+            match answer {
+                Ok(Err(e @ (AppendError::Unavailable(_) | AppendError::NotWriter { .. }))) => {
+                    not_taken.failure = format!("this replica did not store it ({e})");
+                    not_taken.appends.push(append_of(record, reply));
                 }
-            };
-            let _ = append.reply.send(Err(AppendError::Forwarded {
-                kind: ForwardedKind::Exhausted,
-                message,
-            }));
+                Ok(result) => {
+                    let _ = reply.send(result);
+                }
+                Err(_) => {
+                    let _ = reply.send(Err(AppendError::Unavailable(
+                        "the transaction writer has stopped".into(),
+                    )));
+                }
+            }
+        }
+        if !not_taken.appends.is_empty() {
+            count_forwarded_n("retried", not_taken.appends.len());
+            tracing::warn!(records = not_taken.appends.len(), failure = %not_taken.failure, "records not stored here; they wait for a writer of their stream");
+        }
+        (!not_taken.appends.is_empty()).then_some(not_taken)
+    }
+
+    /// Has the records `not_taken` wait for their streams' writers ([`Self::deliver`], one task per
+    /// stream) until `deadline`; `failed`: the replica that did not take them, if another.
+    fn wait_for_writer(
+        &self,
+        not_taken: NotTaken,
+        failed: Option<String>,
+        deadline: tokio::time::Instant,
+    ) {
+        let mut by_stream: HashMap<String, Vec<Append>> = HashMap::new();
+        for append in not_taken.appends {
+            by_stream
+                .entry(append.stream.clone())
+                .or_default()
+                .push(append);
+        }
+        for (_, appends) in by_stream {
+            let router = self.clone();
+            let (failed, failure) = (failed.clone(), not_taken.failure.clone());
+            tokio::spawn(async move { router.deliver(appends, failed, deadline, failure).await });
         }
     }
 
@@ -254,20 +377,7 @@ impl Router {
         let deadline = tokio::time::Instant::now() + self.failover_wait;
         for chunk in chunks(appends) {
             if let Some(not_taken) = self.send(&node, chunk).await {
-                let mut by_stream: HashMap<String, Vec<Append>> = HashMap::new();
-                for append in not_taken.appends {
-                    by_stream
-                        .entry(append.stream.clone())
-                        .or_default()
-                        .push(append);
-                }
-                for (_, appends) in by_stream {
-                    let router = self.clone();
-                    let (node, failure) = (node.clone(), not_taken.failure.clone());
-                    tokio::spawn(async move {
-                        router.deliver(appends, Some(node), deadline, failure).await
-                    });
-                }
+                self.wait_for_writer(not_taken, Some(node.clone()), deadline);
             }
         }
     }
@@ -284,6 +394,7 @@ impl Router {
     ) {
         let stream = appends[0].stream.clone();
         let started = tokio::time::Instant::now();
+        let mut pause = LOCAL_RETRY_FIRST;
         while let Some(owner) = self.next_holder(&stream, failed.as_deref(), deadline).await {
             match owner {
                 Owner::Remote(node) => match self.send(&node, appends).await {
@@ -295,10 +406,24 @@ impl Router {
                     }
                 },
                 _ => {
-                    for append in appends {
-                        self.local(append);
+                    let written = appends
+                        .into_iter()
+                        .filter_map(|a| self.write_here(a))
+                        .collect();
+                    match self.answers_here(written).await {
+                        None => return,
+                        Some(not_taken) => {
+                            appends = not_taken.appends;
+                            failure = not_taken.failure;
+                            failed = None;
+                            // The writer's store fails at once while JetStream has no leader:
+                            // give it a moment (doubling) before writing again.
+                            let left =
+                                deadline.saturating_duration_since(tokio::time::Instant::now());
+                            tokio::time::sleep(pause.min(left)).await;
+                            pause = (pause * 2).min(LOCAL_RETRY_MAX);
+                        }
                     }
-                    return;
                 }
             }
         }
@@ -309,14 +434,12 @@ impl Router {
             waited_ms = waited.as_millis() as u64,
             "no replica took the records within cluster.failover_wait_ms; refused"
         );
-        metrics::counter!(crate::telemetry::catalog::TX_RECORDS_FORWARDED, "result" => "no_writer")
-            .increment(appends.len() as u64);
-        let holder = failed.map_or_else(|| "no replica".to_string(), |n| format!("replica {n:?}"));
+        count_forwarded_n("no_writer", appends.len());
         for append in appends {
             let _ = append.reply.send(Err(AppendError::NoWriter {
                 stream: append.stream,
                 waited_ms: waited.as_millis() as u64,
-                detail: format!("{holder} {failure}"),
+                detail: failure.clone(),
             }));
         }
     }
@@ -382,12 +505,24 @@ impl Router {
             s.dedup();
             s
         };
+        // Given up early when the lease leaves `node`, or when this client reconnected to NATS (the
+        // request or its answer may have been lost with the old connection).
+        let connects = || {
+            self.client
+                .statistics()
+                .connects
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let connected = connects();
         let moved = async {
             let holder = Owner::Remote(node.to_string());
             loop {
                 tokio::time::sleep(LEASE_POLL).await;
                 if streams.iter().any(|s| self.leases.owner(s) != holder) {
-                    return;
+                    return "stopped sealing the stream before it answered";
+                }
+                if connects() != connected {
+                    return "did not answer before this replica reconnected to NATS";
                 }
             }
         };
@@ -395,11 +530,11 @@ impl Router {
             answer = tokio::time::timeout(
                 self.request_timeout,
                 self.client.request(subject, payload.into()),
-            ) => Some(answer),
-            () = moved => None,
+            ) => Ok(answer),
+            why = moved => Err(why),
         };
         let failure = match answer {
-            Some(Ok(Ok(message))) => {
+            Ok(Ok(Ok(message))) => {
                 match <ForwardReply as prost::Message>::decode(message.payload.as_ref()) {
                     Ok(reply) if reply.results.len() == replies.len() => {
                         let mut not_taken = NotTaken {
@@ -417,7 +552,7 @@ impl Router {
                             {
                                 // Not stored there (it lost the lease, or its store failed):
                                 // wait for the stream's next holder.
-                                not_taken.failure = format!("answered: {message}");
+                                not_taken.failure = format!("replica {node:?} answered: {message}");
                                 not_taken.appends.push(append_of(record, reply));
                                 continue;
                             }
@@ -434,16 +569,16 @@ impl Router {
                     Err(e) => format!("sent an unreadable answer ({e})"),
                 }
             }
-            Some(Ok(Err(e))) => format!("could not be reached ({e})"),
-            Some(Err(_)) => format!(
+            Ok(Ok(Err(e))) => format!("could not be reached ({e})"),
+            Ok(Err(_)) => format!(
                 "did not answer within {} ms (cluster.request_timeout_ms)",
                 self.request_timeout.as_millis()
             ),
-            None => "stopped sealing the stream before it answered".to_string(),
+            Err(why) => why.to_string(),
         };
-        tracing::warn!(replica = %node, records = replies.len(), failure = %failure, "forwarding records failed; they wait for the stream's lease");
-        metrics::counter!(crate::telemetry::catalog::TX_RECORDS_FORWARDED, "result" => "failed")
-            .increment(replies.len() as u64);
+        let failure = format!("replica {node:?} {failure}");
+        tracing::warn!(records = replies.len(), failure = %failure, "forwarding records failed; they wait for the stream's lease");
+        count_forwarded_n("failed", replies.len());
         Some(NotTaken {
             appends: records
                 .into_iter()

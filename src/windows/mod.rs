@@ -72,9 +72,10 @@ pub enum AppendError {
     )]
     NotWriter { stream: String },
     /// No replica took the record within `cluster.failover_wait_ms` (the one sealing its stream
-    /// stopped answering and the lease did not move in time); nothing stored.
+    /// stopped answering and the lease did not move in time, or its store stayed unavailable);
+    /// not acknowledged.
     #[error(
-        "stream {stream:?}: no replica took the record within {waited_ms} ms (cluster.failover_wait_ms; {detail}); it was not stored, publish it again"
+        "stream {stream:?}: no replica took the record within {waited_ms} ms (cluster.failover_wait_ms; {detail}); it was not acknowledged: publish it again (had it been stored after all, it is then acknowledged as a duplicate in its window)"
     )]
     NoWriter {
         stream: String,

@@ -10,6 +10,10 @@
 //! is rebuilt by replaying the log, exactly as at a restart, so the writer never acts on anything
 //! that is not durable. If the log reports as duplicate a record the writer took for new (its state
 //! was not the log's), that record is answered with its stored window and the state is rebuilt too.
+//! With replicas, a record whose stream's open window already has a release while the state was not
+//! rebuilt in this batch (a stream just taken over, read when another replica sealed it) is
+//! answered UNAVAILABLE (the router sends it again) and the state is rebuilt; only a fresh state
+//! behind its releases is refused as an inconsistent store.
 //!
 //! A reload ([`Writer::reconfigure`]) gives each stream its new settings and rules at once, counting
 //! the open window's antecedents anew; the next batch closes an open window already past its new
@@ -346,11 +350,19 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            // A stream taken over while a command was picked above is rebuilt before it is written.
+            if let Some(rx) = leases.as_mut()
+                && rx.has_changed().unwrap_or(false)
+            {
+                rx.borrow_and_update();
+                self.stale = true;
+            }
             self.process(std::mem::take(&mut batch)).await;
         }
     }
 
     async fn process(&mut self, batch: Vec<Append>) {
+        let replayed = self.stale;
         if self.stale
             && let Err(e) = self.replay().await
         {
@@ -403,6 +415,8 @@ impl Writer {
         let limit = self.config.max_open_records;
         // Ids placed by this batch: (stream, record id) -> window.
         let mut placed: HashMap<(String, String), u64> = HashMap::new();
+        // A stream's state found behind its releases without a replay in this batch.
+        let mut behind = false;
         for (command, stored) in batch.into_iter().zip(stored) {
             if !self.state.contains_key(&command.stream)
                 && self.state.len() >= self.config.max_streams
@@ -443,6 +457,18 @@ impl Writer {
             }
             let (stream, record_id) = key;
             let released = *st.handle.released_upto.borrow();
+            if st.open.id < released && ownership.is_some() && !replayed {
+                // With replicas, a stream this writer has just taken over may still have the state
+                // it last read, behind what the previous holder appended and released: rebuild it
+                // from the log before judging the store (the record waits and is sent again).
+                behind = true;
+                count_refused("unavailable");
+                let _ = command.reply.send(Err(AppendError::Unavailable(format!(
+                    "this replica's view of stream {} is behind its releases; rebuilding it from the log",
+                    crate::text::quote(&stream)
+                ))));
+                continue;
+            }
             if st.open.id < released {
                 count_refused("window_released");
                 tracing::error!(
@@ -512,6 +538,9 @@ impl Writer {
                 entries.push(LogEntry::Close(window.close.clone()));
                 closed.push(window);
             }
+        }
+        if behind {
+            self.stale = true;
         }
         if entries.is_empty() {
             for p in planned {

@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
+/// The `cloakd` binary cargo built with the tests.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cloakd"))
+}
+
 pub struct DaemonProcess {
     child: Child,
     pub addr: SocketAddr,
@@ -23,10 +28,16 @@ impl DaemonProcess {
     /// Starts `cloakd --log-format json serve --config FILE` where FILE holds `config_toml` followed by
     /// loopback listeners on ephemeral ports and a fresh data directory.
     pub fn start(config_toml: &str) -> DaemonProcess {
+        Self::start_with(&binary(), config_toml)
+    }
+
+    /// As [`Self::start`], with another build of `cloakd` (e.g. an older one, to measure before and
+    /// after a change in one run).
+    pub fn start_with(binary: &std::path::Path, config_toml: &str) -> DaemonProcess {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("config.toml");
         std::fs::write(&config_path, with_test_sections(config_toml, dir.path())).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        let mut child = Command::new(binary)
             .args([
                 "--log-format",
                 "json",
