@@ -46,22 +46,20 @@ fn job(dir: &Path) -> PathBuf {
 
 const QUASI: [&str; 5] = ["age", "workclass", "education", "marital-status", "sex"];
 
+/// Runs `cloakd table anonymize` on the job with extra flags, writing `out.csv` and `report.json`.
+fn run(dir: &Path, extra: &[&str]) -> Output {
+    let job = job(dir);
+    let (out, report) = (dir.join("out.csv"), dir.join("report.json"));
+    let mut args = vec!["table", "anonymize", job.to_str().unwrap()];
+    args.extend_from_slice(&["--output", out.to_str().unwrap()]);
+    args.extend_from_slice(&["--report", report.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    cloakd(&args)
+}
+
 /// Runs the job with extra flags; returns the released rows (header first) and the report.
 fn anonymize(dir: &Path, extra: &[&str]) -> (Vec<Vec<String>>, serde_json::Value) {
-    let job = job(dir);
-    let out = dir.join("out.csv");
-    let report = dir.join("report.json");
-    let mut args = vec![
-        "table",
-        "anonymize",
-        job.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let result = cloakd(&args);
+    let result = run(dir, extra);
     assert!(
         result.status.success(),
         "{}",
@@ -69,14 +67,14 @@ fn anonymize(dir: &Path, extra: &[&str]) -> (Vec<Vec<String>>, serde_json::Value
     );
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
-        .from_path(&out)
+        .from_path(dir.join("out.csv"))
         .unwrap();
     let rows = reader
         .records()
         .map(|r| r.unwrap().iter().map(String::from).collect())
         .collect();
-    let report = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    (rows, report)
+    let report = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    (rows, serde_json::from_str(&report).unwrap())
 }
 
 /// Released classes: QI tuple -> occupations of its rows.
@@ -147,29 +145,19 @@ fn kaca_merges_until_l_diversity_holds() {
 #[test]
 fn kaca_limits_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let job = job(dir.path());
-    let out = dir.path().join("out.csv");
-    let run = |extra: &[&str]| {
-        let mut args = vec![
-            "table",
-            "anonymize",
-            job.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let result = cloakd(&args);
+    let refused = |extra: &[&str]| {
+        let result = run(dir.path(), extra);
         assert!(!result.status.success());
         String::from_utf8_lossy(&result.stderr).to_string()
     };
-    let err = run(&["--release", "bucketization"]);
+    let err = refused(&["--release", "bucketization"]);
     assert!(
         err.contains("kaca releases by generalization only"),
         "{err}"
     );
-    let err = run(&["--max-suppression", "0.1"]);
+    let err = refused(&["--max-suppression", "0.1"]);
     assert!(err.contains("ola only"), "{err}");
-    let err = run(&["--k", "5000"]);
+    let err = refused(&["--k", "5000"]);
     assert!(err.contains("cannot be met"), "{err}");
-    assert!(!out.exists());
+    assert!(!dir.path().join("out.csv").exists());
 }
