@@ -184,33 +184,7 @@ fn kaca_releases_of_adult_pass_the_model_checker() {
 /// same decade), so every seed gives the three classes below and 6 of the 12 cells modified.
 #[test]
 fn golden_table_3_k2() {
-    let birthday = "12.03.1982;03.1982;1982;1980-1989;*\n22.03.1982;03.1982;1982;1980-1989;*\n\
-                    15.07.1985;07.1985;1985;1980-1989;*\n02.07.1985;07.1985;1985;1980-1989;*\n\
-                    05.05.1991;05.1991;1991;1990-1999;*\n05.05.1993;05.1993;1993;1990-1999;*\n";
-    let gender = "Male;*\nFemale;*\n";
-    let role = |text: &str| {
-        ColumnRole::Quasi(QuasiKind::Categorical(Hierarchy::parse("h", text).unwrap()))
-    };
-    let schema = TableSchema {
-        columns: vec![
-            ColumnSchema {
-                name: "birthday".into(),
-                role: role(birthday),
-            },
-            ColumnSchema {
-                name: "gender".into(),
-                role: role(gender),
-            },
-            ColumnSchema {
-                name: "disease".into(),
-                role: ColumnRole::Sensitive { numeric: false },
-            },
-        ],
-        unlisted: Unlisted::Drop,
-    };
-    let csv = "birthday,gender,disease\n12.03.1982,Male,a\n22.03.1982,Male,b\n\
-               15.07.1985,Female,a\n02.07.1985,Female,c\n05.05.1991,Male,b\n05.05.1993,Male,c\n";
-    let table = read_csv(schema, csv.as_bytes(), "t3.csv", b',').unwrap();
+    let table = crate::relational::distortion::tests::table3();
     let privacy = PrivacySpec {
         k: Some(2),
         ..Default::default()
