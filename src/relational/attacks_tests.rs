@@ -525,6 +525,7 @@ fn releases_with_different_generalizations_do_not_join_by_row_order() {
             run_with(&table, 5, Algorithm::Mondrian, seed),
             run_with(&table, 40, Algorithm::Mondrian, seed),
             run_with(&table, 5, Algorithm::Ola, seed),
+            run_with(&table, 5, Algorithm::Kaca, seed),
         ];
         for (release, report) in &releases {
             let order = report.attacks.unsorted_matching.as_ref().unwrap();

@@ -256,7 +256,7 @@ pub fn bucket_discernibility(sizes: impl Iterator<Item = u64>) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::relational::hierarchy::Hierarchy;
     use crate::relational::table::{
@@ -279,7 +279,7 @@ mod tests {
 
     /// The paper's Table 3: birthday and gender of 6 people, 12 QI cells; 3b generalizes 4 cells,
     /// 3c (domain generalization) all 12.
-    fn table3() -> Table {
+    pub(crate) fn table3() -> Table {
         let birthday = Hierarchy::parse(
             "birthday.csv",
             "12.03.1982;03.1982;1982;1980-1989;*\n\

@@ -247,6 +247,11 @@ impl Hierarchy {
         self.height
     }
 
+    /// Number of nodes, leaves included (node ids are `0..node_count()`).
+    pub fn node_count(&self) -> usize {
+        self.labels.len()
+    }
+
     /// Number of leaves (values that may occur in the table).
     pub fn leaf_count(&self) -> usize {
         self.leaf_count

@@ -19,7 +19,7 @@
 //! delta = 1.2                      # > 0
 //! [release]
 //! method = "generalization"        # generalization | bucketization | trivial
-//! algorithm = "mondrian"           # mondrian (default) | ola (generalization only)
+//! algorithm = "mondrian"           # mondrian (default) | kaca | ola (kaca, ola: generalization only)
 //! metric = "dm"                    # ola's loss: dm | prec | entropy
 //! max_suppression = 0.0            # ola: share of rows that may be suppressed, in [0, 1]
 //! seed = 7

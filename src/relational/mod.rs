@@ -1,5 +1,6 @@
-//! Batch relational anonymization: Mondrian strict multidimensional partitioning (LeFevre et al.)
-//! or OLA optimal full-domain generalization with suppression ([`ola`], El Emam et al.), under any
+//! Batch relational anonymization: Mondrian strict multidimensional partitioning (LeFevre et al.),
+//! KACA local recoding by clustering in the hierarchies ([`kaca`], Li, Wong, Fu & Pei) or OLA
+//! optimal full-domain generalization with suppression ([`ola`], El Emam et al.), under any
 //! combination of k-anonymity, l-diversity (distinct, entropy, probabilistic, recursive),
 //! t-closeness (EMD or JS divergence) and delta-disclosure (Brickell & Shmatikov), released by
 //! generalization, bucketization (Anatomy) or trivial sanitization, with a report computed from the
@@ -28,6 +29,7 @@ pub mod distance;
 pub mod distortion;
 pub mod hierarchy;
 pub mod job;
+pub mod kaca;
 pub mod models;
 pub mod mondrian;
 pub mod ola;
@@ -38,6 +40,8 @@ pub mod table;
 
 #[cfg(test)]
 mod attacks_tests;
+#[cfg(test)]
+mod kaca_tests;
 #[cfg(test)]
 mod ola_tests;
 #[cfg(test)]
@@ -119,9 +123,6 @@ impl AlgorithmOptions {
                 self.algorithm
             ));
         }
-        if self.algorithm == Algorithm::Kaca {
-            return Err("algorithm kaca is not available in this build".to_string());
-        }
         Ok(())
     }
 }
@@ -146,6 +147,8 @@ pub enum AnonymizeError {
     Unsatisfiable(#[from] mondrian::Unsatisfiable),
     #[error("ola: {0}")]
     Ola(ola::OlaError),
+    #[error("kaca: {0}")]
+    Kaca(kaca::KacaError),
     #[error("{0}")]
     Options(String),
     #[error("internal error: the release violates {model} in {classes} classes; nothing released")]
@@ -267,7 +270,30 @@ fn form_release(
             });
             return Ok((released, report));
         }
-        Algorithm::Kaca => unreachable!("refused by AlgorithmOptions::validate"),
+        Algorithm::Kaca => {
+            privacy.validate()?;
+            let models = privacy.models();
+            // The clustering draws from a stream of its own, so the release order is drawn first
+            // from `seed` as for every algorithm (what `anonymize_with` measures it against).
+            let mut draws = ChaCha8Rng::seed_from_u64(seed);
+            draws.set_stream(1);
+            let found = kaca::kaca_unless(table, privacy, options.beta, &mut draws, cancelled)
+                .map_err(|e| match e {
+                    kaca::KacaError::Cancelled => AnonymizeError::Cancelled,
+                    kaca::KacaError::Unsatisfiable(u) => AnonymizeError::Unsatisfiable(u),
+                    other => AnonymizeError::Kaca(other),
+                })?;
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let released = recoding::release_generalized(table, &found.recoding, &mut rng);
+            let mut report = checked_report(&released, "generalization", &models, cancelled)?;
+            report.algorithm = Algorithm::Kaca.to_string();
+            report.distortion = Some(crate::relational::distortion::distortion(
+                table,
+                &found.recoding,
+                options.beta,
+            ));
+            return Ok((released, report));
+        }
     }
     let check = || {
         if cancelled.load(Ordering::Relaxed) {

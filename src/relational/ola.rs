@@ -174,6 +174,8 @@ struct Search<'a> {
     checks: FastMap<u64, Check>,
     tagged_anonymous: Vec<Vec<usize>>,
     tagged_not: Vec<Vec<usize>>,
+    /// The tag of every node already decided, by lattice index (a tag never changes once known).
+    decided: FastMap<u64, bool>,
     cancelled: &'a AtomicBool,
 }
 
@@ -427,6 +429,7 @@ impl<'a> Search<'a> {
             checks: FastMap::default(),
             tagged_anonymous: Vec::new(),
             tagged_not: Vec::new(),
+            decided: FastMap::default(),
             cancelled,
         })
     }
@@ -642,7 +645,12 @@ impl<'a> Search<'a> {
     }
 
     fn is_anonymous(&mut self, node: &[usize]) -> Result<bool, OlaError> {
+        let index = self.index(node);
+        if let Some(&known) = self.decided.get(&index) {
+            return Ok(known);
+        }
         if let Some(known) = self.tagged(node) {
+            self.decided.insert(index, known);
             return Ok(known);
         }
         let check = self.check(node)?;
@@ -656,6 +664,7 @@ impl<'a> Search<'a> {
         } else {
             self.tagged_not.push(node.to_vec());
         }
+        self.decided.insert(index, anonymous);
         Ok(anonymous)
     }
 

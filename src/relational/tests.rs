@@ -26,7 +26,7 @@ use crate::relational::table::{
 
 /// A quasi-identifier as the checker understands it.
 #[derive(Debug, Clone)]
-enum CheckQuasi {
+pub(super) enum CheckQuasi {
     Numeric,
     /// leaf -> every label on its hierarchy line (the leaf itself first).
     Categorical(HashMap<String, Vec<String>>),
@@ -35,17 +35,17 @@ enum CheckQuasi {
 /// The original table, as strings.
 #[derive(Debug, Clone)]
 pub(super) struct Original {
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
+    pub(super) header: Vec<String>,
+    pub(super) rows: Vec<Vec<String>>,
     /// (column index, kind) of each quasi-identifier.
-    quasi: Vec<(usize, CheckQuasi)>,
-    sensitive: usize,
-    sensitive_numeric: bool,
+    pub(super) quasi: Vec<(usize, CheckQuasi)>,
+    pub(super) sensitive: usize,
+    pub(super) sensitive_numeric: bool,
     /// The column that identifies rows (an insensitive unique id), if any.
-    id: Option<usize>,
+    pub(super) id: Option<usize>,
 }
 
-fn parse_csv(text: &[u8]) -> (Vec<String>, Vec<Vec<String>>) {
+pub(super) fn parse_csv(text: &[u8]) -> (Vec<String>, Vec<Vec<String>>) {
     let mut reader = csv::ReaderBuilder::new().from_reader(text);
     let header = reader.headers().unwrap().iter().map(String::from).collect();
     let rows = reader
@@ -55,7 +55,7 @@ fn parse_csv(text: &[u8]) -> (Vec<String>, Vec<Vec<String>>) {
     (header, rows)
 }
 
-fn hierarchy_lines(text: &str) -> HashMap<String, Vec<String>> {
+pub(super) fn hierarchy_lines(text: &str) -> HashMap<String, Vec<String>> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
@@ -95,7 +95,7 @@ fn distribution(m: &Multiset, domain: &[String]) -> Vec<f64> {
 }
 
 /// Checks one class's multiset against the requested models; returns the violated model's name.
-fn brute_violation(
+pub(super) fn brute_violation(
     privacy: &PrivacySpec,
     class: &Multiset,
     table: &Multiset,
@@ -182,7 +182,7 @@ fn brute_violation(
     None
 }
 
-fn multiset<'a>(values: impl IntoIterator<Item = &'a String>) -> Multiset {
+pub(super) fn multiset<'a>(values: impl IntoIterator<Item = &'a String>) -> Multiset {
     let mut m = Multiset::new();
     for v in values {
         *m.entry(v.clone()).or_default() += 1;

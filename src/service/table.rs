@@ -87,7 +87,10 @@ impl From<TableServiceError> for Status {
                 ..
             })) => Status::failed_precondition(message),
             TableServiceError::Anonymize(
-                AnonymizeError::Spec(_) | AnonymizeError::Options(_) | AnonymizeError::Ola(_),
+                AnonymizeError::Spec(_)
+                | AnonymizeError::Options(_)
+                | AnonymizeError::Ola(_)
+                | AnonymizeError::Kaca(_),
             ) => Status::invalid_argument(message),
             TableServiceError::Anonymize(AnonymizeError::Cancelled) => Status::cancelled(message),
             TableServiceError::Stopped(JobStopped::OverBudget { .. }) => {

@@ -75,7 +75,8 @@ pub struct AnonymizeArgs {
     /// Seed of the release's random row order.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Algorithm: mondrian (default) or ola (optimal full-domain generalization).
+    /// Algorithm: mondrian (default), kaca (local recoding by clustering in the hierarchies) or ola
+    /// (optimal full-domain generalization).
     #[arg(long)]
     pub algorithm: Option<String>,
     /// OLA's information-loss metric: dm, prec or entropy.
