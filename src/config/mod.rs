@@ -312,7 +312,11 @@ mod tests {
                 "transactions.defaults.rho",
             ),
             ("CLOAKD_LOCATION__MAX_DX_M", "-1.0", "location.max_dx_m"),
-            ("CLOAKD_LOCATION__DEFAULT_DY_M", "5.0", "location.default_dy_m"),
+            (
+                "CLOAKD_LOCATION__DEFAULT_DY_M",
+                "5.0",
+                "location.default_dy_m",
+            ),
             ("CLOAKD_LOCATION__MAX_K", "500", "location.max_k"),
             (
                 "CLOAKD_LOCATION__DEFAULT_MODEL",
