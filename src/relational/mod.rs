@@ -251,15 +251,15 @@ fn form_release(
                 ola::OlaError::Cancelled => AnonymizeError::Cancelled,
                 other => AnonymizeError::Ola(other),
             })?;
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let released = recoding::release_generalized(table, &found.recoding, &mut rng);
-            let mut report = checked_report(&released, "generalization", &models, cancelled)?;
-            report.algorithm = Algorithm::Ola.to_string();
-            report.distortion = Some(crate::relational::distortion::distortion(
+            let (released, mut report) = release_recoded(
                 table,
                 &found.recoding,
+                Algorithm::Ola,
+                seed,
                 options.beta,
-            ));
+                &models,
+                cancelled,
+            )?;
             report.lattice = Some(report::LatticeSearch {
                 metric: options.metric.to_string(),
                 max_suppression: options.max_suppression,
@@ -283,16 +283,15 @@ fn form_release(
                     kaca::KacaError::Unsatisfiable(u) => AnonymizeError::Unsatisfiable(u),
                     other => AnonymizeError::Kaca(other),
                 })?;
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let released = recoding::release_generalized(table, &found.recoding, &mut rng);
-            let mut report = checked_report(&released, "generalization", &models, cancelled)?;
-            report.algorithm = Algorithm::Kaca.to_string();
-            report.distortion = Some(crate::relational::distortion::distortion(
+            return release_recoded(
                 table,
                 &found.recoding,
+                Algorithm::Kaca,
+                seed,
                 options.beta,
-            ));
-            return Ok((released, report));
+                &models,
+                cancelled,
+            );
         }
     }
     let check = || {
@@ -331,6 +330,26 @@ fn form_release(
         );
     }
     report.distortion = Some(distortion);
+    Ok((released, report))
+}
+
+/// The release of a recoding found by KACA or OLA: rows in [`release::release_order`] drawn from a
+/// ChaCha8 seeded with `seed`, the report checked from the released rows, with the algorithm's name
+/// and the distortion measures of the recoding.
+fn release_recoded(
+    table: &Table,
+    recoding: &recoding::Recoding,
+    algorithm: Algorithm,
+    seed: u64,
+    beta: f64,
+    models: &models::ModelSet,
+    cancelled: &AtomicBool,
+) -> Result<(Release, Report), AnonymizeError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let released = recoding::release_generalized(table, recoding, &mut rng);
+    let mut report = checked_report(&released, "generalization", models, cancelled)?;
+    report.algorithm = algorithm.to_string();
+    report.distortion = Some(distortion::distortion(table, recoding, beta));
     Ok((released, report))
 }
 
