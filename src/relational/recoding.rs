@@ -164,26 +164,9 @@ pub fn release_generalized(table: &Table, recoding: &Recoding, rng: &mut impl Rn
                     codes,
                 });
             }
-            ColumnSlot::Sensitive => columns.push(ReleasedColumn {
-                name: table.sensitive.name.clone(),
-                role: ReleasedRole::Sensitive {
-                    numeric: table.sensitive.numeric,
-                },
-                dictionary: table.sensitive.domain.clone(),
-                codes: order
-                    .iter()
-                    .map(|&r| table.sensitive.codes[r as usize])
-                    .collect(),
-            }),
-            ColumnSlot::Insensitive(i) => {
-                let column = &table.insensitive[i];
-                columns.push(ReleasedColumn {
-                    name: column.name.clone(),
-                    role: ReleasedRole::Insensitive,
-                    dictionary: column.dictionary.clone(),
-                    codes: order.iter().map(|&r| column.codes[r as usize]).collect(),
-                });
-            }
+            other => columns.extend(crate::relational::release::plain_column(
+                table, other, &order,
+            )),
         }
     }
     Release::Generalized(ReleasedTable { columns, rows: n })

@@ -235,6 +235,38 @@ pub fn release_order(n: usize, rng: &mut impl Rng) -> Vec<u32> {
     order
 }
 
+/// A sensitive or insensitive column as released: its values as they are, rows in `order`; `None`
+/// for a quasi-identifier (each release method releases those its own way).
+pub(crate) fn plain_column(
+    table: &Table,
+    slot: ColumnSlot,
+    order: &[u32],
+) -> Option<ReleasedColumn> {
+    match slot {
+        ColumnSlot::Sensitive => Some(ReleasedColumn {
+            name: table.sensitive.name.clone(),
+            role: ReleasedRole::Sensitive {
+                numeric: table.sensitive.numeric,
+            },
+            dictionary: table.sensitive.domain.clone(),
+            codes: order
+                .iter()
+                .map(|&r| table.sensitive.codes[r as usize])
+                .collect(),
+        }),
+        ColumnSlot::Insensitive(i) => {
+            let column = &table.insensitive[i];
+            Some(ReleasedColumn {
+                name: column.name.clone(),
+                role: ReleasedRole::Insensitive,
+                dictionary: column.dictionary.clone(),
+                codes: order.iter().map(|&r| column.codes[r as usize]).collect(),
+            })
+        }
+        ColumnSlot::Quasi(_) => None,
+    }
+}
+
 /// Builds the release of `partitioning` (for [`ReleaseMethod::Trivial`] the partitioning is ignored:
 /// the whole table is one class).
 pub fn release(
@@ -258,31 +290,7 @@ pub fn release(
             class_of_row[r as usize] = c as u32;
         }
     }
-    let plain = |slot: ColumnSlot| -> Option<ReleasedColumn> {
-        match slot {
-            ColumnSlot::Sensitive => Some(ReleasedColumn {
-                name: table.sensitive.name.clone(),
-                role: ReleasedRole::Sensitive {
-                    numeric: table.sensitive.numeric,
-                },
-                dictionary: table.sensitive.domain.clone(),
-                codes: order
-                    .iter()
-                    .map(|&r| table.sensitive.codes[r as usize])
-                    .collect(),
-            }),
-            ColumnSlot::Insensitive(i) => {
-                let column = &table.insensitive[i];
-                Some(ReleasedColumn {
-                    name: column.name.clone(),
-                    role: ReleasedRole::Insensitive,
-                    dictionary: column.dictionary.clone(),
-                    codes: order.iter().map(|&r| column.codes[r as usize]).collect(),
-                })
-            }
-            ColumnSlot::Quasi(_) => None,
-        }
-    };
+    let plain = |slot: ColumnSlot| plain_column(table, slot, &order);
     match method {
         ReleaseMethod::Generalization | ReleaseMethod::Trivial => {
             let mut columns = Vec::with_capacity(table.layout.len());
