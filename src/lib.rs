@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod config;
 pub mod connections;
 pub mod daemon;
+pub mod learning;
 pub mod lines;
 pub mod location;
 pub mod measures;

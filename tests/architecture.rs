@@ -272,7 +272,13 @@ fn no_file_of_src_imports_in_a_cycle() {
     assert!(found.is_empty(), "import cycles: {found:#?}");
 }
 
-const ENGINES: [&str; 4] = ["location", "transactions", "relational", "measures"];
+const ENGINES: [&str; 5] = [
+    "location",
+    "transactions",
+    "relational",
+    "measures",
+    "learning",
+];
 const SHARED: [&str; 4] = ["config", "text", "workload", "lines"];
 const STATE: [&str; 2] = ["store", "cluster"];
 const CROSS_CUTTING: [&str; 5] = ["auth", "telemetry", "connections", "tls", "reload"];
@@ -282,8 +288,8 @@ const ACTORS: [&str; 2] = ["broker", "windows"];
 fn may_import(module: &str) -> Vec<&'static str> {
     let all = |groups: &[&[&'static str]]| groups.concat();
     match module {
-        "location" | "transactions" | "relational" => vec!["text"],
-        "measures" => vec!["relational", "text"],
+        "location" | "transactions" | "relational" | "learning" => vec!["text"],
+        "measures" => vec!["relational", "learning", "text"],
         "text" | "lines" => vec![],
         "workload" => vec!["lines", "location"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),

@@ -1,0 +1,112 @@
+//! The learning workload of Brickell & Shmatikov (KDD 2008, sections 5 and 6): how well a classifier
+//! learned from a table predicts one of its attributes, measured by stratified k-fold
+//! cross-validation exactly as Weka runs it.
+//!
+//! Invariants: an engine like the others (no runtime, files or clock). A [`Dataset`] is columnar,
+//! has no missing values, and its nominal values keep the order in which they were declared (the
+//! order an ARFF export writes them, which decides Weka's ties). Folds are Weka's, row for row
+//! ([`folds`]): the same seed gives the same test folds as `weka.classifiers.Evaluation -x N -s
+//! SEED`, so an accuracy differs from Weka's only where the classifier does. A [`Learner`] fits on a
+//! list of row indices of one dataset (no copy per fold) and never sees the test rows; every run is
+//! determined by the dataset, the rows and the seed.
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub mod dataset;
+pub mod folds;
+pub mod java_random;
+
+pub use dataset::{Attribute, AttributeKind, Dataset, DatasetError};
+pub use folds::stratified_folds;
+
+/// A classifier before training: its parameters.
+pub trait Learner {
+    type Model: Model;
+    /// Fits a model predicting the nominal attribute `class` of `data` from every other attribute,
+    /// on the rows `rows` (indices into `data`, in the order training should see them). `seed`
+    /// drives any randomness of the learner.
+    fn fit(&self, data: &Dataset, class: usize, rows: &[u32], seed: u64) -> Self::Model;
+}
+
+/// A trained classifier.
+pub trait Model {
+    /// The predicted class (a value index of the class attribute) of row `row` of `data`.
+    fn predict(&self, data: &Dataset, row: u32) -> u32;
+}
+
+/// The outcome of a cross-validation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Accuracy {
+    /// Test rows predicted right, over all folds.
+    pub correct: u64,
+    /// Test rows, over all folds (every row of the dataset once).
+    pub total: u64,
+}
+
+impl Accuracy {
+    /// The share of test rows predicted right, in [0, 1] (0 for no rows).
+    pub fn rate(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            self.correct as f64 / self.total as f64
+        }
+    }
+}
+
+/// Why a cross-validation cannot run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LearningError {
+    #[error("the class attribute {0} is not nominal (rule: a workload learns a nominal attribute)")]
+    NumericClass(String),
+    #[error("{folds} folds but {rows} rows (rule: 2 <= folds <= rows)")]
+    Folds { folds: usize, rows: usize },
+    #[error("no attribute at index {0} (rule: the class is one of the dataset's attributes)")]
+    NoSuchAttribute(usize),
+}
+
+/// Stratified `folds`-fold cross-validation of `learner` predicting `class`, Weka's folds for `seed`
+/// ([`stratified_folds`]); each fold's model is fitted on the other folds' rows with seed `seed`.
+pub fn cross_validate<L: Learner>(
+    learner: &L,
+    data: &Dataset,
+    class: usize,
+    folds: usize,
+    seed: u64,
+) -> Result<Accuracy, LearningError> {
+    let never = AtomicBool::new(false);
+    Ok(
+        cross_validate_unless(learner, data, class, folds, seed, &never)?
+            .expect("a cross-validation that cannot be cancelled completes"),
+    )
+}
+
+/// [`cross_validate`], giving up (`Ok(None)`) before the next fold once `cancelled` turns true.
+pub fn cross_validate_unless<L: Learner>(
+    learner: &L,
+    data: &Dataset,
+    class: usize,
+    folds: usize,
+    seed: u64,
+    cancelled: &AtomicBool,
+) -> Result<Option<Accuracy>, LearningError> {
+    let split = stratified_folds(data, class, folds, seed)?;
+    let mut accuracy = Accuracy {
+        correct: 0,
+        total: 0,
+    };
+    for fold in 0..split.folds() {
+        if cancelled.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let (train, test) = split.fold(fold);
+        let model = learner.fit(data, class, &train, seed);
+        let labels = data.nominal_codes(class);
+        for &row in test {
+            accuracy.total += 1;
+            if model.predict(data, row) == labels[row as usize] {
+                accuracy.correct += 1;
+            }
+        }
+    }
+    Ok(Some(accuracy))
+}
