@@ -76,7 +76,8 @@ pub fn stratified_folds(
     let mut index = 1;
     while index < rows {
         let first = labels[order[index - 1] as usize];
-        for j in index..rows {
+        let scan_from = index;
+        for j in scan_from..rows {
             if labels[order[j] as usize] == first {
                 order.swap(index, j);
                 index += 1;

@@ -99,7 +99,7 @@ pub fn cross_validate_unless<L: Learner>(
             return Ok(None);
         }
         let (train, test) = split.fold(fold);
-        let model = learner.fit(data, class, &train, seed);
+        let model = learner.fit(data, class, train, seed);
         let labels = data.nominal_codes(class);
         for &row in test {
             accuracy.total += 1;
