@@ -137,6 +137,8 @@ struct Attribute {
     codes: Vec<Vec<u32>>,
     /// `cost[level][leaf]`: the entropy cost log2(n(ancestor) / n(leaf)) of a cell of that leaf.
     cost: Vec<Vec<f64>>,
+    /// `widths[level]`: how many dense codes that level has.
+    widths: Vec<u32>,
     shift: u32,
 }
 
@@ -151,6 +153,20 @@ struct Check {
     dm_all: f64,
     /// The node's loss (meaningful when anonymous).
     loss: f64,
+}
+
+/// How many nodes' partitions [`Search::classes`] keeps to coarsen from (the most recent ones).
+const KEPT_PARTITIONS: usize = 32;
+
+/// The most cells of the table [`Search::classes`] indexes by a node's mixed-radix tuple key (4 bytes
+/// each) instead of hashing the keys.
+const DENSE_CELLS: usize = 1 << 22;
+
+/// The classes of one checked node: the class of each distinct tuple and a tuple of each class.
+struct Partition {
+    node: Vec<usize>,
+    class_of: Vec<u32>,
+    representatives: Vec<u32>,
 }
 
 struct Search<'a> {
@@ -176,6 +192,10 @@ struct Search<'a> {
     tagged_not: Vec<Vec<usize>>,
     /// The tag of every node already decided, by lattice index (a tag never changes once known).
     decided: FastMap<u64, bool>,
+    /// Recently computed partitions, coarsened into the partitions of nodes above them.
+    partitions: Vec<Partition>,
+    /// Scratch table of [`Search::classes`]'s dense path, reused across nodes.
+    dense: Vec<u32>,
     cancelled: &'a AtomicBool,
 }
 
@@ -312,6 +332,7 @@ impl<'a> Search<'a> {
             }
             let mut codes = Vec::with_capacity(h.height());
             let mut cost = Vec::with_capacity(h.height());
+            let mut widths = Vec::with_capacity(h.height());
             for level in 0..h.height() {
                 let mut dense: HashMap<u32, u32> = HashMap::new();
                 let mut under: Vec<u64> = Vec::new();
@@ -340,12 +361,14 @@ impl<'a> Search<'a> {
                         .collect(),
                 );
                 codes.push(level_codes);
+                widths.push(under.len() as u32);
             }
             let bits = u32::BITS - (leaves.max(2) as u32 - 1).leading_zeros();
             attributes.push(Attribute {
                 height: h.height(),
                 codes,
                 cost,
+                widths,
                 shift,
             });
             shift += bits;
@@ -430,6 +453,8 @@ impl<'a> Search<'a> {
             tagged_anonymous: Vec::new(),
             tagged_not: Vec::new(),
             decided: FastMap::default(),
+            partitions: Vec::new(),
+            dense: Vec::new(),
             cancelled,
         })
     }
@@ -449,29 +474,128 @@ impl<'a> Search<'a> {
             .collect()
     }
 
-    /// Classes of the tuples at `node`: the class of each tuple and the size of each class.
-    fn classes(&self, node: &[usize]) -> (Vec<u32>, Vec<u64>) {
-        let mut class_of_key: FastMap<u128, u32> = FastMap::default();
-        let mut sizes: Vec<u64> = Vec::new();
-        let class_of = self
-            .counts
+    /// The strides of the mixed-radix cell of a tuple at `node` and the number of cells, when that
+    /// number is at most [`DENSE_CELLS`].
+    fn dense_strides(&self, node: &[usize]) -> Option<(Vec<usize>, usize)> {
+        let mut strides = Vec::with_capacity(self.d);
+        let mut cells = 1usize;
+        for (a, &level) in self.attributes.iter().zip(node) {
+            strides.push(cells);
+            cells = cells.checked_mul(a.widths[level] as usize)?;
+            if cells > DENSE_CELLS {
+                return None;
+            }
+        }
+        Some((strides, cells))
+    }
+
+    /// The tuple key of tuple `t` at `node` (its ancestors' dense codes, packed).
+    fn key(&self, t: usize, node: &[usize]) -> u128 {
+        let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
+        let mut key = 0u128;
+        for ((a, &leaf), &level) in self.attributes.iter().zip(leaves).zip(node) {
+            key |= (a.codes[level][leaf as usize] as u128) << a.shift;
+        }
+        key
+    }
+
+    /// Classes of the tuples at `node`: the class of each tuple (numbered by first appearance in
+    /// tuple order) and the size of each class.
+    ///
+    /// A node's classes are unions of the classes of any node below it, so when a partition of a
+    /// node below is kept, only one representative tuple per class of it is hashed; otherwise every
+    /// distinct tuple is looked up, in a table indexed by its mixed-radix key where the node has at
+    /// most [`DENSE_CELLS`] keys, else by hashing.
+    fn classes(&mut self, node: &[usize]) -> (Vec<u32>, Vec<u64>) {
+        let below = self
+            .partitions
             .iter()
+            .filter(|p| leq(&p.node, node))
+            .min_by_key(|p| p.representatives.len());
+        let mut class_of_key: FastMap<u128, u32> = FastMap::default();
+        let (unnumbered, classes): (Vec<u32>, usize) = match below {
+            Some(p) => {
+                let coarse: Vec<u32> = p
+                    .representatives
+                    .iter()
+                    .map(|&t| {
+                        let next = class_of_key.len() as u32;
+                        *class_of_key.entry(self.key(t as usize, node)).or_insert(next)
+                    })
+                    .collect();
+                let class_of = p.class_of.iter().map(|&c| coarse[c as usize]).collect();
+                (class_of, class_of_key.len())
+            }
+            None => match self.dense_strides(node) {
+                // Few enough tuple keys at this node: index a table by the mixed-radix key.
+                Some((strides, cells)) => {
+                    // Every cell is u32::MAX between calls: only the cells used are reset.
+                    let mut table = std::mem::take(&mut self.dense);
+                    if table.len() < cells {
+                        table.resize(cells, u32::MAX);
+                    }
+                    let mut used = Vec::new();
+                    let class_of = (0..self.counts.len())
+                        .map(|t| {
+                            let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
+                            let mut cell = 0usize;
+                            for (((a, &leaf), &level), &stride) in
+                                self.attributes.iter().zip(leaves).zip(node).zip(&strides)
+                            {
+                                cell += a.codes[level][leaf as usize] as usize * stride;
+                            }
+                            let slot = &mut table[cell];
+                            if *slot == u32::MAX {
+                                *slot = used.len() as u32;
+                                used.push(cell);
+                            }
+                            *slot
+                        })
+                        .collect();
+                    for &cell in &used {
+                        table[cell] = u32::MAX;
+                    }
+                    self.dense = table;
+                    (class_of, used.len())
+                }
+                None => {
+                    let class_of = (0..self.counts.len())
+                        .map(|t| {
+                            let next = class_of_key.len() as u32;
+                            *class_of_key.entry(self.key(t, node)).or_insert(next)
+                        })
+                        .collect();
+                    (class_of, class_of_key.len())
+                }
+            },
+        };
+        // Number the classes by first appearance in tuple order, as a direct pass would.
+        let mut number = vec![u32::MAX; classes];
+        let mut sizes: Vec<u64> = Vec::with_capacity(classes);
+        let mut representatives = Vec::with_capacity(classes);
+        let class_of: Vec<u32> = unnumbered
+            .iter()
+            .zip(&self.counts)
             .enumerate()
-            .map(|(t, &count)| {
-                let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
-                let mut key = 0u128;
-                for ((a, &leaf), &level) in self.attributes.iter().zip(leaves).zip(node) {
-                    key |= (a.codes[level][leaf as usize] as u128) << a.shift;
-                }
-                let next = sizes.len() as u32;
-                let c = *class_of_key.entry(key).or_insert(next);
-                if c == next {
+            .map(|(t, (&c, &count))| {
+                if number[c as usize] == u32::MAX {
+                    number[c as usize] = sizes.len() as u32;
                     sizes.push(0);
+                    representatives.push(t as u32);
                 }
+                let c = number[c as usize];
                 sizes[c as usize] += count;
                 c
             })
             .collect();
+        if self.partitions.len() == KEPT_PARTITIONS {
+            self.partitions.remove(0);
+        }
+        self.partitions.push(Partition {
+            node: node.to_vec(),
+            class_of: class_of.clone(),
+            representatives,
+        });
         (class_of, sizes)
     }
 
@@ -727,7 +851,7 @@ impl<'a> Search<'a> {
     }
 
     /// The recoding of the table at `node`, rows of violating classes suppressed.
-    fn recoding(&self, table: &Table, node: &[usize]) -> Recoding {
+    fn recoding(&mut self, table: &Table, node: &[usize]) -> Recoding {
         let (class_of, sizes) = self.classes(node);
         let (admitted, _) = self.admissions(&class_of, &sizes);
         let suppressed = self
