@@ -1,22 +1,34 @@
 //! Throughput of the CliqueCloak engine alone (one core), replaying the Oldenburg 10k trace
 //! (`../shared/data/mobility/oldenburg_10k.csv.gz`, relative to the repository; falls back to the
 //! in-repo slice `tests/data/oldenburg_60s.csv.gz` when absent) as location requests: each point a
-//! request at its timestamp (spread within the second), k uniform in [2, 10] (seeded), dx = dy = 500 m,
-//! dt = 10 s. One iteration = a fresh engine fed the first `PREFIX` requests, then a final expiry.
-//! Prints the cloaking quality of one run (success rate, mean relative anonymity, mean relative
-//! spatial resolution) once per search mode.
+//! request at its timestamp (spread within the second), k uniform in [2, 10] (seeded), dt = 10 s,
+//! under three workloads:
+//! - `500m`: dx = dy = 500 m for everyone (the standard workload);
+//! - `log_uniform`: each request's dx and dy drawn log-uniformly from [20 m, 20 km] (seeded);
+//! - `hot_spot`: the `log_uniform` requests with every position squeezed into 1 km².
+//!
+//! Each workload runs with both spatial indexes (`rtree`, `grid`: `location.index`) and both search
+//! modes. One iteration = a fresh engine fed the first `PREFIX` requests, then a final expiry. Prints,
+//! once per run of the bench, the cloaking quality (success rate, mean relative anonymity, mean
+//! relative spatial resolution) per workload and mode, after checking that both indexes give the
+//! same outcomes.
 //!
 //! Two measurements: wall-clock time (criterion's default, group `location_engine`) and the CPU time
 //! of the benchmarking thread (group `location_engine_cpu`, read from `/proc/thread-self/schedstat`,
-//! Linux only), which stays meaningful when other processes compete for the cores.
+//! Linux only), which stays meaningful when other processes compete for the cores. Run one group with
+//! `cargo bench --bench location_engine -- location_engine_cpu`.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use cloakd::location::replay::{CloakingQuality, ReplayParams, requests_from_trace};
-use cloakd::location::{CloakRequest, Engine, SearchMode};
+use cloakd::location::replay::{
+    CloakingQuality, ReplayParams, log_uniform_tolerances, requests_from_trace, squeeze_into_square,
+};
+use cloakd::location::{CloakRequest, Engine, IndexKind, Outcome, SearchMode};
 use criterion::measurement::{Measurement, ValueFormatter};
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
 /// Requests per iteration (about 55 s of the 10k trace).
 const PREFIX: usize = 300_000;
@@ -31,8 +43,12 @@ fn trace_path() -> PathBuf {
     }
 }
 
-fn replay(mode: SearchMode, requests: &[CloakRequest]) -> usize {
-    let mut engine = Engine::new(mode, 7);
+fn engine(mode: SearchMode, index: IndexKind) -> Engine {
+    Engine::new(mode, 7).with_index(index)
+}
+
+fn replay(mode: SearchMode, index: IndexKind, requests: &[CloakRequest]) -> usize {
+    let mut engine = engine(mode, index);
     let mut out = Vec::with_capacity(64);
     let mut outcomes = 0;
     for req in requests {
@@ -45,15 +61,19 @@ fn replay(mode: SearchMode, requests: &[CloakRequest]) -> usize {
     outcomes + out.len()
 }
 
-fn quality(mode: SearchMode, requests: &[CloakRequest]) -> CloakingQuality {
-    let mut engine = Engine::new(mode, 7);
+fn outcomes(mode: SearchMode, index: IndexKind, requests: &[CloakRequest]) -> Vec<Outcome> {
+    let mut engine = engine(mode, index);
     let mut out = Vec::new();
     for req in requests {
         let _ = engine.submit(req.clone(), &mut out);
     }
     engine.expire(i64::MAX, &mut out);
+    out
+}
+
+fn quality(out: &[Outcome], requests: &[CloakRequest]) -> CloakingQuality {
     let mut quality = CloakingQuality::default();
-    quality.add(&out, |id| {
+    quality.add(out, |id| {
         usize::try_from(id)
             .ok()
             .and_then(|i| requests.get(i))
@@ -62,7 +82,8 @@ fn quality(mode: SearchMode, requests: &[CloakRequest]) -> CloakingQuality {
     quality
 }
 
-fn requests() -> Option<Vec<CloakRequest>> {
+/// The three workloads (see the module doc), or `None` when the trace cannot be read.
+fn workloads() -> Option<Vec<(&'static str, Vec<CloakRequest>)>> {
     let path = trace_path();
     let points = match cloakd::workload::read_trace_file(&path, Some(PREFIX)) {
         Ok(points) => points,
@@ -80,40 +101,68 @@ fn requests() -> Option<Vec<CloakRequest>> {
         path.display(),
         points.last().map_or(0, |p| p.timestamp) - points.first().map_or(0, |p| p.timestamp) + 1
     );
-    Some(requests_from_trace(&points, &ReplayParams::OLDENBURG))
+    let fixed = requests_from_trace(&points, &ReplayParams::OLDENBURG);
+    let mut varied = fixed.clone();
+    log_uniform_tolerances(&mut varied, 20.0, 20_000.0, 2025);
+    let mut hot = varied.clone();
+    squeeze_into_square(&mut hot, 1_000.0);
+    Some(vec![
+        ("500m", fixed),
+        ("log_uniform", varied),
+        ("hot_spot", hot),
+    ])
 }
 
 const MODES: [(&str, SearchMode); 2] =
     [("local_k", SearchMode::LocalK), ("nbr_k", SearchMode::NbrK)];
 
-fn bench_group<M: Measurement>(c: &mut Criterion<M>, name: &str, print_quality: bool) {
-    let Some(requests) = requests() else { return };
+/// Set once the cloaking quality has been printed (by whichever group runs first).
+static QUALITY_PRINTED: AtomicBool = AtomicBool::new(false);
+
+fn bench_group<M: Measurement>(c: &mut Criterion<M>, name: &str) {
+    let Some(workloads) = workloads() else { return };
+    let print_quality = !QUALITY_PRINTED.swap(true, Ordering::Relaxed);
     let mut group = c.benchmark_group(name);
     group.sample_size(10);
-    group.throughput(Throughput::Elements(requests.len() as u64));
-    for (mode_name, mode) in MODES {
-        if print_quality {
-            let q = quality(mode, &requests);
-            eprintln!(
-                "location_engine/{mode_name}: success rate {:.4} ({} cloaked, {} expired), mean relative anonymity {:.3}, mean relative spatial resolution {:.3}",
-                q.success_rate(),
-                q.cloaked,
-                q.expired,
-                q.mean_relative_anonymity(),
-                q.mean_relative_spatial_resolution()
-            );
+    group.warm_up_time(Duration::from_secs(1));
+    // An iteration takes about a second: ten of them, not criterion's linear ramp of 55.
+    group.sampling_mode(SamplingMode::Flat);
+    for (workload, requests) in &workloads {
+        group.throughput(Throughput::Elements(requests.len() as u64));
+        for (mode_name, mode) in MODES {
+            if print_quality {
+                let runs: Vec<Vec<Outcome>> = IndexKind::ALL
+                    .into_iter()
+                    .map(|index| outcomes(mode, index, requests))
+                    .collect();
+                let same = runs.iter().all(|run| run == &runs[0]);
+                let q = quality(&runs[0], requests);
+                eprintln!(
+                    "location_engine/{workload}/{mode_name}: success rate {:.4} ({} cloaked, {} expired), mean relative anonymity {:.3}, mean relative spatial resolution {:.3}; outcomes of rtree and grid identical: {same}",
+                    q.success_rate(),
+                    q.cloaked,
+                    q.expired,
+                    q.mean_relative_anonymity(),
+                    q.mean_relative_spatial_resolution()
+                );
+                assert!(same, "{workload}/{mode_name}: the indexes disagree");
+            }
+            for index in IndexKind::ALL {
+                group.bench_function(format!("{workload}/{}/{mode_name}", index.name()), |b| {
+                    b.iter(|| black_box(replay(mode, index, requests)))
+                });
+            }
         }
-        group.bench_function(mode_name, |b| b.iter(|| black_box(replay(mode, &requests))));
     }
     group.finish();
 }
 
 fn wall(c: &mut Criterion) {
-    bench_group(c, "location_engine", true);
+    bench_group(c, "location_engine");
 }
 
 fn cpu(c: &mut Criterion<ThreadCpuTime>) {
-    bench_group(c, "location_engine_cpu", false);
+    bench_group(c, "location_engine_cpu");
 }
 
 /// CPU time consumed by the calling thread, in nanoseconds.

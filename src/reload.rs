@@ -323,6 +323,7 @@ mod tests {
             "auth.principals",
             "location.seed",
             "location.search",
+            "location.index",
             "location.provider_queue",
             "cluster.nats_url",
         ] {

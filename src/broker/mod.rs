@@ -185,7 +185,9 @@ impl Broker {
         let mut provider_queues = Vec::new();
         all_provider_queues.extend(&mut provider_queues);
         Broker {
-            engine: Engine::new(cfg.search, seed).with_sessions(cfg.sessions),
+            engine: Engine::new(cfg.search, seed)
+                .with_index(cfg.index)
+                .with_sessions(cfg.sessions),
             presence: PresenceEngine::new(
                 cfg.presence,
                 seed.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15,

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::location::geo::METRES_PER_DEGREE_LAT;
-use crate::location::replay::{PeriodicEvent, PeriodicParams, periodic_workload};
+use crate::location::replay::{PeriodicEvent, PeriodicParams, log_uniform, periodic_workload};
 use crate::location::tracking::{CloakedObservation, SessionAnonymity, session_anonymity};
 use crate::proto::lbs_gateway_client::LbsGatewayClient;
 use crate::proto::location_broker_client::LocationBrokerClient;
@@ -71,7 +71,8 @@ pub struct SimulateArgs {
     pub k_min: u32,
     #[arg(long, default_value_t = 10)]
     pub k_max: u32,
-    /// Spatial tolerances in metres, drawn uniformly from [min, max] (equal bounds: a constant).
+    /// Spatial tolerances in metres, drawn from [min, max] (equal bounds: a constant) by the
+    /// distribution of `--dx-dist` / `--dy-dist`.
     #[arg(long, default_value_t = 500.0)]
     pub dx_min: f64,
     #[arg(long, default_value_t = 500.0)]
@@ -80,6 +81,13 @@ pub struct SimulateArgs {
     pub dy_min: f64,
     #[arg(long, default_value_t = 500.0)]
     pub dy_max: f64,
+    /// How dx is drawn from [dx_min, dx_max]: `uniform`, or `log-uniform` (every factor of ten
+    /// equally likely, e.g. `--dx-min 20 --dx-max 20000` for 20 m to 20 km; needs dx_min > 0).
+    #[arg(long, value_enum, default_value_t = ToleranceDist::Uniform)]
+    pub dx_dist: ToleranceDist,
+    /// How dy is drawn from [dy_min, dy_max] (as `--dx-dist`).
+    #[arg(long, value_enum, default_value_t = ToleranceDist::Uniform)]
+    pub dy_dist: ToleranceDist,
     /// Temporal tolerance in milliseconds, drawn uniformly from [min, max].
     #[arg(long, default_value_t = 10_000)]
     pub dt_min_ms: u64,
@@ -114,6 +122,22 @@ pub struct SimulateArgs {
     /// Also write the report as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `--dx-dist`, `--dy-dist`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToleranceDist {
+    Uniform,
+    LogUniform,
+}
+
+impl ToleranceDist {
+    fn draw(self, rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> f64 {
+        match self {
+            ToleranceDist::Uniform => uniform_f(rng, lo, hi),
+            ToleranceDist::LogUniform => log_uniform(rng, lo, hi),
+        }
+    }
 }
 
 /// `--model`.
@@ -217,6 +241,15 @@ fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Plan> {
     if let Some(rate) = args.rate {
         anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate: must be > 0");
     }
+    for (flag, dist, min) in [
+        ("--dx-min", args.dx_dist, args.dx_min),
+        ("--dy-min", args.dy_dist, args.dy_min),
+    ] {
+        anyhow::ensure!(
+            dist == ToleranceDist::Uniform || (min > 0.0 && min.is_finite()),
+            "{flag}: must be > 0 for a log-uniform draw"
+        );
+    }
     if args.update_period_s.is_some() || args.request_period_s.is_some() {
         return plan_periodic(args, points);
     }
@@ -293,8 +326,8 @@ fn planned_request(
         lat,
         lon,
         k: Some(k),
-        dx_m: Some(uniform_f(rng, args.dx_min, args.dx_max)),
-        dy_m: Some(uniform_f(rng, args.dy_min, args.dy_max)),
+        dx_m: Some(args.dx_dist.draw(rng, args.dx_min, args.dx_max)),
+        dy_m: Some(args.dy_dist.draw(rng, args.dy_min, args.dy_max)),
         dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
             rng.random_range(args.dt_min_ms..=args.dt_max_ms)
         } else {
@@ -911,6 +944,36 @@ mod tests {
         }
         assert!(per_user.values().all(|&n| n == 2));
         assert!(plan.updates.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[test]
+    fn log_uniform_tolerances_cover_every_decade_between_the_bounds() {
+        let a = args(&[
+            "--dx-dist",
+            "log-uniform",
+            "--dx-min",
+            "20",
+            "--dx-max",
+            "20000",
+        ]);
+        let drawn = plan(&a, &points(50, 40)).unwrap();
+        let dx: Vec<f64> = drawn
+            .requests
+            .iter()
+            .filter_map(|p| p.request.dx_m)
+            .collect();
+        assert_eq!(dx.len(), 2_000);
+        assert!(dx.iter().all(|d| (20.0..=20_000.0).contains(d)), "{dx:?}");
+        // About a third of the draws in each decade [20, 200), [200, 2000), [2000, 20000].
+        for (lo, hi) in [(20.0, 200.0), (200.0, 2_000.0), (2_000.0, 20_000.1)] {
+            let share = dx.iter().filter(|&&d| d >= lo && d < hi).count() as f64 / 2_000.0;
+            assert!((share - 1.0 / 3.0).abs() < 0.05, "[{lo}, {hi}): {share}");
+        }
+        // dy keeps its default (uniform on [500, 500]).
+        assert!(drawn.requests.iter().all(|p| p.request.dy_m == Some(500.0)));
+        let bad = args(&["--dy-dist", "log-uniform", "--dy-min", "0"]);
+        let err = plan(&bad, &points(2, 2)).err().unwrap().to_string();
+        assert!(err.contains("--dy-min"), "{err}");
     }
 
     #[test]

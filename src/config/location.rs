@@ -19,6 +19,7 @@ pub struct RawLocation {
     pub max_dt_ms: u64,
     pub max_payload_bytes: usize,
     pub search: String,
+    pub index: String,
     pub session_ms: u64,
     pub session_policy: String,
     pub default_model: String,
@@ -40,7 +41,7 @@ pub struct RawLocation {
     pub forward_jitter_ms: u64,
 }
 
-pub use crate::location::SearchMode;
+pub use crate::location::{IndexKind, SearchMode};
 
 pub use crate::location::presence::PresenceParams;
 
@@ -69,6 +70,8 @@ pub struct LocationConfig {
     pub max_dt_ms: u64,
     pub max_payload_bytes: usize,
     pub search: SearchMode,
+    /// The spatial index of the CliqueCloak engine's pending requests.
+    pub index: IndexKind,
     /// Memorized anonymity sets against query tracking (`session_ms == 0`: off).
     pub sessions: SessionSettings,
     /// Model of a request that leaves `model` unset.
@@ -182,6 +185,12 @@ impl RawLocation {
                 ));
             }
         };
+        let index = IndexKind::from_name(&self.index).ok_or_else(|| {
+            invalid(
+                "location.index",
+                format!("must be \"rtree\" or \"grid\" (got {:?})", self.index),
+            )
+        })?;
         let policy = match self.session_policy.as_str() {
             "hold" => SessionPolicy::Hold,
             "expire" => SessionPolicy::Expire,
@@ -229,6 +238,7 @@ impl RawLocation {
             max_dt_ms: self.max_dt_ms,
             max_payload_bytes: self.max_payload_bytes,
             search,
+            index,
             sessions: SessionSettings {
                 session_ms: self.session_ms,
                 policy,

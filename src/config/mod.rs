@@ -265,6 +265,7 @@ mod tests {
         let cfg = Config::embedded_defaults();
         assert_eq!(cfg.server.listen.port(), 50051);
         assert_eq!(cfg.location.search, SearchMode::NbrK);
+        assert_eq!(cfg.location.index, crate::location::IndexKind::RTree);
         assert_eq!(cfg.transactions.defaults.rho, 0.5);
         assert_eq!(cfg.transactions.defaults.m, 3);
         assert_eq!(cfg.transactions.defaults.window_records, 10_000);
@@ -305,6 +306,7 @@ mod tests {
             ("CLOAKD_LOCATION__MIN_K", "0", "location.min_k"),
             ("CLOAKD_LOCATION__DEFAULT_K", "99", "location.default_k"),
             ("CLOAKD_LOCATION__SEARCH", "\"clique\"", "location.search"),
+            ("CLOAKD_LOCATION__INDEX", "\"quadtree\"", "location.index"),
             ("CLOAKD_SERVER__LISTEN", "nowhere", "server.listen"),
             (
                 "CLOAKD_TRANSACTIONS__DEFAULTS__RHO",

@@ -3,12 +3,13 @@
 //!
 //! Data structures:
 //! - `pending`: a slab of pending requests (slot = index), with `slot_of` mapping request ids to slots;
-//! - `spatial_index`: a uniform grid of the pending requests' points ([`super::point_index`]). The
-//!   constraint graph is never stored: the edges of a new request are found by a range query with its
-//!   grouping box, filtered by the reverse containment, the temporal condition
-//!   `|t_i - t_j| <= min(dt_i, dt_j)` and distinct users. A forwarded or expired request leaves the
-//!   grid at once (one cell touched) and its slot is reused; the grid replaced an R-tree, whose
-//!   insertions and periodic bulk rebuilds took about a third of the engine's time;
+//! - `spatial_index`: the pending requests' points in a [`super::point_index::PointIndex`], an
+//!   R-tree or a uniform grid ([`IndexKind`], `location.index`). The constraint graph is never
+//!   stored: the edges of a new request are found by a range query with its grouping box, filtered
+//!   by the reverse containment, the temporal condition `|t_i - t_j| <= min(dt_i, dt_j)` and distinct
+//!   users. A forwarded or expired request leaves the index at once (one removal, no rebuild) and its
+//!   slot is reused. The index only finds candidates: the neighbours are sorted with a total order,
+//!   so the groups do not depend on which index is used;
 //! - `deadlines`: a min-heap of `(deadline, id)` with lazy deletion; its top is kept live after every
 //!   public call, so [`Engine::next_deadline`] is exact, and it is rebuilt when stale entries dominate.
 //!
@@ -55,7 +56,7 @@ use rand_chacha::ChaCha20Rng;
 
 use super::geo::{GeoBox, METRES_PER_DEGREE_LAT};
 use super::padding;
-use super::point_index::{IdHasher, PointIndex};
+use super::point_index::{IdHasher, IndexKind, PointIndex, SpatialIndex};
 use super::session::{SessionPolicy, SessionSettings, SessionTable};
 use super::{
     CloakRequest, CloakedGroup, Outcome, Pseudonym, RequestId, SearchMode, SubmitError, UserKey,
@@ -196,7 +197,7 @@ pub struct Engine {
     pending: Vec<Option<Pending>>,
     free_slots: Vec<u32>,
     slot_of: IdMap,
-    spatial_index: PointIndex,
+    spatial_index: SpatialIndex,
     deadlines: BinaryHeap<Reverse<(i64, RequestId)>>,
     // Scratch buffers reused across arrivals (no allocation per request in the steady state).
     neighbours: Vec<Vertex>,
@@ -223,7 +224,7 @@ impl Engine {
             pending: Vec::new(),
             free_slots: Vec::new(),
             slot_of: IdMap::default(),
-            spatial_index: PointIndex::new(),
+            spatial_index: SpatialIndex::new(IndexKind::default()),
             deadlines: BinaryHeap::new(),
             neighbours: Vec::new(),
             adjacency: Vec::new(),
@@ -235,6 +236,24 @@ impl Engine {
             slots_of_user: HashMap::new(),
             now_ms: 0,
         }
+    }
+
+    /// Keeps the pending requests in the index of `kind` (the default is [`IndexKind::RTree`]);
+    /// requests already pending move into it. The groups formed do not depend on it.
+    pub fn with_index(mut self, kind: IndexKind) -> Engine {
+        let mut index = SpatialIndex::new(kind);
+        for (slot, pending) in self.pending.iter().enumerate() {
+            if let Some(p) = pending {
+                index.insert(p.req.lon, p.req.lat, slot as u32);
+            }
+        }
+        self.spatial_index = index;
+        self
+    }
+
+    /// The index the pending requests are kept in.
+    pub fn index_kind(&self) -> IndexKind {
+        self.spatial_index.kind()
     }
 
     /// Turns on memorized anonymity sets (see [`crate::location::session`]): within a user's session
@@ -412,13 +431,7 @@ impl Engine {
                     .flatten()
                     .copied(),
             ),
-            None => self.spatial_index.slots_in(
-                b.min_lon,
-                b.min_lat,
-                b.max_lon,
-                b.max_lat,
-                &mut candidates,
-            ),
+            None => self.spatial_index.slots_in(&b, &mut candidates),
         }
         for &slot in &candidates {
             let Some(Some(pending)) = self.pending.get(slot as usize) else {
@@ -649,6 +662,38 @@ mod tests {
             });
         }
         observations
+    }
+
+    /// What the engine answered to each call and its state after it, without the calls' requests
+    /// (a NaN coordinate is not equal to itself): equal for two engines that behaved alike.
+    type Answer<'a> = (
+        Option<&'a Result<(), SubmitError>>,
+        Option<&'a [Outcome]>,
+        Option<bool>,
+        Option<i64>,
+        usize,
+    );
+
+    fn answers(observations: &[Observation]) -> Vec<Answer<'_>> {
+        observations
+            .iter()
+            .map(|o| {
+                let (result, outcomes, was_pending) = match &o.call {
+                    Call::Submit {
+                        result, outcomes, ..
+                    } => (Some(result), Some(outcomes.as_slice()), None),
+                    Call::Expire { outcomes, .. } => (None, Some(outcomes.as_slice()), None),
+                    Call::Cancel { was_pending, .. } => (None, None, Some(*was_pending)),
+                };
+                (
+                    result,
+                    outcomes,
+                    was_pending,
+                    o.next_deadline,
+                    o.pending_len,
+                )
+            })
+            .collect()
     }
 
     fn request(id: RequestId, user: UserKey, lat: f64, lon: f64, k: u32, t: i64) -> CloakRequest {
@@ -1028,6 +1073,12 @@ mod tests {
             if let Err(e) = checker::check(&observations) {
                 prop_assert!(false, "{}", e);
             }
+            // The same groups, seed for seed, whichever index finds the candidates.
+            for kind in IndexKind::ALL {
+                let mut other = Engine::new(mode, seed).with_index(kind);
+                let theirs = record(&mut other, &ops);
+                prop_assert!(answers(&theirs) == answers(&observations), "{:?} disagrees", kind);
+            }
         }
     }
 
@@ -1144,6 +1195,77 @@ mod tests {
             // padding module's figures); the bound guards against a vacuous run.
             assert!(summary.success_rate() > 0.25, "{mode:?}: {summary:?}");
         }
+    }
+
+    /// The Oldenburg slice under the three workloads of the benchmark: 500 m for everyone,
+    /// tolerances log-uniform in [20 m, 20 km], and the latter squeezed into 1 km².
+    fn oldenburg_workloads(take: usize) -> Vec<(&'static str, Vec<CloakRequest>)> {
+        use crate::location::replay::{log_uniform_tolerances, squeeze_into_square};
+        let fixed: Vec<CloakRequest> = crate::location::replay::oldenburg_slice()
+            .into_iter()
+            .take(take)
+            .collect();
+        let mut varied = fixed.clone();
+        log_uniform_tolerances(&mut varied, 20.0, 20_000.0, 99);
+        let mut hot = varied.clone();
+        squeeze_into_square(&mut hot, 1_000.0);
+        vec![("500 m", fixed), ("log-uniform", varied), ("hot spot", hot)]
+    }
+
+    #[test]
+    fn groups_are_the_same_under_every_index_seed_for_seed() {
+        for (name, requests) in oldenburg_workloads(15_000) {
+            let mut ops: Vec<Op> = requests.iter().cloned().map(Op::Submit).collect();
+            ops.push(Op::Expire(i64::MAX));
+            for mode in [SearchMode::LocalK, SearchMode::NbrK] {
+                let runs: Vec<Vec<Observation>> = IndexKind::ALL
+                    .into_iter()
+                    .map(|kind| {
+                        let mut engine = Engine::new(mode, 21).with_index(kind);
+                        assert_eq!(engine.index_kind(), kind);
+                        record(&mut engine, &ops)
+                    })
+                    .collect();
+                let summary = checker::check(&runs[0]).unwrap();
+                eprintln!("{name} {mode:?}: {summary:?}");
+                assert!(summary.groups > 1_000, "{name} {mode:?}: {summary:?}");
+                assert!(summary.expired > 0, "{name} {mode:?}: {summary:?}");
+                for run in &runs[1..] {
+                    assert!(
+                        answers(run) == answers(&runs[0]),
+                        "{name} {mode:?}: the indexes disagree"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_engine_switched_to_another_index_keeps_its_pending_requests() {
+        let requests: Vec<CloakRequest> = crate::location::replay::oldenburg_slice()
+            .into_iter()
+            .take(4_000)
+            .collect();
+        let (first, second) = requests.split_at(2_000);
+        let run = |switch: Option<IndexKind>| {
+            let mut engine = Engine::new(SearchMode::NbrK, 8);
+            let mut out = Vec::new();
+            for req in first {
+                engine.submit(req.clone(), &mut out).unwrap();
+            }
+            if let Some(kind) = switch {
+                engine = engine.with_index(kind);
+            }
+            for req in second {
+                engine.submit(req.clone(), &mut out).unwrap();
+            }
+            engine.expire(i64::MAX, &mut out);
+            out
+        };
+        let plain = run(None);
+        assert!(groups(&plain).len() > 100);
+        assert_eq!(run(Some(IndexKind::Grid)), plain);
+        assert_eq!(run(Some(IndexKind::RTree)), plain);
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub mod tracking;
 
 pub use engine::Engine;
 pub use geo::GeoBox;
+pub use point_index::IndexKind;
 pub use presence::{PresenceEngine, PresenceOutcome, PresenceParams, PresenceRequest};
 
 /// Broker-internal identifier of one pending request, unique for the engine's lifetime (the caller

@@ -4,7 +4,9 @@
 //!
 //! Each trace point becomes one request at its timestamp; the points of one timestamp are spread evenly
 //! over that second (`arrival = timestamp * 1000 + i * 1000 / n` for the i-th of n points), in trace
-//! order. k is drawn uniformly from `k_min..=k_max` with a seeded RNG; tolerances are fixed.
+//! order. k is drawn uniformly from `k_min..=k_max` with a seeded RNG; tolerances are fixed, or
+//! redrawn log-uniformly per request ([`log_uniform_tolerances`]); [`squeeze_into_square`] turns a
+//! trace into a hot spot.
 
 use std::collections::BTreeMap;
 
@@ -80,6 +82,53 @@ pub fn requests_from_trace(points: &[TracePoint], params: &ReplayParams) -> Vec<
         start = end;
     }
     requests
+}
+
+/// A draw from the log-uniform distribution on [`min`, `max`] (ln of it uniform): every factor of
+/// ten between the bounds is equally likely, as tolerances from tens of metres in a city centre to
+/// tens of kilometres in the countryside are. `min` when `max <= min`; both must be positive.
+pub fn log_uniform(rng: &mut impl Rng, min: f64, max: f64) -> f64 {
+    if max > min {
+        (min.ln() + rng.random::<f64>() * (max.ln() - min.ln()))
+            .exp()
+            .clamp(min, max)
+    } else {
+        min
+    }
+}
+
+/// Redraws each request's dx and then dy log-uniformly from [`min_m`, `max_m`] ([`log_uniform`]),
+/// with a seeded RNG, in request order.
+pub fn log_uniform_tolerances(requests: &mut [CloakRequest], min_m: f64, max_m: f64, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for req in requests {
+        req.dx_m = log_uniform(&mut rng, min_m, max_m);
+        req.dy_m = log_uniform(&mut rng, min_m, max_m);
+    }
+}
+
+/// A hot spot: maps the requests' bounding box linearly onto a square of `side_m` metres around its
+/// centre (each axis scaled on its own), so that every position lies in that square and the
+/// relative layout (who is north or east of whom) is kept.
+pub fn squeeze_into_square(requests: &mut [CloakRequest], side_m: f64) {
+    let Some(first) = requests.first() else {
+        return;
+    };
+    let mut bounds = GeoBox::point(first.lat, first.lon);
+    for req in requests.iter() {
+        bounds.extend(req.lat, req.lon);
+    }
+    let centre_lat = 0.5 * (bounds.min_lat + bounds.max_lat);
+    let centre_lon = 0.5 * (bounds.min_lon + bounds.max_lon);
+    let side_lat = side_m / super::geo::METRES_PER_DEGREE_LAT;
+    let side_lon = side_lat / centre_lat.to_radians().cos().max(1e-6);
+    let scale = |extent: f64, side: f64| if extent > 0.0 { side / extent } else { 0.0 };
+    let scale_lat = scale(bounds.max_lat - bounds.min_lat, side_lat);
+    let scale_lon = scale(bounds.max_lon - bounds.min_lon, side_lon);
+    for req in requests {
+        req.lat = centre_lat + (req.lat - centre_lat) * scale_lat;
+        req.lon = centre_lon + (req.lon - centre_lon) * scale_lon;
+    }
 }
 
 /// Relative spatial resolution sqrt(area(Bcn) / area(cloaking box)) (Gedik & Liu); each side of the
