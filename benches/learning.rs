@@ -16,9 +16,15 @@ use learning_support::{adult, weka_cv, weka_missing};
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument selects classes by name.
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let data = adult(usize::MAX);
-    let weka = match (std::env::var("LEARNING_BENCH_WEKA").as_deref(), weka_missing()) {
+    let weka = match (
+        std::env::var("LEARNING_BENCH_WEKA").as_deref(),
+        weka_missing(),
+    ) {
         (Ok("0"), _) => {
             println!("Weka: skipped (LEARNING_BENCH_WEKA=0)");
             false

@@ -119,7 +119,10 @@ fn random_datasets_agree_with_weka() {
         within_one_point(&format!("random dataset {seed}"), counts);
         exact += usize::from(counts.0 == counts.1);
     }
-    println!("{exact} of {} random datasets exactly as Weka", seeds.count());
+    println!(
+        "{exact} of {} random datasets exactly as Weka",
+        seeds.count()
+    );
 }
 
 #[test]

@@ -39,12 +39,7 @@ pub fn adult(limit: usize) -> Dataset {
     .read_to_string(&mut text)
     .expect("adult.csv.gz decompresses");
     let mut reader = csv::Reader::from_reader(text.as_bytes());
-    let header: Vec<String> = reader
-        .headers()
-        .unwrap()
-        .iter()
-        .map(String::from)
-        .collect();
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
     let index: Vec<usize> = TABLE1
         .iter()
         .map(|name| header.iter().position(|h| h == name).expect("column"))

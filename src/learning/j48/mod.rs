@@ -135,13 +135,7 @@ impl Learner for J48 {
 impl J48 {
     fn grow(&self, data: &Dataset, class: usize, rows: &[u32]) -> J48Model {
         let classes = data.attribute(class).values();
-        let mut grower = Grower::new(
-            data,
-            class,
-            rows,
-            f64::from(self.min_leaf),
-            self.confidence,
-        );
+        let mut grower = Grower::new(data, class, rows, f64::from(self.min_leaf), self.confidence);
         let root = grower.grow(0, rows.len());
         grower.collapse(root);
         if self.prune {

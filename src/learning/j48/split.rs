@@ -121,25 +121,14 @@ pub struct Candidate {
     pub split_point: f64,
 }
 
-/// The rows of one node, with the scratch buffers the evaluation reuses.
+/// The scratch buffers the evaluations at every node reuse.
+#[derive(Default)]
 pub struct Scratch {
     pub counts: Vec<u32>,
     pub totals: Vec<u32>,
     pub pairs: Vec<u64>,
     pub left: Vec<u32>,
     pub groups: Vec<(u32, usize)>,
-}
-
-impl Scratch {
-    pub fn new() -> Scratch {
-        Scratch {
-            counts: Vec::new(),
-            totals: Vec::new(),
-            pairs: Vec::new(),
-            left: Vec::new(),
-            groups: Vec::new(),
-        }
-    }
 }
 
 /// What an evaluation needs to know about the node.
@@ -209,10 +198,7 @@ impl NumericColumn {
             }
             rank[row as usize] = (distinct.len() - 1) as u32;
         }
-        NumericColumn {
-            distinct,
-            rank,
-        }
+        NumericColumn { distinct, rank }
     }
 
     /// Weka's `setSplitPoint`: the greatest training value not above `point` (within 1e-6).
@@ -319,9 +305,15 @@ pub fn numeric(
         {
             continue;
         }
-        for j in 0..classes {
-            bags[j] = left[j];
-            bags[classes + j] = node.class_counts[j] - left[j];
+        let (low, high) = bags.split_at_mut(classes);
+        for (((l, h), &count), &all) in low
+            .iter_mut()
+            .zip(high)
+            .zip(left.iter())
+            .zip(node.class_counts)
+        {
+            *l = count;
+            *h = all - count;
         }
         bag_totals[0] = left_total;
         bag_totals[1] = right_total;

@@ -144,7 +144,7 @@ fn numeric_split_takes_the_best_threshold_less_the_mdl_correction() {
         old_ent: entropy.old_ent(&counts, 12),
         min_leaf: 2.0,
     };
-    let mut scratch = split::Scratch::new();
+    let mut scratch = split::Scratch::default();
     let rows = all_rows(&data);
     let best = split::numeric(&entropy, &node, &rows, &column, labels, &mut scratch).unwrap();
     assert_eq!(best.split_point, 6.5);
@@ -152,7 +152,10 @@ fn numeric_split_takes_the_best_threshold_less_the_mdl_correction() {
     let h = |p: f64| -(p * p.log2() + (1.0 - p) * (1.0 - p).log2());
     let gain = h(5.0 / 12.0) - 0.5 * h(1.0 / 6.0) - 9f64.log2() / 12.0;
     assert!((best.info_gain - gain).abs() < 1e-12, "{best:?} vs {gain}");
-    assert!((best.gain_ratio - gain / 1.0).abs() < 1e-12, "split info of 6/6 is 1 bit");
+    assert!(
+        (best.gain_ratio - gain).abs() < 1e-12,
+        "split info of 6/6 is 1 bit"
+    );
     assert_eq!(column.actual_split_point(6.5), 6.0);
 }
 
@@ -175,8 +178,14 @@ fn degenerate_data_never_panics() {
     // One row; one class; the class alone; a constant attribute; no rows at all.
     let one = dataset(vec![(true, vec!["1"]), (false, vec!["a"])]);
     assert_eq!(learner.fit(&one, 1, &[0], 1).predict(&one, 0), 0);
-    let single = dataset(vec![(false, vec!["x", "y", "x"]), (false, vec!["a", "a", "a"])]);
-    assert_eq!(learner.fit(&single, 1, &[0, 1, 2], 1).predict(&single, 1), 0);
+    let single = dataset(vec![
+        (false, vec!["x", "y", "x"]),
+        (false, vec!["a", "a", "a"]),
+    ]);
+    assert_eq!(
+        learner.fit(&single, 1, &[0, 1, 2], 1).predict(&single, 1),
+        0
+    );
     let alone = dataset(vec![(false, vec!["a", "b", "b", "a", "b"])]);
     let model = learner.fit(&alone, 0, &[0, 1, 2, 3, 4], 1);
     assert_eq!(model.predict(&alone, 0), 1, "the majority");
@@ -188,7 +197,10 @@ fn degenerate_data_never_panics() {
     let model = learner.fit(&constant, 2, &[0, 1, 2, 3, 4, 5], 1);
     assert_eq!(model.size(), 1);
     assert_eq!(model.predict(&constant, 1), 0);
-    assert_eq!(learner.fit(&constant, 2, &[], 1).predict(&constant, 0), UNCLASSIFIED);
+    assert_eq!(
+        learner.fit(&constant, 2, &[], 1).predict(&constant, 0),
+        UNCLASSIFIED
+    );
     let accuracy = cross_validate(&learner, &constant, 2, 2, 1).unwrap();
     assert_eq!(accuracy.total, 6);
     // A value never seen in training goes down its (empty) branch: the parent's majority.
@@ -199,7 +211,11 @@ fn degenerate_data_never_panics() {
     let model = learner.fit(&unseen, 1, &[0, 1, 2, 3, 4, 5], 1);
     assert_eq!(model.predict(&unseen, 0), 0);
     assert_eq!(model.predict(&unseen, 3), 1);
-    assert_eq!(model.predict(&unseen, 6), 0, "an empty branch: first of the tied majority");
+    assert_eq!(
+        model.predict(&unseen, 6),
+        0,
+        "an empty branch: first of the tied majority"
+    );
 }
 
 proptest! {

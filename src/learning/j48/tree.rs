@@ -37,9 +37,10 @@ impl Test {
     pub fn branch(&self, data: &Dataset, row: u32) -> usize {
         match *self {
             Test::Nominal { attribute, .. } => data.nominal_codes(attribute)[row as usize] as usize,
-            Test::Numeric { attribute, point } => {
-                usize::from(!sm_or_eq(data.numeric_values(attribute)[row as usize], point))
-            }
+            Test::Numeric { attribute, point } => usize::from(!sm_or_eq(
+                data.numeric_values(attribute)[row as usize],
+                point,
+            )),
         }
     }
 }
@@ -133,7 +134,7 @@ impl<'a> Grower<'a> {
             entropy: Entropy::new(all),
             rows: rows.to_vec(),
             nodes: Vec::new(),
-            scratch: Scratch::new(),
+            scratch: Scratch::default(),
             buffer: Vec::new(),
             candidates: Vec::new(),
         }
@@ -155,8 +156,11 @@ impl<'a> Grower<'a> {
         let mut dist = vec![0u32; branches * self.classes];
         let mut starts = vec![0usize; branches + 1];
         self.buffer.clear();
-        self.buffer
-            .extend(self.rows[lo..hi].iter().map(|&r| test.branch(self.data, r) as u32));
+        self.buffer.extend(
+            self.rows[lo..hi]
+                .iter()
+                .map(|&r| test.branch(self.data, r) as u32),
+        );
         for (i, &row) in self.rows[lo..hi].iter().enumerate() {
             let b = self.buffer[i] as usize;
             starts[b + 1] += 1;
@@ -235,11 +239,10 @@ impl<'a> Grower<'a> {
         let mut best: Option<usize> = None;
         let mut best_ratio = 0.0;
         for (i, candidate) in self.candidates.iter().enumerate() {
-            if let Some(c) = candidate {
-                if c.info_gain >= average - 1e-3 && gr(c.gain_ratio, best_ratio) {
-                    best = Some(i);
-                    best_ratio = c.gain_ratio;
-                }
+            let Some(c) = candidate else { continue };
+            if c.info_gain >= average - 1e-3 && gr(c.gain_ratio, best_ratio) {
+                best = Some(i);
+                best_ratio = c.gain_ratio;
             }
         }
         if eq(best_ratio, 0.0) {
@@ -401,9 +404,9 @@ impl<'a> Grower<'a> {
     /// `prune`: bottom-up, a subtree becomes a leaf or its largest branch where that is not
     /// estimated to err more (within 0.1 error).
     pub fn prune(&mut self, id: usize) {
-        let Some(_) = self.nodes[id].test else {
+        if self.nodes[id].test.is_none() {
             return;
-        };
+        }
         for c in self.nodes[id].children.clone() {
             self.prune(c);
         }
