@@ -42,7 +42,8 @@ fn grows_wekas_tree_on_the_weather_data() {
     let data = weather();
     let model = J48::default().fit(&data, 4, &all_rows(&data), 1);
     assert_eq!((model.size(), model.leaves()), (8, 5), "{model:?}");
-    let (yes, no) = (0, 1);
+    // Class values in order of first appearance: the first row is a "no".
+    let (no, yes) = (0, 1);
     assert_eq!(
         model.nodes,
         vec![
