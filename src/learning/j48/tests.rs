@@ -71,8 +71,9 @@ fn grows_wekas_tree_on_the_weather_data() {
             },
             Compiled::Answer(yes),
             Compiled::Answer(no),
-            Compiled::Answer(no),
+            // windy's values in order of appearance: FALSE, then TRUE.
             Compiled::Answer(yes),
+            Compiled::Answer(no),
         ]
     );
     for row in 0..14 {
