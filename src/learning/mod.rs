@@ -13,10 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod dataset;
 pub mod folds;
+pub mod j48;
 pub mod java_random;
 
 pub use dataset::{Attribute, AttributeKind, Dataset, DatasetError};
 pub use folds::stratified_folds;
+pub use j48::{J48, J48Model};
 
 /// A classifier before training: its parameters.
 pub trait Learner {
