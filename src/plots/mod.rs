@@ -218,3 +218,28 @@ fn marker<DB: DrawingBackend>(
     }
     .map_err(failed)
 }
+
+/// What the plot tests read from an SVG document.
+#[cfg(test)]
+pub(crate) mod svg {
+    /// The texts, trimmed.
+    pub fn texts(svg: &str) -> Vec<String> {
+        let doc = roxmltree::Document::parse(svg).unwrap();
+        doc.descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+            .collect()
+    }
+
+    /// How many `tag` elements are filled with `fill` (`#rrggbb`, any case).
+    pub fn filled(svg: &str, tag: &str, fill: &str) -> usize {
+        let doc = roxmltree::Document::parse(svg).unwrap();
+        doc.descendants()
+            .filter(|n| n.has_tag_name(tag))
+            .filter(|n| {
+                n.attribute("fill")
+                    .is_some_and(|f| f.eq_ignore_ascii_case(fill))
+            })
+            .count()
+    }
+}

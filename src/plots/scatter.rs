@@ -144,31 +144,21 @@ mod tests {
     #[test]
     fn the_svg_is_xml_with_title_legend_and_one_marker_per_finite_point() {
         let svg = String::from_utf8(render(&chart(), Format::Svg).unwrap()).unwrap();
-        let doc = roxmltree::Document::parse(&svg).unwrap();
-        let texts: Vec<&str> = doc
-            .descendants()
-            .filter(|n| n.has_tag_name("text"))
-            .filter_map(|n| n.text().map(str::trim))
-            .collect();
+        let texts = crate::plots::svg::texts(&svg);
         for expected in [
             "a <title> & more",
             "k-anonymity",
             "t-closeness",
             "efficient frontier",
         ] {
-            assert!(texts.contains(&expected), "{expected} in {texts:?}");
+            assert!(
+                texts.iter().any(|t| t == expected),
+                "{expected} in {texts:?}"
+            );
         }
         // Series 0 (circles): two finite points and the legend's; series 1 (squares): one and the
         // legend's.
-        let filled = |tag: &str, fill: &str| {
-            doc.descendants()
-                .filter(|n| n.has_tag_name(tag))
-                .filter(|n| {
-                    n.attribute("fill")
-                        .is_some_and(|f| f.eq_ignore_ascii_case(fill))
-                })
-                .count()
-        };
+        let filled = |tag: &str, fill: &str| crate::plots::svg::filled(&svg, tag, fill);
         assert_eq!(filled("circle", "#1f77b4"), 3);
         assert_eq!(filled("rect", "#d62728"), 2);
     }
