@@ -24,6 +24,7 @@ pub mod learning;
 pub mod lines;
 pub mod location;
 pub mod measures;
+pub mod plots;
 pub mod relational;
 pub mod reload;
 pub mod service;

@@ -292,6 +292,8 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "measures" => vec!["relational", "learning", "text"],
         "text" | "lines" => vec![],
         "workload" => vec!["lines", "location"],
+        // Drawing into memory: the charts of the measures (frontier, Brickell & Shmatikov's figures).
+        "plots" => vec!["measures", "text"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),
         "store" | "cluster" => all(&[&ENGINES, &SHARED, &["telemetry"]]),
         "auth" | "telemetry" | "connections" | "tls" | "reload" => all(&[&SHARED, &CROSS_CUTTING]),

@@ -3,9 +3,11 @@
 //! [`crate::relational::distance`] (t-closeness needs them, and arrows point from measures to
 //! relational only); reading a published release back ([`released`]), the release as the measures see it ([`view`]),
 //! Ploss / A_know / A_acc ([`privacy`]), Uloss over large populations ([`populations`]), COUNT query
-//! error ([`queries`]), the whole evaluation of one release ([`evaluate`]) and the privacy/utility
-//! frontier with its plots ([`frontier`]).
+//! error ([`queries`]), the whole evaluation of one release ([`evaluate`]), the privacy/utility
+//! frontier and its charts ([`frontier`]) and Brickell & Shmatikov's Figures 1-4 ([`figures`]);
+//! `crate::plots` draws the charts.
 pub mod evaluate;
+pub mod figures;
 pub mod frontier;
 pub mod populations;
 pub mod privacy;

@@ -2,8 +2,8 @@
 //! of privacy models and parameters (Li & Li's sets by default; `--k`, `--l`, `--t`, `--delta` take
 //! comma-separated lists, an empty list drops the model) with each release method and each algorithm
 //! (`--algorithms mondrian,ola`: one series per algorithm on the same axes; KACA and OLA generalize
-//! only, so their bucketization pairs are left out), measures every release ([`crate::measures::evaluate`]) and writes `DIR/frontier.csv` and the SVG plots of
-//! [`crate::measures::frontier::plots`]. Releases run on all cores (`--threads`, default the
+//! only, so their bucketization pairs are left out), measures every release ([`crate::measures::evaluate`]) and writes `DIR/frontier.csv` and the plots of
+//! [`crate::measures::frontier::charts`] drawn by [`crate::plots`] (`--format svg,png`, default svg). Releases run on all cores (`--threads`, default the
 //! machine's parallelism), one release per thread at a time, sharing the table and the measurement
 //! baseline read-only; a progress bar on stderr counts finished releases. A model a parameter makes
 //! unsatisfiable is reported and left out.
@@ -19,8 +19,9 @@ use super::evaluate::{MeasureArgs, read_job};
 use super::input::load_table;
 use crate::measures::evaluate::{Baseline, evaluate};
 use crate::measures::frontier::{
-    FrontierPoint, SweepItem, SweptModel, mark_efficient, plots, sweep, write_csv,
+    FrontierPoint, SweepItem, SweptModel, charts, mark_efficient, sweep, write_csv,
 };
+use crate::plots::Format;
 use crate::relational::release::ReleaseMethod;
 use crate::relational::{Algorithm, AlgorithmOptions};
 
@@ -65,6 +66,9 @@ pub struct FrontierArgs {
     /// Worker threads (default: available parallelism).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Plot formats, comma-separated: svg, png (each plot written once per format).
+    #[arg(long, value_delimiter = ',', default_value = "svg")]
+    pub format: Vec<String>,
     /// Seed of each release's row order and group ids.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
@@ -76,6 +80,7 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let options = args.measures.options();
     options.validate()?;
+    let formats = formats(&args.format)?;
     let methods: Vec<ReleaseMethod> = args
         .methods
         .iter()
@@ -211,9 +216,9 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{}: cannot create", csv_path.display()))?;
     write_csv(&points, std::io::BufWriter::new(file))
         .with_context(|| format!("{}: cannot write", csv_path.display()))?;
-    for (name, svg) in plots(&points) {
-        let path = args.out.join(name);
-        std::fs::write(&path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+    let charts = charts(&points);
+    for chart in &charts {
+        write_plot(&args.out, chart.stem, chart, &formats)?;
     }
     println!(
         "{:<17} {:>9} {:<15} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  efficient",
@@ -246,11 +251,48 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "cloakd: {} releases measured on {threads} threads in {:.2}s; wrote {} and 3 plots",
+        "cloakd: {} releases measured on {threads} threads in {:.2}s; wrote {} and {} plots",
         points.len(),
         started.elapsed().as_secs_f64(),
-        csv_path.display()
+        csv_path.display(),
+        charts.len() * formats.len()
     );
+    Ok(())
+}
+
+/// The formats of `--format`, each once, in the order given; at least one.
+pub fn formats(given: &[String]) -> anyhow::Result<Vec<Format>> {
+    let mut formats = Vec::new();
+    for name in given {
+        let format: Format = name
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("--format")?;
+        if !formats.contains(&format) {
+            formats.push(format);
+        }
+    }
+    if formats.is_empty() {
+        bail!("--format: at least one of svg, png");
+    }
+    Ok(formats)
+}
+
+/// Draws a chart in each format and writes `DIR/STEM.EXT` (to a temporary file renamed into place).
+pub fn write_plot(
+    dir: &std::path::Path,
+    stem: &str,
+    chart: &impl crate::plots::Draw,
+    formats: &[Format],
+) -> anyhow::Result<()> {
+    for &format in formats {
+        let bytes = crate::plots::render(chart, format)?;
+        let path = dir.join(format!("{stem}.{}", format.extension()));
+        let partial = dir.join(format!(".{stem}.{}.partial", format.extension()));
+        std::fs::write(&partial, bytes)
+            .and_then(|()| std::fs::rename(&partial, &path))
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+    }
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 //! terminal). Also a hidden `cloakd table synth` that writes a synthetic table with the schema of the
 //! Adult examples (for the 10-million-row benchmark).
 pub mod evaluate;
+pub mod figures;
 pub mod frontier;
 mod input;
 
@@ -42,6 +43,8 @@ pub enum TableCommand {
     Evaluate(evaluate::EvaluateArgs),
     /// Sweep privacy models and parameters, measure each release, plot the efficient frontier.
     Frontier(frontier::FrontierArgs),
+    /// Brickell & Shmatikov's Figures 1-4: the adversary's and the researcher's gains per sanitization.
+    Figures(figures::FiguresArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -105,6 +108,7 @@ pub fn run(args: TableArgs) -> anyhow::Result<()> {
         TableCommand::Synth(a) => synth(a),
         TableCommand::Evaluate(a) => evaluate::run(a),
         TableCommand::Frontier(a) => frontier::run(a),
+        TableCommand::Figures(a) => figures::run(a),
     }
 }
 
