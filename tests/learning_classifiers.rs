@@ -77,7 +77,11 @@ fn weka_correct(jar: &str, classifier: &str, arff: &Path, class: usize) -> u64 {
         .output()
         .expect("run weka");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{classifier}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{classifier}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let cv = stdout
         .split("=== Stratified cross-validation ===")
         .nth(1)

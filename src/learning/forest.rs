@@ -248,11 +248,12 @@ impl TreeBuilder<'_> {
             let mut window_size = self.window.len();
             let mut k = self.k as i64;
             let mut gain_found = false;
-            while window_size > 0 && ({
-                let more = k > 0;
-                k -= 1;
-                more
-            } || !gain_found)
+            while window_size > 0
+                && ({
+                    let more = k > 0;
+                    k -= 1;
+                    more
+                } || !gain_found)
             {
                 let chosen = self.random.next_int_below(window_size as i32) as usize;
                 let attribute = self.window[chosen];
@@ -391,7 +392,9 @@ impl Learner for RandomForest {
                     weights: &weights,
                     k,
                     max_depth: self.max_depth,
-                    window: (0..data.attributes().len()).filter(|&a| a != class).collect(),
+                    window: (0..data.attributes().len())
+                        .filter(|&a| a != class)
+                        .collect(),
                     random: JavaRandom::new(i64::from(tree_seed)),
                 }
                 .build(in_bag)

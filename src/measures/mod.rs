@@ -3,8 +3,8 @@
 //! [`crate::relational::distance`] (t-closeness needs them, and arrows point from measures to
 //! relational only); reading a published release back ([`released`]), the release as the measures see it ([`view`]),
 //! Ploss / A_know / A_acc ([`privacy`]), Uloss over large populations ([`populations`]), COUNT query
-//! error ([`queries`]), the whole evaluation of one release ([`evaluate`]) and the privacy/utility
-//! frontier with its plots ([`frontier`]).
+//! error ([`queries`]), the whole evaluation of one release ([`evaluate`]), the privacy/utility
+//! frontier with its plots ([`frontier`]) and Brickell & Shmatikov's learning workload ([`workload`]).
 pub mod evaluate;
 pub mod frontier;
 pub mod populations;
@@ -12,3 +12,4 @@ pub mod privacy;
 pub mod queries;
 pub mod released;
 pub mod view;
+pub mod workload;
