@@ -13,12 +13,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod dataset;
 pub mod folds;
+pub mod forest;
 pub mod j48;
 pub mod java_random;
+pub mod naive_bayes;
 
 pub use dataset::{Attribute, AttributeKind, Dataset, DatasetError};
 pub use folds::stratified_folds;
+pub use forest::RandomForest;
 pub use j48::{J48, J48Model};
+pub use naive_bayes::NaiveBayes;
 
 /// A classifier before training: its parameters.
 pub trait Learner {

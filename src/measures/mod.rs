@@ -4,8 +4,8 @@
 //! relational only); reading a published release back ([`released`]), the release as the measures see it ([`view`]),
 //! Ploss / A_know / A_acc ([`privacy`]), Uloss over large populations ([`populations`]), COUNT query
 //! error ([`queries`]), the whole evaluation of one release ([`evaluate`]), the privacy/utility
-//! frontier and its charts ([`frontier`]) and Brickell & Shmatikov's Figures 1-4 ([`figures`]);
-//! `crate::plots` draws the charts.
+//! frontier and its charts ([`frontier`]), Brickell & Shmatikov's learning workload ([`workload`]) and
+//! their Figures 1-4 ([`figures`]); `crate::plots` draws the charts.
 pub mod evaluate;
 pub mod figures;
 pub mod frontier;
@@ -14,3 +14,4 @@ pub mod privacy;
 pub mod queries;
 pub mod released;
 pub mod view;
+pub mod workload;

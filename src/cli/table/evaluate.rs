@@ -2,15 +2,22 @@
 //! [--report EVAL.json] [--input FILE]`: measures a published release (made by `cloakd table
 //! anonymize` or any other tool, or the original table itself) against the job's original table:
 //! Ploss, Uloss, A_know, A_acc, COUNT query error, discernibility and average class size
-//! ([`crate::measures::evaluate`]). The report is JSON, on stdout unless `--report` names a file.
+//! ([`crate::measures::evaluate`]); with `--workload ATTR [--classifiers j48,rf,nb] [--folds 10]
+//! [--seed N]` also Brickell & Shmatikov's learning workload ([`crate::measures::workload`]: U_max,
+//! U_base with its sanitization and classifier, U_san and U_san - U_base per classifier) under
+//! `workload`. The report is JSON, on stdout unless `--report` names a file.
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
 use super::input::{load_table, open_maybe_gzip};
-use crate::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
+use crate::measures::evaluate::{Baseline, Evaluation, EvaluationOptions, evaluate};
 use crate::measures::released::read_release;
+use crate::measures::workload::{
+    DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadEvaluation, WorkloadOptions,
+    parse_classifiers,
+};
 use crate::relational::job::JobSpec;
 
 /// Options of the utility measures, shared by `evaluate` and `frontier`.
@@ -63,6 +70,51 @@ pub struct EvaluateArgs {
     pub input: Option<PathBuf>,
     #[command(flatten)]
     pub measures: MeasureArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+}
+
+/// The learning workload's options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkloadArgs {
+    /// Learn this attribute from the other released attributes (Brickell & Shmatikov's workload).
+    #[arg(long, value_name = "ATTR")]
+    pub workload: Option<String>,
+    /// Classifiers to run, comma-separated, among j48, rf, nb.
+    #[arg(long, default_value = "j48,rf,nb", requires = "workload")]
+    pub classifiers: String,
+    /// Folds of the stratified cross-validation (Weka's `-x`).
+    #[arg(long, default_value_t = 10, requires = "workload")]
+    pub folds: usize,
+    /// Seed of the folds and of the forest (Weka's `-s`).
+    #[arg(long, default_value_t = 1, requires = "workload")]
+    pub seed: u64,
+}
+
+impl WorkloadArgs {
+    /// The workload's options, validated; `None` without `--workload`.
+    pub fn options(&self) -> anyhow::Result<Option<WorkloadOptions>> {
+        let Some(attribute) = &self.workload else {
+            return Ok(None);
+        };
+        let options = WorkloadOptions {
+            attribute: attribute.clone(),
+            classifiers: parse_classifiers(&self.classifiers)?,
+            folds: self.folds,
+            seed: self.seed,
+        };
+        options.validate()?;
+        Ok(Some(options))
+    }
+}
+
+/// The JSON report: the evaluation, and the workload when asked for.
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    #[serde(flatten)]
+    evaluation: Evaluation,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workload: Option<WorkloadEvaluation>,
 }
 
 /// Reads and parses a job file.
@@ -75,6 +127,7 @@ pub fn read_job(path: &Path) -> anyhow::Result<JobSpec> {
 pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     let options = args.measures.options();
     options.validate()?;
+    let workload_options = args.workload.options()?;
     let job = read_job(&args.job)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
     let release_reader = open_maybe_gzip(&args.release, None)?;
@@ -106,7 +159,20 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     }
     let baseline = Baseline::new(&table, options)?;
     let evaluation = evaluate(&table, &baseline, &release)?;
-    let json = serde_json::to_string_pretty(&evaluation)?;
+    let workload = match workload_options {
+        Some(options) => {
+            let never = std::sync::atomic::AtomicBool::new(false);
+            let baseline =
+                WorkloadBaseline::new_unless(&table, options, DEFAULT_MAX_MODEL_CELLS, &never)?
+                    .expect("a workload that cannot be cancelled completes");
+            baseline.measure_unless(&table, &release, DEFAULT_MAX_MODEL_CELLS, &never)?
+        }
+        None => None,
+    };
+    let json = serde_json::to_string_pretty(&Report {
+        evaluation,
+        workload,
+    })?;
     match &args.report {
         Some(path) => std::fs::write(path, format!("{json}\n"))
             .with_context(|| format!("{}: cannot write the report", path.display()))?,
