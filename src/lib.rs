@@ -23,6 +23,7 @@ pub mod daemon;
 pub mod lines;
 pub mod location;
 pub mod measures;
+pub mod poi;
 pub mod relational;
 pub mod reload;
 pub mod service;
@@ -41,4 +42,10 @@ pub mod proto {
 
     /// Encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cloakd_descriptor");
+
+    /// Package `cloakd.v1.poi`: the POI query and candidate list carried in request and reply
+    /// payloads (see `docs/provider.md`).
+    pub mod poi {
+        tonic::include_proto!("cloakd.v1.poi");
+    }
 }

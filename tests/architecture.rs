@@ -272,7 +272,7 @@ fn no_file_of_src_imports_in_a_cycle() {
     assert!(found.is_empty(), "import cycles: {found:#?}");
 }
 
-const ENGINES: [&str; 4] = ["location", "transactions", "relational", "measures"];
+const ENGINES: [&str; 5] = ["location", "transactions", "relational", "measures", "poi"];
 const SHARED: [&str; 4] = ["config", "text", "workload", "lines"];
 const STATE: [&str; 2] = ["store", "cluster"];
 const CROSS_CUTTING: [&str; 5] = ["auth", "telemetry", "connections", "tls", "reload"];
@@ -282,7 +282,7 @@ const ACTORS: [&str; 2] = ["broker", "windows"];
 fn may_import(module: &str) -> Vec<&'static str> {
     let all = |groups: &[&[&'static str]]| groups.concat();
     match module {
-        "location" | "transactions" | "relational" => vec!["text"],
+        "location" | "transactions" | "relational" | "poi" => vec!["text"],
         "measures" => vec!["relational", "text"],
         "text" | "lines" => vec![],
         "workload" => vec!["lines", "location"],
