@@ -43,7 +43,9 @@ fn rows(path: &Path, columns: usize) -> anyhow::Result<Vec<(u64, csv::StringReco
     let file = crate::workload::open_maybe_gz(path)
         .with_context(|| format!("cannot open {}", path.display()))?;
     let bounded = crate::lines::BoundedLines::new(file, crate::lines::Records::Csv);
-    let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(bounded);
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(bounded);
     let mut out = Vec::new();
     for record in reader.records() {
         let record = record.with_context(|| path.display().to_string())?;

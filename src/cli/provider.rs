@@ -55,6 +55,9 @@ pub struct ProviderArgs {
     /// Largest side of a cloaking box answered, in metres.
     #[arg(long, default_value_t = Limits::default().max_box_m)]
     pub max_box_m: f64,
+    /// Most POIs in one candidate list (longer lists are refused with an error).
+    #[arg(long, default_value_t = Limits::default().max_candidates)]
+    pub max_candidates: usize,
     /// Largest answer payload in bytes: the broker's location.max_payload_bytes.
     #[arg(long, default_value_t = 16_384)]
     pub max_payload_bytes: usize,
@@ -105,9 +108,15 @@ impl PoiProvider {
         q.validate(&self.limits)?;
         let b = request.r#box.ok_or_else(|| refuse("box", "missing"))?;
         let b = query_box(b.min_lat, b.min_lon, b.max_lat, b.max_lon, &self.limits)?;
-        let list = self.index.candidates(&query.category, &q, &b);
+        let list = self
+            .index
+            .candidates(&query.category, &q, &b, &self.limits)?;
         let reply = PoiCandidates {
-            pois: list.pois.iter().map(|&i| to_proto(self.index.poi(i))).collect(),
+            pois: list
+                .pois
+                .iter()
+                .map(|&i| to_proto(self.index.poi(i)))
+                .collect(),
             error: String::new(),
         };
         let bytes = reply.encoded_len();
@@ -161,21 +170,31 @@ impl Bearer {
 }
 
 impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(value) = &self.0 {
-            request.metadata_mut().insert("authorization", value.clone());
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
         }
         Ok(request)
     }
 }
 
 /// The channel of `--addr`, with TLS when `ca` is given.
-pub async fn connect(addr: &str, ca: Option<&std::path::Path>, server_name: Option<&str>) -> anyhow::Result<Channel> {
+pub async fn connect(
+    addr: &str,
+    ca: Option<&std::path::Path>,
+    server_name: Option<&str>,
+) -> anyhow::Result<Channel> {
     let mut endpoint = Endpoint::from_shared(addr.to_string())
         .with_context(|| format!("--addr: {addr:?} is not a URL"))?
         .tcp_nodelay(true);
     if let Some(ca) = ca {
-        let pem = std::fs::read(ca).with_context(|| format!("--ca: cannot read {}", ca.display()))?;
+        let pem =
+            std::fs::read(ca).with_context(|| format!("--ca: cannot read {}", ca.display()))?;
         let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
         if let Some(name) = server_name {
             tls = tls.domain_name(name);
@@ -250,6 +269,7 @@ pub fn run(args: ProviderArgs) -> anyhow::Result<()> {
         max_count: args.max_count,
         max_radius_m: args.max_radius_m,
         max_box_m: args.max_box_m,
+        max_candidates: args.max_candidates,
     };
     let pois = load_pois(&args.pois)?;
     anyhow::ensure!(!pois.is_empty(), "{}: no POIs", args.pois.display());

@@ -16,7 +16,7 @@
 //! first (it settles every POI inside the box at once). Since the n nearest of every point of the
 //! box lie in Q, counting within Q decides exactly.
 use super::sphere::{self, Extreme, SphBox, Vec3};
-use super::{PoiIndex, Query};
+use super::{Limits, PoiIndex, Query, QueryError};
 
 /// Ties finer than this angle (radians, about 0.06 mm on the Earth) between a point and the bisector of
 /// two POIs are not decided; a POI whose membership depends only on such ties is kept.
@@ -73,18 +73,35 @@ fn expand(envelope: (Vec3, Vec3), by: f64) -> rstar::AABB<Vec3> {
 
 impl PoiIndex {
     /// The candidate list of a query over a box (the query validated by the caller). An unknown
-    /// category has no POIs, so its list is empty.
-    pub fn candidates(&self, category: &str, query: &Query, b: &SphBox) -> Candidates {
-        match *query {
-            Query::Nearest { count } => self.nearest(category, count as usize, b),
-            Query::Range { radius_m } => self.range(category, radius_m, b),
+    /// category has no POIs, so its list is empty. A list longer than `limits.max_candidates` is
+    /// refused (`query`), as soon as that is known.
+    pub fn candidates(
+        &self,
+        category: &str,
+        query: &Query,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Result<Candidates, QueryError> {
+        let list = match *query {
+            Query::Nearest { count } => self.nearest(category, count as usize, b, limits)?,
+            Query::Range { radius_m } => self.range(category, radius_m, b, limits)?,
+        };
+        if list.pois.len() > limits.max_candidates {
+            return Err(too_many(limits));
         }
+        Ok(list)
     }
 
-    fn range(&self, category: &str, radius_m: f64, b: &SphBox) -> Candidates {
+    fn range(
+        &self,
+        category: &str,
+        radius_m: f64,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Result<Candidates, QueryError> {
         let mut out = Candidates::default();
         let Some(tree) = self.trees.get(category) else {
-            return out;
+            return Ok(out);
         };
         let envelope = expand(b.envelope(), sphere::chord_of_m(radius_m) + 1e-12);
         let mut found: Vec<(u32, (f64, f64))> = Vec::new();
@@ -94,17 +111,25 @@ impl PoiIndex {
             let (d, at) = b.closest_point_m(&entry.geom(), (p.lat, p.lon));
             if d <= radius_m + RANGE_SLACK_M {
                 found.push((entry.data, at));
+                if found.len() > limits.max_candidates {
+                    return Err(too_many(limits));
+                }
             }
         }
         found.sort_by_key(|f| f.0);
         for (poi, at) in found {
             out.push(poi, Some(at));
         }
-        out
+        Ok(out)
     }
 
     /// The superset Q of the nearest-n search (see the module documentation), ascending.
-    fn nearest_superset(&self, tree: &rstar::RTree<super::Entry>, n: usize, b: &SphBox) -> Vec<u32> {
+    fn nearest_superset(
+        &self,
+        tree: &rstar::RTree<super::Entry>,
+        n: usize,
+        b: &SphBox,
+    ) -> Vec<u32> {
         let mut q = Vec::new();
         for (i, &(lat, lon)) in b.corners().iter().enumerate() {
             let corner = sphere::unit_of_rad(lat, lon);
@@ -129,10 +154,16 @@ impl PoiIndex {
         q
     }
 
-    fn nearest(&self, category: &str, n: usize, b: &SphBox) -> Candidates {
+    fn nearest(
+        &self,
+        category: &str,
+        n: usize,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Result<Candidates, QueryError> {
         let mut out = Candidates::default();
         let Some(tree) = self.trees.get(category) else {
-            return out;
+            return Ok(out);
         };
         if tree.size() <= n {
             // Every POI of the category is among the n nearest of every point.
@@ -143,18 +174,24 @@ impl PoiIndex {
             for poi in all {
                 out.push(poi, Some(deg(clat, clon)));
             }
-            return out;
+            return Ok(out);
         }
         let q = self.nearest_superset(tree, n, b);
+        if q.len() > 8 * limits.max_candidates {
+            return Err(too_many(limits));
+        }
         out.examined = q.len();
         for &p in &q {
-            match self.decide(p, &q, n, b) {
+            match self.decide(tree, p, &q, n, b) {
                 Decision::Witness(at) => out.push(p, Some(at)),
                 Decision::Undecided => out.push(p, None),
                 Decision::Out => {}
             }
+            if out.pois.len() > limits.max_candidates {
+                return Err(too_many(limits));
+            }
         }
-        out
+        Ok(out)
     }
 
     fn relation(&self, p: u32, q: u32, b: &SphBox) -> Relation {
@@ -190,18 +227,55 @@ impl PoiIndex {
         sphere::dot(x, &w) <= TIE_RAD * sphere::norm(&w)
     }
 
-    fn decide(&self, p: u32, q_set: &[u32], n: usize, b: &SphBox) -> Decision {
+    /// Whether fewer than n POIs may precede p at x, walking the R-tree outwards from x until
+    /// past p's distance.
+    fn among_nearest_at(
+        &self,
+        tree: &rstar::RTree<super::Entry>,
+        p: u32,
+        n: usize,
+        x: &Vec3,
+    ) -> bool {
+        let pu = &self.units[p as usize];
+        let d2_p = {
+            let d = sphere::sub(pu, x);
+            sphere::dot(&d, &d)
+        };
+        let mut before = 0;
+        for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(*x) {
+            // |x − q|² − |x − p|² = 2 x · (p − q) and |p − q| <= |x − p| + |x − q|: past this,
+            // no q (nor any farther one) may precede p even within the tie tolerance.
+            if d2 > d2_p + 2.0 * TIE_RAD * (d2_p.sqrt() + d2.sqrt()) + 1e-24 {
+                return true;
+            }
+            if entry.data != p && self.may_precede(p, entry.data, x) {
+                before += 1;
+                if before >= n {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn decide(
+        &self,
+        tree: &rstar::RTree<super::Entry>,
+        p: u32,
+        q_set: &[u32],
+        n: usize,
+        b: &SphBox,
+    ) -> Decision {
         let pu = self.units[p as usize];
         let poi = &self.pois[p as usize];
         // The point of the box closest to p: p's best chance, and p itself when p is in the box.
         let (_, at) = b.closest_point_m(&pu, (poi.lat, poi.lon));
-        let x = sphere::unit(at.0, at.1);
-        let before = q_set
-            .iter()
-            .filter(|&&q| q != p && self.may_precede(p, q, &x))
-            .take(n)
-            .count();
-        if before < n {
+        let x = if b.contains(poi.lat.to_radians(), poi.lon.to_radians()) {
+            pu
+        } else {
+            sphere::unit(at.0, at.1)
+        };
+        if self.among_nearest_at(tree, p, n, &x) {
             return Decision::Witness(at);
         }
         let others: Vec<u32> = q_set.iter().copied().filter(|&q| q != p).collect();
@@ -272,7 +346,10 @@ impl PoiIndex {
                 let mut largest: f64 = 0.0;
                 for (lat, lon) in b.corners() {
                     let corner = sphere::unit_of_rad(lat, lon);
-                    match tree.nearest_neighbor_iter_with_distance_2(corner).nth(n - 1) {
+                    match tree
+                        .nearest_neighbor_iter_with_distance_2(corner)
+                        .nth(n - 1)
+                    {
                         Some((_, d2)) => largest = largest.max(sphere::m_of_chord(d2.sqrt())),
                         None => return tree.size(),
                     }
@@ -304,6 +381,16 @@ impl PoiIndex {
                 grown.contains(p.lat.to_radians(), p.lon.to_radians())
             })
             .count()
+    }
+}
+
+fn too_many(limits: &Limits) -> QueryError {
+    QueryError {
+        field: "query",
+        rule: format!(
+            "the candidate list would hold more than {} POIs; ask with a smaller count, radius or tolerance",
+            limits.max_candidates
+        ),
     }
 }
 

@@ -98,7 +98,9 @@ fn check(seed: u64, queries: &[Query]) -> Tally {
             let points = sample_points(&mut rng, bounds);
             for query in queries {
                 let category = ["cafe", "bank", "fuel", "none"][rng.random_range(0..4)];
-                let list = index.candidates(category, query, &b);
+                let list = index
+                    .candidates(category, query, &b, &Limits::default())
+                    .unwrap();
                 let listed: Vec<Poi> = list.pois.iter().map(|&i| index.poi(i).clone()).collect();
                 tally.lists += 1;
                 tally.candidates += listed.len();
@@ -107,8 +109,10 @@ fn check(seed: u64, queries: &[Query]) -> Tally {
                 // list gives exactly that answer.
                 for &(lat, lon) in &points {
                     let exact = brute_force(&pois, category, lat, lon, query);
-                    let refined: Vec<String> =
-                        refine(&listed, lat, lon, query).into_iter().map(|p| p.id).collect();
+                    let refined: Vec<String> = refine(&listed, lat, lon, query)
+                        .into_iter()
+                        .map(|p| p.id)
+                        .collect();
                     assert_eq!(
                         refined, exact,
                         "seed {seed} {query:?} {category} box {bounds:?} point ({lat}, {lon})"

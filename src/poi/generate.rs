@@ -62,7 +62,10 @@ pub fn generate(roads: &[Road], count: usize, seed: u64) -> Result<Vec<Poi>, Str
     let mut total = 0.0;
     for r in roads {
         let (east, north) = metres_between(r.from, r.to);
-        let weight = CLASS_WEIGHT.get(usize::from(r.class)).copied().unwrap_or(1.0);
+        let weight = CLASS_WEIGHT
+            .get(usize::from(r.class))
+            .copied()
+            .unwrap_or(1.0);
         total += east.hypot(north) * weight;
         cumulative.push(total);
     }
@@ -76,7 +79,9 @@ pub fn generate(roads: &[Road], count: usize, seed: u64) -> Result<Vec<Poi>, Str
     let m_per_deg = EARTH_RADIUS_M.to_radians();
     for i in 0..count {
         let pick = rng.random_range(0.0..total);
-        let road = &roads[cumulative.partition_point(|&c| c <= pick).min(roads.len() - 1)];
+        let road = &roads[cumulative
+            .partition_point(|&c| c <= pick)
+            .min(roads.len() - 1)];
         let t: f64 = rng.random();
         let (east, north) = metres_between(road.from, road.to);
         let length = east.hypot(north).max(1e-9);

@@ -65,6 +65,9 @@ pub struct Limits {
     pub max_radius_m: f64,
     /// Largest side of a box, in metres.
     pub max_box_m: f64,
+    /// Most candidates in one list: a longer list is refused (it would not fit an answer anyway),
+    /// and the nearest search gives up once its superset exceeds 8 times this.
+    pub max_candidates: usize,
 }
 
 impl Default for Limits {
@@ -73,6 +76,7 @@ impl Default for Limits {
             max_count: 64,
             max_radius_m: 50_000.0,
             max_box_m: 200_000.0,
+            max_candidates: 2_000,
         }
     }
 }
@@ -136,7 +140,10 @@ pub fn query_box(
         ("box.max_lon", max_lon, 180.0),
     ] {
         if !(v.is_finite() && v.abs() <= bound) {
-            return Err(refuse(field, format!("must be a number in [-{bound}, {bound}]")));
+            return Err(refuse(
+                field,
+                format!("must be a number in [-{bound}, {bound}]"),
+            ));
         }
     }
     if min_lat > max_lat {
@@ -172,7 +179,12 @@ impl PoiIndex {
     pub fn new(pois: Vec<Poi>) -> PoiIndex {
         let units: Vec<sphere::Vec3> = pois.iter().map(|p| sphere::unit(p.lat, p.lon)).collect();
         let mut order: Vec<u32> = (0..pois.len() as u32).collect();
-        order.sort_by(|&a, &b| pois[a as usize].id.cmp(&pois[b as usize].id).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| {
+            pois[a as usize]
+                .id
+                .cmp(&pois[b as usize].id)
+                .then(a.cmp(&b))
+        });
         let mut id_rank = vec![0; pois.len()];
         for (rank, &i) in order.iter().enumerate() {
             id_rank[i as usize] = rank as u32;
@@ -206,6 +218,49 @@ impl PoiIndex {
 
     pub fn poi(&self, i: u32) -> &Poi {
         &self.pois[i as usize]
+    }
+
+    /// The exact answer of one point (what a client would get without cloaking), by the R-tree from
+    /// the point and [`refine::refine_indexes`]: POI indexes, nearest first.
+    pub fn answer_at(&self, category: &str, query: &Query, lat: f64, lon: f64) -> Vec<u32> {
+        let Some(tree) = self.trees.get(category) else {
+            return Vec::new();
+        };
+        let x = sphere::unit(lat, lon);
+        let mut near: Vec<u32> = Vec::new();
+        match *query {
+            Query::Nearest { count } => {
+                let mut nth = f64::INFINITY;
+                for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(x) {
+                    // Past the n-th distance (with room for ties and rounding), nothing can be in.
+                    if near.len() >= count as usize && d2 > nth * (1.0 + 1e-9) + 1e-24 {
+                        break;
+                    }
+                    near.push(entry.data);
+                    if near.len() == count as usize {
+                        nth = d2;
+                    }
+                }
+            }
+            Query::Range { radius_m } => {
+                let chord = sphere::chord_of_m(radius_m);
+                let reach = chord * chord * (1.0 + 1e-9) + 1e-24;
+                near.extend(tree.locate_within_distance(x, reach).map(|e| e.data));
+            }
+        }
+        let pois = &self.pois;
+        refine::refine_indexes(
+            near.iter().map(|&i| {
+                let p = &pois[i as usize];
+                (p.lat, p.lon, p.id.as_str())
+            }),
+            lat,
+            lon,
+            query,
+        )
+        .into_iter()
+        .map(|i| near[i])
+        .collect()
     }
 
     /// The categories and how many POIs each has, most frequent first.

@@ -108,16 +108,10 @@ impl SphBox {
         let mid_cos = (0.5 * (self.lat0 + self.lat1)).cos();
         if (self.lon1 - self.lon0) * mid_cos > self.lat1 - self.lat0 {
             let mid = 0.5 * (self.lon0 + self.lon1);
-            [
-                SphBox { lon1: mid, ..*self },
-                SphBox { lon0: mid, ..*self },
-            ]
+            [SphBox { lon1: mid, ..*self }, SphBox { lon0: mid, ..*self }]
         } else {
             let mid = 0.5 * (self.lat0 + self.lat1);
-            [
-                SphBox { lat1: mid, ..*self },
-                SphBox { lat0: mid, ..*self },
-            ]
+            [SphBox { lat1: mid, ..*self }, SphBox { lat0: mid, ..*self }]
         }
     }
 

@@ -85,7 +85,10 @@ pub fn read_pois(input: impl Read, limits: &TableLimits) -> Result<Vec<Poi>, Tab
             return Err(field_error(
                 line,
                 "row",
-                format!("has {} fields, must have 5 (id,lat,lon,category,name)", record.len()),
+                format!(
+                    "has {} fields, must have 5 (id,lat,lon,category,name)",
+                    record.len()
+                ),
             ));
         }
         if pois.len() >= limits.max_pois {
@@ -111,7 +114,10 @@ pub fn read_pois(input: impl Read, limits: &TableLimits) -> Result<Vec<Poi>, Tab
                 _ => Err(field_error(
                     line,
                     field,
-                    format!("must be a number in [-{bound}, {bound}] (got {})", quote(text)),
+                    format!(
+                        "must be a number in [-{bound}, {bound}] (got {})",
+                        quote(text)
+                    ),
                 )),
             }
         };
@@ -165,7 +171,8 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let pois = read("id,lat,lon,category,name\n1,53.1,8.2,cafe,\"Caf\u{e9}, am Markt\"\n").unwrap();
+        let pois =
+            read("id,lat,lon,category,name\n1,53.1,8.2,cafe,\"Caf\u{e9}, am Markt\"\n").unwrap();
         assert_eq!(pois.len(), 1);
         assert_eq!(pois[0].name, "Caf\u{e9}, am Markt");
         let mut out = Vec::new();
@@ -185,14 +192,20 @@ mod tests {
         let e = read("id,lat,lon,category\n").unwrap_err();
         assert!(e.to_string().starts_with("line 1: header: must be"), "{e}");
         let e = read("id,lat,lon,category,name\n1,53.1,8.2,cafe\n").unwrap_err();
-        assert!(e.to_string().starts_with("line 2: row: has 4 fields"), "{e}");
+        assert!(
+            e.to_string().starts_with("line 2: row: has 4 fields"),
+            "{e}"
+        );
         let limits = TableLimits {
             max_pois: 1,
             max_field_bytes: 8,
         };
         let two = "id,lat,lon,category,name\n1,53.1,8.2,cafe,x\n2,53.1,8.2,cafe,y\n";
         let e = read_pois(two.as_bytes(), &limits).unwrap_err();
-        assert_eq!(e.to_string(), "line 3: row: a POI file holds at most 1 POIs");
+        assert_eq!(
+            e.to_string(),
+            "line 3: row: a POI file holds at most 1 POIs"
+        );
         let long = "id,lat,lon,category,name\n1,53.1,8.2,cafe,abcdefghij\n";
         let e = read_pois(long.as_bytes(), &limits).unwrap_err();
         assert_eq!(e.to_string(), "line 2: name: must be at most 8 bytes");
