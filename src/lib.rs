@@ -25,6 +25,7 @@ pub mod lines;
 pub mod location;
 pub mod measures;
 pub mod plots;
+pub mod poi;
 pub mod relational;
 pub mod reload;
 pub mod service;
@@ -43,4 +44,10 @@ pub mod proto {
 
     /// Encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cloakd_descriptor");
+
+    /// Package `cloakd.v1.poi`: the POI query and candidate list carried in request and reply
+    /// payloads (see `docs/provider.md`).
+    pub mod poi {
+        tonic::include_proto!("cloakd.v1.poi");
+    }
 }

@@ -272,12 +272,13 @@ fn no_file_of_src_imports_in_a_cycle() {
     assert!(found.is_empty(), "import cycles: {found:#?}");
 }
 
-const ENGINES: [&str; 5] = [
+const ENGINES: [&str; 6] = [
     "location",
     "transactions",
     "relational",
     "measures",
     "learning",
+    "poi",
 ];
 const SHARED: [&str; 4] = ["config", "text", "workload", "lines"];
 const STATE: [&str; 2] = ["store", "cluster"];
@@ -288,7 +289,7 @@ const ACTORS: [&str; 2] = ["broker", "windows"];
 fn may_import(module: &str) -> Vec<&'static str> {
     let all = |groups: &[&[&'static str]]| groups.concat();
     match module {
-        "location" | "transactions" | "relational" | "learning" => vec!["text"],
+        "location" | "transactions" | "relational" | "learning" | "poi" => vec!["text"],
         "measures" => vec!["relational", "learning", "text"],
         "text" | "lines" => vec![],
         "workload" => vec!["lines", "location"],

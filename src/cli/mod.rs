@@ -1,8 +1,10 @@
 //! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`,
-//! `cloakd config ...`, `cloakd store ...`.
+//! `cloakd config ...`, `cloakd store ...`, `cloakd provider`, `cloakd poi generate`.
 use clap::{Parser, Subcommand};
 
 pub mod config;
+pub mod poi;
+pub mod provider;
 pub mod publish_load;
 pub mod simulate;
 pub mod soak;
@@ -69,6 +71,11 @@ pub enum Command {
     /// Configuration: `cloakd config check FILE` (validate, print the effective configuration with
     /// secrets redacted) and `cloakd config default` (print the embedded defaults).
     Config(config::ConfigArgs),
+    /// The reference LBS provider of points of interest: subscribes to a service of a running broker
+    /// and answers each cloaked `PoiQuery` with the candidate list of its box (docs/provider.md).
+    Provider(provider::ProviderArgs),
+    /// Points of interest: `cloakd poi generate` writes a seeded synthetic POI file along a road network.
+    Poi(poi::PoiArgs),
     /// Credentials: `cloakd auth hash-token < token-file` prints the `token_sha256` line to paste.
     Auth(AuthArgs),
     /// The embedded transaction store: `cloakd store check DIR` (read-only) and `cloakd store
@@ -129,6 +136,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
         Command::Config(args) => config::run(args),
+        Command::Provider(args) => provider::run(args),
+        Command::Poi(args) => poi::run(args),
         Command::Store(args) => {
             if store::run(args, &mut std::io::stdout().lock())? {
                 Ok(())

@@ -38,6 +38,8 @@ use crate::proto::{
 };
 use crate::workload::{TracePoint, read_trace_file};
 
+mod poi;
+
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
     /// The daemon to load, as a URL; several replicas of a cluster as a comma-separated list
@@ -119,6 +121,14 @@ pub struct SimulateArgs {
     /// per trace row.
     #[arg(long, value_name = "P")]
     pub request_period_s: Option<u32>,
+    /// POI file (CSV `id,lat,lon,category,name`): every request carries `--poi-query`, the provider
+    /// answers with the reference provider's candidate list, and each reply is refined with the
+    /// client's true point and checked against its exact answer (docs/provider.md).
+    #[arg(long, value_name = "FILE")]
+    pub pois: Option<PathBuf>,
+    /// With --pois: `nearest:CATEGORY:N` or `range:CATEGORY:METRES`.
+    #[arg(long, default_value = "nearest:cafe:1")]
+    pub poi_query: String,
     /// Also write the report as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -189,6 +199,9 @@ pub struct SimulationReport {
     /// With `--session-ms`: what intersecting each user's groups over a session leaves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_anonymity: Option<SessionAnonymity>,
+    /// With `--pois`: the clients' refined POI answers against their exact answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poi: Option<poi::PoiReport>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -455,9 +468,17 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 
 async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<SimulationReport> {
     let Plan {
-        requests: planned,
+        requests: mut planned,
         updates,
     } = plan(args, points)?;
+    let poi_check = match &args.pois {
+        Some(file) => Some(Arc::new(poi::PoiCheck::new(file, &args.poi_query)?)),
+        None => None,
+    };
+    let mut poi_report = poi::PoiReport::default();
+    for p in planned.iter_mut().filter(|_| poi_check.is_some()) {
+        p.request.payload = poi_check.as_ref().map(|c| c.payload()).unwrap_or_default();
+    }
     let total = planned.len();
     anyhow::ensure!(total > 0, "the workload has no requests");
     // Each simulated client stream gets its own connection, as phones would, to the replicas in
@@ -506,11 +527,16 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         provider_tasks.push(tokio::spawn(async move {
             gateway.answer(ReceiverStream::new(answer_rx)).await
         }));
+        let poi_provider = poi_check.as_ref().map(|c| Arc::clone(&c.provider));
         provider_tasks.push(tokio::spawn(async move {
             while let Ok(Some(cloaked)) = cloaked_feed.message().await {
+                let payload = match &poi_provider {
+                    Some(provider) => provider.answer(&cloaked),
+                    None => b"cafe at the corner".to_vec(),
+                };
                 let answer = LbsAnswer {
                     pseudonym: cloaked.pseudonym,
-                    payload: b"cafe at the corner".to_vec(),
+                    payload,
                     ack: false,
                 };
                 if answer_tx.send(answer).await.is_err() {
@@ -525,8 +551,10 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     let mut per_stream: Vec<Vec<(Duration, LocationRequest)>> = vec![Vec::new(); args.clients];
     let mut requested = Vec::with_capacity(total);
     let mut user_of = Vec::with_capacity(total);
+    let mut position_of = Vec::with_capacity(total);
     for p in planned {
         user_of.push(p.user as u64);
+        position_of.push((p.request.lat, p.request.lon));
         requested.push((
             p.request.k.unwrap_or(1),
             p.request.dx_m.unwrap_or(0.0),
@@ -667,7 +695,11 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
                 / 1000;
             let since_send_us = u64::try_from(since_send_us).unwrap_or(u64::MAX).max(1);
             match event.outcome {
-                Some(Outcome::Reply(_)) => {
+                Some(Outcome::Reply(reply)) => {
+                    if let Some(check) = &poi_check {
+                        let (lat, lon) = position_of[no];
+                        check.check(&reply.payload, lat, lon, &mut poi_report);
+                    }
                     replies += 1;
                     reply_latency.saturating_record(since_send_us);
                     continue;
@@ -814,6 +846,7 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         session_anonymity: args
             .session_ms
             .map(|session_ms| session_anonymity(&tracked, session_ms)),
+        poi: poi_check.map(|check| check.finish(poi_report)),
     })
 }
 
@@ -871,6 +904,12 @@ fn print_report(r: &SimulationReport) {
             "CPU of --pid        {cpu:.2} s, {:.1} us per request, {:.0} requests per CPU second",
             1e6 * cpu / r.requests.max(1) as f64,
             r.requests as f64 / cpu.max(1e-9)
+        );
+    }
+    if let Some(p) = &r.poi {
+        println!(
+            "POI answers          {} ({}): {} exact after refinement, {} refused; candidates p50 {}, p95 {}",
+            p.answers, p.query, p.exact, p.refused, p.candidates_p50, p.candidates_p95
         );
     }
     if let Some(a) = &r.session_anonymity {

@@ -1,0 +1,178 @@
+//! The reference POI provider's engine (`cloakd::poi`) alone, on one thread: candidate-list sizes
+//! against the naive superset, and answers per second.
+//!
+//! `cargo bench --bench poi` (release). POIs: `cloakd::poi::generate` along Brinkhoff's Oldenburg road
+//! network (`../shared/data/mobility/oldenburg_{nodes,edges}.csv.gz`, relative to the repository; the
+//! bench stops with a message when they are absent), 10,000 POIs (about a real town's count) for the
+//! sizes, 1,000,000 for the speed. Boxes: centred near positions of the in-repo Oldenburg trace slice
+//! (`tests/data/oldenburg_60s.csv.gz`); for a tolerance d per axis (500 m, or dx and dy each drawn
+//! log-uniform in [20 m, 20 km], seeded) each side is uniform in [d, 2d] (a cloaking box lies in every
+//! member's constraint box, whose side is 2d) with the point uniformly inside it. Category `cafe` (6 % of
+//! the POIs) unless named. Times are the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so other load
+//! on a shared machine slows the wall clock more than these figures.
+use std::io::Read;
+use std::path::Path;
+
+use cloakd::poi::generate::{Road, generate};
+use cloakd::poi::sphere::{EARTH_RADIUS_M, SphBox};
+use cloakd::poi::{Limits, PoiIndex, Query, query_box};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn csv_rows(path: &Path) -> Vec<Vec<String>> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+fn roads() -> Option<Vec<Road>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/mobility");
+    let nodes_file = dir.join("oldenburg_nodes.csv.gz");
+    if !nodes_file.exists() {
+        return None;
+    }
+    let nodes: std::collections::HashMap<String, (f64, f64)> = csv_rows(&nodes_file)
+        .into_iter()
+        .map(|r| (r[0].clone(), (r[1].parse().unwrap(), r[2].parse().unwrap())))
+        .collect();
+    Some(
+        csv_rows(&dir.join("oldenburg_edges.csv.gz"))
+            .into_iter()
+            .map(|r| Road {
+                from: nodes[&r[1]],
+                to: nodes[&r[2]],
+                class: r[3].parse().unwrap(),
+            })
+            .collect(),
+    )
+}
+
+#[derive(Clone, Copy)]
+enum Tolerance {
+    Fixed(f64),
+    LogUniform,
+}
+
+fn boxes(tolerance: Tolerance, count: usize, seed: u64) -> Vec<SphBox> {
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
+    let points = cloakd::workload::read_trace_file(&trace, Some(200_000)).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let m_per_deg = EARTH_RADIUS_M.to_radians();
+    let limits = Limits::default();
+    (0..count)
+        .map(|_| {
+            let p = &points[rng.random_range(0..points.len())];
+            let mut draw = || match tolerance {
+                Tolerance::Fixed(d) => d,
+                Tolerance::LogUniform => {
+                    10f64.powf(rng.random_range(20f64.log10()..20_000f64.log10()))
+                }
+            };
+            let (dx, dy) = (draw(), draw());
+            let w = rng.random_range(dx..=2.0 * dx);
+            let h = rng.random_range(dy..=2.0 * dy);
+            let (fx, fy): (f64, f64) = (rng.random(), rng.random());
+            let dlat = h / m_per_deg;
+            let dlon = w / (m_per_deg * p.lat.to_radians().cos());
+            let lat0 = p.lat - fy * dlat;
+            let lon0 = p.lon - fx * dlon;
+            query_box(lat0, lon0, lat0 + dlat, lon0 + dlon, &limits).unwrap()
+        })
+        .collect()
+}
+
+fn thread_cpu_s() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+fn percentile(v: &mut [usize], q: f64) -> usize {
+    v.sort_unstable();
+    v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+fn main() {
+    let Some(roads) = roads() else {
+        eprintln!(
+            "../shared/data/mobility/oldenburg_{{nodes,edges}}.csv.gz not found: nothing measured"
+        );
+        return;
+    };
+    let unlimited = Limits {
+        max_candidates: usize::MAX / 16,
+        ..Limits::default()
+    };
+    let town = PoiIndex::new(generate(&roads, 10_000, 1).unwrap());
+    println!("candidate-list sizes, 10,000 POIs, category cafe, 2,000 boxes per row");
+    println!(
+        "| tolerance | query | candidates median | p95 | naive superset median | p95 | R-tree superset median | undecided |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, tolerance) in [
+        ("500 m", Tolerance::Fixed(500.0)),
+        ("log-uniform [20 m, 20 km]", Tolerance::LogUniform),
+    ] {
+        let boxes = boxes(tolerance, 2_000, 1);
+        for query in [
+            Query::Nearest { count: 1 },
+            Query::Nearest { count: 5 },
+            Query::Range { radius_m: 300.0 },
+        ] {
+            let (mut sizes, mut naive, mut examined, mut undecided) = (vec![], vec![], vec![], 0);
+            for b in &boxes {
+                let list = town.candidates("cafe", &query, b, &unlimited).unwrap();
+                sizes.push(list.pois.len());
+                examined.push(list.examined);
+                undecided += list.undecided;
+                naive.push(town.naive_superset_len("cafe", &query, b));
+            }
+            println!(
+                "| {name} | {query:?} | {} | {} | {} | {} | {} | {undecided} |",
+                percentile(&mut sizes, 0.5),
+                percentile(&mut sizes, 0.95),
+                percentile(&mut naive, 0.5),
+                percentile(&mut naive, 0.95),
+                percentile(&mut examined, 0.5),
+            );
+        }
+    }
+
+    let city = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
+    let limits = Limits::default();
+    println!("\nanswers per CPU-second of one thread, 1,000,000 POIs, 500 m, 20,000 boxes");
+    println!("| category (POIs) | query | answers/s | candidates median | refused |");
+    println!("|---|---|---|---|---|");
+    let boxes = boxes(Tolerance::Fixed(500.0), 20_000, 2);
+    let counts: std::collections::HashMap<&str, usize> = city.categories().into_iter().collect();
+    for category in ["hotel", "cafe", "restaurant"] {
+        for query in [
+            Query::Nearest { count: 1 },
+            Query::Nearest { count: 5 },
+            Query::Range { radius_m: 300.0 },
+        ] {
+            let mut sizes = Vec::with_capacity(boxes.len());
+            let mut refused = 0;
+            let start = thread_cpu_s();
+            for b in &boxes {
+                match city.candidates(category, &query, b, &limits) {
+                    Ok(list) => sizes.push(std::hint::black_box(list).pois.len()),
+                    Err(_) => refused += 1,
+                }
+            }
+            let seconds = thread_cpu_s() - start;
+            println!(
+                "| {category} ({}) | {query:?} | {:.0} | {} | {refused} |",
+                counts[category],
+                boxes.len() as f64 / seconds,
+                percentile(&mut sizes, 0.5),
+            );
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! `cloakd poi generate`: a seeded synthetic POI file along a road network ([`crate::poi::generate`]),
+//! from Brinkhoff's Oldenburg network files (`oldenburg_nodes.csv.gz`: `node_id,lat,lon,...`;
+//! `oldenburg_edges.csv.gz`: `edge_id,from,to,class,...`) or any network in that format.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::poi::generate::{Road, generate};
+
+#[derive(Debug, clap::Args)]
+pub struct PoiArgs {
+    #[command(subcommand)]
+    pub command: PoiCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum PoiCommand {
+    /// Write `--count` POIs (CSV `id,lat,lon,category,name`) along the roads of a network, seeded.
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    /// Nodes: CSV `node_id,lat,lon[,...]` with a header (optionally gzip'd).
+    #[arg(long, value_name = "FILE")]
+    pub nodes: PathBuf,
+    /// Edges: CSV `edge_id,from,to,class[,...]` with a header (optionally gzip'd).
+    #[arg(long, value_name = "FILE")]
+    pub edges: PathBuf,
+    /// How many POIs (at most 100,000,000).
+    #[arg(long, default_value_t = 10_000)]
+    pub count: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output CSV file.
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+/// The rows of a CSV file after its header, each checked to have at least `columns` fields.
+fn rows(path: &Path, columns: usize) -> anyhow::Result<Vec<(u64, csv::StringRecord)>> {
+    let file = crate::workload::open_maybe_gz(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let bounded = crate::lines::BoundedLines::new(file, crate::lines::Records::Csv);
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(bounded);
+    let mut out = Vec::new();
+    for record in reader.records() {
+        let record = record.with_context(|| path.display().to_string())?;
+        let line = record.position().map_or(0, |p| p.line());
+        anyhow::ensure!(
+            record.len() >= columns,
+            "{} line {line}: has {} fields, needs at least {columns}",
+            path.display(),
+            record.len()
+        );
+        out.push((line, record));
+    }
+    Ok(out)
+}
+
+fn field<T: std::str::FromStr>(
+    path: &Path,
+    line: u64,
+    record: &csv::StringRecord,
+    i: usize,
+    name: &str,
+) -> anyhow::Result<T> {
+    record[i].trim().parse().map_err(|_| {
+        anyhow::anyhow!(
+            "{} line {line}: {name}: cannot parse {}",
+            path.display(),
+            crate::text::quote(&record[i])
+        )
+    })
+}
+
+pub fn run(args: PoiArgs) -> anyhow::Result<()> {
+    match args.command {
+        PoiCommand::Generate(args) => run_generate(args),
+    }
+}
+
+fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.count <= 100_000_000,
+        "--count: at most 100,000,000 POIs"
+    );
+    let mut nodes: HashMap<u64, (f64, f64)> = HashMap::new();
+    for (line, r) in rows(&args.nodes, 3)? {
+        let id = field(&args.nodes, line, &r, 0, "node_id")?;
+        let lat: f64 = field(&args.nodes, line, &r, 1, "lat")?;
+        let lon: f64 = field(&args.nodes, line, &r, 2, "lon")?;
+        anyhow::ensure!(
+            lat.abs() <= 90.0 && lon.abs() <= 180.0,
+            "{} line {line}: lat/lon out of range",
+            args.nodes.display()
+        );
+        nodes.insert(id, (lat, lon));
+    }
+    let mut roads = Vec::new();
+    for (line, r) in rows(&args.edges, 4)? {
+        let node = |i: usize, name: &str| -> anyhow::Result<(f64, f64)> {
+            let id: u64 = field(&args.edges, line, &r, i, name)?;
+            nodes.get(&id).copied().ok_or_else(|| {
+                anyhow::anyhow!("{} line {line}: {name}: no node {id}", args.edges.display())
+            })
+        };
+        roads.push(Road {
+            from: node(1, "from")?,
+            to: node(2, "to")?,
+            class: field(&args.edges, line, &r, 3, "class")?,
+        });
+    }
+    let pois = generate(&roads, args.count, args.seed).map_err(anyhow::Error::msg)?;
+    let file = std::fs::File::create(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    crate::poi::table::write_pois(std::io::BufWriter::new(file), &pois)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    eprintln!(
+        "{} POIs along {} roads written to {}",
+        pois.len(),
+        roads.len(),
+        args.output.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,401 @@
+//! Candidate lists of a box: exact filters on the R-tree's superset.
+//!
+//! *Range r*: a POI is a candidate exactly when its distance to the box (to the box's closest point,
+//! [`SphBox::closest_point_m`]) is at most r; that closest point is its witness. The R-tree is asked
+//! for the box's 3D envelope grown by the chord of r, a superset.
+//!
+//! *Nearest n*: the corners are the filters (Casper). For a corner c with d_n(c) the distance to its
+//! n-th nearest POI, every point x of the quarter of the box at c has its n nearest within
+//! d_n(c) + d(x, c) <= d_n(c) + maxdist(c, quarter) of x, so the union over the corners of the POIs
+//! within that bound of their quarter, Q, holds the n nearest of every point of the box. Then each
+//! p in Q is decided exactly: with unit vectors, "x is closer to q than to p" is `x · (p − q) < 0`,
+//! linear in x, whose exact extremes over any sub-box are known. A branch and bound over sub-boxes
+//! counts, per sub-box, the q closer than p everywhere (by more than [`TIE_RAD`]) and the q whose
+//! bisector with p crosses it: p is out of the sub-box when the first count reaches n, and the sub-box
+//! centre is a witness when both together stay below n. The point of the box closest to p is tried
+//! first (it settles every POI inside the box at once). Since the n nearest of every point of the
+//! box lie in Q, counting within Q decides exactly.
+use super::sphere::{self, Extreme, SphBox, Vec3};
+use super::{Limits, PoiIndex, Query, QueryError};
+
+/// Ties finer than this angle (radians, about 0.06 mm on the Earth) between a point and the bisector of
+/// two POIs are not decided; a POI whose membership depends only on such ties is kept.
+pub const TIE_RAD: f64 = 1e-11;
+/// A range candidate may lie this much (metres) beyond the radius, for rounding.
+pub const RANGE_SLACK_M: f64 = 1e-6;
+/// Sub-boxes smaller than this (radians of arc, about 0.6 mm) are not split further.
+const MIN_EXTENT_RAD: f64 = 1e-10;
+/// Sub-boxes examined per POI before it is kept undecided.
+const NODE_BUDGET: usize = 4096;
+
+/// A candidate list: POI indexes (ascending), with a witness point (degrees) per candidate where one
+/// was found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Candidates {
+    pub pois: Vec<u32>,
+    /// `witnesses[i]` is a point of the box whose exact answer holds `pois[i]`, or `None` when the
+    /// candidate was kept undecided.
+    pub witnesses: Vec<Option<(f64, f64)>>,
+    /// Candidates kept without a witness.
+    pub undecided: usize,
+    /// Size of the superset the exact filter examined.
+    pub examined: usize,
+}
+
+impl Candidates {
+    fn push(&mut self, poi: u32, witness: Option<(f64, f64)>) {
+        self.pois.push(poi);
+        self.undecided += usize::from(witness.is_none());
+        self.witnesses.push(witness);
+    }
+}
+
+enum Relation {
+    /// q is closer than p at every point of the sub-box (or ties it there and precedes it by id).
+    Before,
+    /// q is never closer than p in the sub-box.
+    After,
+    /// The bisector of p and q crosses the sub-box (within [`TIE_RAD`]).
+    Crossing,
+}
+
+fn deg(lat: f64, lon: f64) -> (f64, f64) {
+    (lat.to_degrees(), lon.to_degrees())
+}
+
+fn expand(envelope: (Vec3, Vec3), by: f64) -> rstar::AABB<Vec3> {
+    let (lo, hi) = envelope;
+    rstar::AABB::from_corners(
+        [lo[0] - by, lo[1] - by, lo[2] - by],
+        [hi[0] + by, hi[1] + by, hi[2] + by],
+    )
+}
+
+impl PoiIndex {
+    /// The candidate list of a query over a box (the query validated by the caller). An unknown
+    /// category has no POIs, so its list is empty. A list longer than `limits.max_candidates` is
+    /// refused (`query`), as soon as that is known.
+    pub fn candidates(
+        &self,
+        category: &str,
+        query: &Query,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Result<Candidates, QueryError> {
+        let list = match *query {
+            Query::Nearest { count } => self.nearest(category, count as usize, b, limits)?,
+            Query::Range { radius_m } => self.range(category, radius_m, b, limits)?,
+        };
+        if list.pois.len() > limits.max_candidates {
+            return Err(too_many(limits));
+        }
+        Ok(list)
+    }
+
+    fn range(
+        &self,
+        category: &str,
+        radius_m: f64,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Result<Candidates, QueryError> {
+        let mut out = Candidates::default();
+        let Some(tree) = self.trees.get(category) else {
+            return Ok(out);
+        };
+        let envelope = expand(b.envelope(), sphere::chord_of_m(radius_m) + 1e-12);
+        let mut found: Vec<(u32, (f64, f64))> = Vec::new();
+        for entry in tree.locate_in_envelope_intersecting(envelope) {
+            out.examined += 1;
+            let p = &self.pois[entry.data as usize];
+            let (d, at) = b.closest_point_m(&entry.geom(), (p.lat, p.lon));
+            if d <= radius_m + RANGE_SLACK_M {
+                found.push((entry.data, at));
+                if found.len() > limits.max_candidates {
+                    return Err(too_many(limits));
+                }
+            }
+        }
+        found.sort_by_key(|f| f.0);
+        for (poi, at) in found {
+            out.push(poi, Some(at));
+        }
+        Ok(out)
+    }
+
+    /// The superset Q of the nearest-n search (see the module documentation), ascending.
+    fn nearest_superset(
+        &self,
+        tree: &rstar::RTree<super::Entry>,
+        n: usize,
+        b: &SphBox,
+    ) -> Vec<u32> {
+        let mut q = Vec::new();
+        for (i, &(lat, lon)) in b.corners().iter().enumerate() {
+            let corner = sphere::unit_of_rad(lat, lon);
+            let Some((_, d2)) = tree
+                .nearest_neighbor_iter_with_distance_2(corner)
+                .nth(n - 1)
+            else {
+                continue;
+            };
+            let quarter = b.quarter(i);
+            let bound_m = sphere::m_of_chord(d2.sqrt()) + quarter.farthest_m(&corner) + 1e-6;
+            let envelope = expand(quarter.envelope(), sphere::chord_of_m(bound_m) + 1e-12);
+            for entry in tree.locate_in_envelope_intersecting(envelope) {
+                let p = &self.pois[entry.data as usize];
+                if quarter.closest_point_m(&entry.geom(), (p.lat, p.lon)).0 <= bound_m {
+                    q.push(entry.data);
+                }
+            }
+        }
+        q.sort_unstable();
+        q.dedup();
+        q
+    }
+
+    fn nearest(
+        &self,
+        category: &str,
+        n: usize,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Result<Candidates, QueryError> {
+        let mut out = Candidates::default();
+        let Some(tree) = self.trees.get(category) else {
+            return Ok(out);
+        };
+        if tree.size() <= n {
+            // Every POI of the category is among the n nearest of every point.
+            let mut all: Vec<u32> = tree.iter().map(|e| e.data).collect();
+            all.sort_unstable();
+            out.examined = all.len();
+            let (clat, clon) = b.centre();
+            for poi in all {
+                out.push(poi, Some(deg(clat, clon)));
+            }
+            return Ok(out);
+        }
+        let q = self.nearest_superset(tree, n, b);
+        if q.len() > 8 * limits.max_candidates {
+            return Err(too_many(limits));
+        }
+        out.examined = q.len();
+        for &p in &q {
+            match self.decide(tree, p, &q, n, b) {
+                Decision::Witness(at) => out.push(p, Some(at)),
+                Decision::Undecided => out.push(p, None),
+                Decision::Out => {}
+            }
+            if out.pois.len() > limits.max_candidates {
+                return Err(too_many(limits));
+            }
+        }
+        Ok(out)
+    }
+
+    fn relation(&self, p: u32, q: u32, b: &SphBox) -> Relation {
+        let (pu, qu) = (&self.units[p as usize], &self.units[q as usize]);
+        if pu == qu {
+            return if self.id_rank[q as usize] < self.id_rank[p as usize] {
+                Relation::Before
+            } else {
+                Relation::After
+            };
+        }
+        // x · w > 0 exactly where x is closer to p.
+        let w = sphere::sub(pu, qu);
+        let tie = TIE_RAD * sphere::norm(&w);
+        let (min, max): (Extreme, Extreme) = b.linear_extremes(&w);
+        if max.value < -tie {
+            Relation::Before
+        } else if min.value > tie {
+            Relation::After
+        } else {
+            Relation::Crossing
+        }
+    }
+
+    /// Whether q may precede p at the point x (unit vector): closer, tied within [`TIE_RAD`], or
+    /// equal and before it by id. Counting these is conservative for a witness.
+    fn may_precede(&self, p: u32, q: u32, x: &Vec3) -> bool {
+        let (pu, qu) = (&self.units[p as usize], &self.units[q as usize]);
+        if pu == qu {
+            return self.id_rank[q as usize] < self.id_rank[p as usize];
+        }
+        let w = sphere::sub(pu, qu);
+        sphere::dot(x, &w) <= TIE_RAD * sphere::norm(&w)
+    }
+
+    /// Whether fewer than n POIs may precede p at x, walking the R-tree outwards from x until
+    /// past p's distance.
+    fn among_nearest_at(
+        &self,
+        tree: &rstar::RTree<super::Entry>,
+        p: u32,
+        n: usize,
+        x: &Vec3,
+    ) -> bool {
+        let pu = &self.units[p as usize];
+        let d2_p = {
+            let d = sphere::sub(pu, x);
+            sphere::dot(&d, &d)
+        };
+        let mut before = 0;
+        for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(*x) {
+            // |x − q|² − |x − p|² = 2 x · (p − q) and |p − q| <= |x − p| + |x − q|: past this,
+            // no q (nor any farther one) may precede p even within the tie tolerance.
+            if d2 > d2_p + 2.0 * TIE_RAD * (d2_p.sqrt() + d2.sqrt()) + 1e-24 {
+                return true;
+            }
+            if entry.data != p && self.may_precede(p, entry.data, x) {
+                before += 1;
+                if before >= n {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn decide(
+        &self,
+        tree: &rstar::RTree<super::Entry>,
+        p: u32,
+        q_set: &[u32],
+        n: usize,
+        b: &SphBox,
+    ) -> Decision {
+        let pu = self.units[p as usize];
+        let poi = &self.pois[p as usize];
+        // The point of the box closest to p: p's best chance, and p itself when p is in the box.
+        let (_, at) = b.closest_point_m(&pu, (poi.lat, poi.lon));
+        let x = if b.contains(poi.lat.to_radians(), poi.lon.to_radians()) {
+            pu
+        } else {
+            sphere::unit(at.0, at.1)
+        };
+        if self.among_nearest_at(tree, p, n, &x) {
+            return Decision::Witness(at);
+        }
+        let others: Vec<u32> = q_set.iter().copied().filter(|&q| q != p).collect();
+        let mut stack = vec![(*b, others, 0usize)];
+        let mut nodes = 0;
+        let mut undecided = false;
+        while let Some((sub, crossing, before)) = stack.pop() {
+            nodes += 1;
+            let mut before = before;
+            let mut still = Vec::with_capacity(crossing.len());
+            for q in crossing {
+                match self.relation(p, q, &sub) {
+                    Relation::Before => before += 1,
+                    Relation::After => {}
+                    Relation::Crossing => still.push(q),
+                }
+                if before >= n {
+                    break;
+                }
+            }
+            if before >= n {
+                continue;
+            }
+            let (clat, clon) = sub.centre();
+            if before + still.len() < n {
+                return Decision::Witness(deg(clat, clon));
+            }
+            let centre = sphere::unit_of_rad(clat, clon);
+            let at_centre = before
+                + still
+                    .iter()
+                    .filter(|&&q| self.may_precede(p, q, &centre))
+                    .take(n - before)
+                    .count();
+            if at_centre < n {
+                return Decision::Witness(deg(clat, clon));
+            }
+            if sub.extent() < MIN_EXTENT_RAD || nodes >= NODE_BUDGET {
+                undecided = true;
+                continue;
+            }
+            // Depth first, the half nearer p first (pushed last).
+            let [a, c] = sub.split();
+            let da = a.closest_point_m(&pu, (poi.lat, poi.lon)).0;
+            let dc = c.closest_point_m(&pu, (poi.lat, poi.lon)).0;
+            let (near, far) = if da <= dc { (a, c) } else { (c, a) };
+            stack.push((far, still.clone(), before));
+            stack.push((near, still, before));
+        }
+        if undecided {
+            Decision::Undecided
+        } else {
+            Decision::Out
+        }
+    }
+
+    /// The naive superset the candidate lists are measured against: every POI of the category inside
+    /// the box grown on each side by D (a lat/lon rectangle), where D is r for range and, for
+    /// nearest n, the largest distance from a corner to its n-th nearest POI plus the box's diagonal.
+    pub fn naive_superset_len(&self, category: &str, query: &Query, b: &SphBox) -> usize {
+        let Some(tree) = self.trees.get(category) else {
+            return 0;
+        };
+        let grow_m = match *query {
+            Query::Range { radius_m } => radius_m,
+            Query::Nearest { count } => {
+                let n = count as usize;
+                let mut largest: f64 = 0.0;
+                for (lat, lon) in b.corners() {
+                    let corner = sphere::unit_of_rad(lat, lon);
+                    match tree
+                        .nearest_neighbor_iter_with_distance_2(corner)
+                        .nth(n - 1)
+                    {
+                        Some((_, d2)) => largest = largest.max(sphere::m_of_chord(d2.sqrt())),
+                        None => return tree.size(),
+                    }
+                }
+                let diagonal = sphere::haversine_m(
+                    b.lat0.to_degrees(),
+                    b.lon0.to_degrees(),
+                    b.lat1.to_degrees(),
+                    b.lon1.to_degrees(),
+                );
+                largest + diagonal
+            }
+        };
+        let dlat = grow_m / sphere::EARTH_RADIUS_M;
+        let lat0 = (b.lat0 - dlat).max(-std::f64::consts::FRAC_PI_2);
+        let lat1 = (b.lat1 + dlat).min(std::f64::consts::FRAC_PI_2);
+        let cos = lat0.cos().min(lat1.cos()).max(1e-9);
+        let dlon = (dlat / cos).min(std::f64::consts::PI);
+        let grown = SphBox {
+            lat0,
+            lat1,
+            lon0: b.lon0 - dlon,
+            lon1: b.lon1 + dlon,
+        };
+        let envelope = expand(grown.envelope(), 1e-12);
+        tree.locate_in_envelope_intersecting(envelope)
+            .filter(|e| {
+                let p = &self.pois[e.data as usize];
+                grown.contains(p.lat.to_radians(), p.lon.to_radians())
+            })
+            .count()
+    }
+}
+
+fn too_many(limits: &Limits) -> QueryError {
+    QueryError {
+        field: "query",
+        rule: format!(
+            "the candidate list would hold more than {} POIs; ask with a smaller count, radius or tolerance",
+            limits.max_candidates
+        ),
+    }
+}
+
+enum Decision {
+    Witness((f64, f64)),
+    Undecided,
+    Out,
+}

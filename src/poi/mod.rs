@@ -1,0 +1,276 @@
+//! Points of interest answered under cloaking: the engine of the reference LBS provider
+//! (`cloakd provider`) and of the client-side refinement.
+//!
+//! A provider behind cloakd sees a box, never a point. For a query about "my" position it returns a
+//! **candidate list** (Casper's privacy-aware query processing, Mokbel, Chow & Aref, VLDB 2006) that
+//! holds the exact answer for every point of the box; the client, which knows its point, picks the
+//! exact answer from it ([`refine`]).
+//!
+//! Queries (distances are great-circle metres, [`sphere`]; ties in distance are broken by id, byte
+//! order, so "the n nearest" of a point is one well-defined set):
+//! - *nearest* (category, n): the candidates are the POIs of the category that are among the n nearest
+//!   of at least one point of the box;
+//! - *range* (category, r): the POIs of the category within r of at least one point of the box.
+//!
+//! Invariants (checked against brute force in `checker.rs`):
+//! - **inclusive**: for every point of the box, its exact answer is a subset of the candidates;
+//! - **minimal**: every candidate comes with a witness, a point of the box for which it is part of the
+//!   exact answer ([`Candidates::witnesses`]), except candidates kept because deciding them depends on a
+//!   distance tie finer than [`candidates::TIE_RAD`] or exhausted the search budget: those are kept (to
+//!   stay inclusive) and counted in [`Candidates::undecided`]. For range, the witness is the point of
+//!   the box closest to the POI, and the slack is [`candidates::RANGE_SLACK_M`].
+//!
+//! The engine is pure: no I/O, no clock; the CSV reader takes any reader ([`table`]).
+use std::collections::HashMap;
+
+use rstar::RTree;
+use rstar::primitives::GeomWithData;
+
+pub mod candidates;
+#[cfg(test)]
+mod checker;
+pub mod generate;
+pub mod refine;
+pub mod sphere;
+pub mod table;
+
+pub use candidates::Candidates;
+pub use refine::refine;
+
+/// One point of interest (degrees WGS84).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Poi {
+    pub id: String,
+    pub lat: f64,
+    pub lon: f64,
+    pub category: String,
+    pub name: String,
+}
+
+/// What is asked about a category.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Query {
+    /// The `count` nearest POIs.
+    Nearest { count: u32 },
+    /// Every POI within `radius_m` metres.
+    Range { radius_m: f64 },
+}
+
+/// The bounds a provider puts on queries and boxes, checked before any work.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Largest `count` of a nearest query.
+    pub max_count: u32,
+    /// Largest `radius_m` of a range query.
+    pub max_radius_m: f64,
+    /// Largest side of a box, in metres.
+    pub max_box_m: f64,
+    /// Most candidates in one list: a longer list is refused (it would not fit an answer anyway),
+    /// and the nearest search gives up once its superset exceeds 8 times this.
+    pub max_candidates: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_count: 64,
+            max_radius_m: 50_000.0,
+            max_box_m: 200_000.0,
+            max_candidates: 2_000,
+        }
+    }
+}
+
+/// A refused query or box: the field and the rule it broke (never a position).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {rule}")]
+pub struct QueryError {
+    pub field: &'static str,
+    pub rule: String,
+}
+
+fn refuse(field: &'static str, rule: impl Into<String>) -> QueryError {
+    QueryError {
+        field,
+        rule: rule.into(),
+    }
+}
+
+impl Query {
+    /// Checks the query against the limits.
+    pub fn validate(&self, limits: &Limits) -> Result<(), QueryError> {
+        match *self {
+            Query::Nearest { count } => {
+                if count == 0 || count > limits.max_count {
+                    return Err(refuse(
+                        "nearest.count",
+                        format!("must be between 1 and {}", limits.max_count),
+                    ));
+                }
+            }
+            Query::Range { radius_m } => {
+                if !(radius_m.is_finite() && radius_m > 0.0 && radius_m <= limits.max_radius_m) {
+                    return Err(refuse(
+                        "range.radius_m",
+                        format!(
+                            "must be a number > 0 and at most {} metres",
+                            limits.max_radius_m
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A validated box of degrees: finite, latitudes in [−90, 90], longitudes in [−180, 180], min <= max,
+/// each side at most `limits.max_box_m` (and under 180 degrees of longitude).
+pub fn query_box(
+    min_lat: f64,
+    min_lon: f64,
+    max_lat: f64,
+    max_lon: f64,
+    limits: &Limits,
+) -> Result<sphere::SphBox, QueryError> {
+    for (field, v, bound) in [
+        ("box.min_lat", min_lat, 90.0),
+        ("box.max_lat", max_lat, 90.0),
+        ("box.min_lon", min_lon, 180.0),
+        ("box.max_lon", max_lon, 180.0),
+    ] {
+        if !(v.is_finite() && v.abs() <= bound) {
+            return Err(refuse(
+                field,
+                format!("must be a number in [-{bound}, {bound}]"),
+            ));
+        }
+    }
+    if min_lat > max_lat {
+        return Err(refuse("box", "min_lat must not exceed max_lat"));
+    }
+    if min_lon > max_lon {
+        return Err(refuse("box", "min_lon must not exceed max_lon"));
+    }
+    let b = sphere::SphBox::from_degrees(min_lat, min_lon, max_lat, max_lon);
+    let side_m = b.extent() * sphere::EARTH_RADIUS_M;
+    if side_m > limits.max_box_m || max_lon - min_lon >= 180.0 {
+        return Err(refuse(
+            "box",
+            format!("each side must be at most {} metres", limits.max_box_m),
+        ));
+    }
+    Ok(b)
+}
+
+type Entry = GeomWithData<sphere::Vec3, u32>;
+
+/// The POIs, one R-tree of unit vectors per category.
+pub struct PoiIndex {
+    pois: Vec<Poi>,
+    units: Vec<sphere::Vec3>,
+    /// Rank of each POI's id in byte order: the tie-break of equal distances.
+    id_rank: Vec<u32>,
+    trees: HashMap<String, RTree<Entry>>,
+}
+
+impl PoiIndex {
+    /// Indexes the POIs (bulk-loaded R-trees). Ids should be unique; equal ids tie-break by position.
+    pub fn new(pois: Vec<Poi>) -> PoiIndex {
+        let units: Vec<sphere::Vec3> = pois.iter().map(|p| sphere::unit(p.lat, p.lon)).collect();
+        let mut order: Vec<u32> = (0..pois.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            pois[a as usize]
+                .id
+                .cmp(&pois[b as usize].id)
+                .then(a.cmp(&b))
+        });
+        let mut id_rank = vec![0; pois.len()];
+        for (rank, &i) in order.iter().enumerate() {
+            id_rank[i as usize] = rank as u32;
+        }
+        let mut by_category: HashMap<String, Vec<Entry>> = HashMap::new();
+        for (i, p) in pois.iter().enumerate() {
+            by_category
+                .entry(p.category.clone())
+                .or_default()
+                .push(Entry::new(units[i], i as u32));
+        }
+        let trees = by_category
+            .into_iter()
+            .map(|(category, entries)| (category, RTree::bulk_load(entries)))
+            .collect();
+        PoiIndex {
+            pois,
+            units,
+            id_rank,
+            trees,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.pois.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pois.is_empty()
+    }
+
+    pub fn poi(&self, i: u32) -> &Poi {
+        &self.pois[i as usize]
+    }
+
+    /// The exact answer of one point (what a client would get without cloaking), by the R-tree from
+    /// the point and [`refine::refine_indexes`]: POI indexes, nearest first.
+    pub fn answer_at(&self, category: &str, query: &Query, lat: f64, lon: f64) -> Vec<u32> {
+        let Some(tree) = self.trees.get(category) else {
+            return Vec::new();
+        };
+        let x = sphere::unit(lat, lon);
+        let mut near: Vec<u32> = Vec::new();
+        match *query {
+            Query::Nearest { count } => {
+                let mut nth = f64::INFINITY;
+                for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(x) {
+                    // Past the n-th distance (with room for ties and rounding), nothing can be in.
+                    if near.len() >= count as usize && d2 > nth * (1.0 + 1e-9) + 1e-24 {
+                        break;
+                    }
+                    near.push(entry.data);
+                    if near.len() == count as usize {
+                        nth = d2;
+                    }
+                }
+            }
+            Query::Range { radius_m } => {
+                let chord = sphere::chord_of_m(radius_m);
+                let reach = chord * chord * (1.0 + 1e-9) + 1e-24;
+                near.extend(tree.locate_within_distance(x, reach).map(|e| e.data));
+            }
+        }
+        let pois = &self.pois;
+        refine::refine_indexes(
+            near.iter().map(|&i| {
+                let p = &pois[i as usize];
+                (p.lat, p.lon, p.id.as_str())
+            }),
+            lat,
+            lon,
+            query,
+        )
+        .into_iter()
+        .map(|i| near[i])
+        .collect()
+    }
+
+    /// The categories and how many POIs each has, most frequent first.
+    pub fn categories(&self) -> Vec<(&str, usize)> {
+        let mut out: Vec<(&str, usize)> = self
+            .trees
+            .iter()
+            .map(|(c, t)| (c.as_str(), t.size()))
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        out
+    }
+}
