@@ -520,7 +520,9 @@ impl<'a> Search<'a> {
                     .iter()
                     .map(|&t| {
                         let next = class_of_key.len() as u32;
-                        *class_of_key.entry(self.key(t as usize, node)).or_insert(next)
+                        *class_of_key
+                            .entry(self.key(t as usize, node))
+                            .or_insert(next)
                     })
                     .collect();
                 let class_of = p.class_of.iter().map(|&c| coarse[c as usize]).collect();
