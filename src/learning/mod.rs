@@ -17,6 +17,7 @@ pub mod forest;
 pub mod j48;
 pub mod java_random;
 pub mod naive_bayes;
+mod normal;
 
 pub use dataset::{Attribute, AttributeKind, Dataset, DatasetError};
 pub use folds::stratified_folds;

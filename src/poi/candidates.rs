@@ -108,7 +108,7 @@ impl PoiIndex {
         for entry in tree.locate_in_envelope_intersecting(envelope) {
             out.examined += 1;
             let p = &self.pois[entry.data as usize];
-            let (d, at) = b.closest_point_m(&entry.geom(), (p.lat, p.lon));
+            let (d, at) = b.closest_point_m(entry.geom(), (p.lat, p.lon));
             if d <= radius_m + RANGE_SLACK_M {
                 found.push((entry.data, at));
                 if found.len() > limits.max_candidates {
@@ -144,7 +144,7 @@ impl PoiIndex {
             let envelope = expand(quarter.envelope(), sphere::chord_of_m(bound_m) + 1e-12);
             for entry in tree.locate_in_envelope_intersecting(envelope) {
                 let p = &self.pois[entry.data as usize];
-                if quarter.closest_point_m(&entry.geom(), (p.lat, p.lon)).0 <= bound_m {
+                if quarter.closest_point_m(entry.geom(), (p.lat, p.lon)).0 <= bound_m {
                     q.push(entry.data);
                 }
             }

@@ -237,7 +237,7 @@ impl SphBox {
         } else {
             (clat, self.lat1)
         };
-        let (lon0, lon1) = if i % 2 == 0 {
+        let (lon0, lon1) = if i.is_multiple_of(2) {
             (self.lon0, clon)
         } else {
             (clon, self.lon1)
