@@ -195,7 +195,9 @@ async fn oldenburg_slice_is_cloaked_k_anonymously() {
             members.len()
         );
     }
-    assert!(cloaked > ROWS / 2, "only {cloaked} of {ROWS} cloaked");
+    // Peers are grouped within half of each 500 m tolerance (the box slides in the other half), so
+    // about a third of this sparse slice is cloaked; the bound guards against a vacuous run.
+    assert!(cloaked > ROWS / 5, "only {cloaked} of {ROWS} cloaked");
 
     // The provider got exactly the cloaked ones, acknowledged them, and can answer them all.
     let waiting = tokio::time::Instant::now();
