@@ -12,7 +12,8 @@
 //!
 //! The privacy side is computed here from the release's classes with the functions `table evaluate`
 //! uses ([`ReleaseView`], [`privacy_loss`]), so the bars' A_acc equal its report for the same release.
-//! The utility side comes from a [`WorkloadUtility`], passed in; without one the figure has the
+//! The researcher's side ([`Researcher`]: U_base and U_san per release and classifier) is measured
+//! by the caller with [`crate::measures::workload`] and passed in; without it the figure has the
 //! adversary's bars only.
 //!
 //! Invariants: pure (no files, no clock); a sanitization the table cannot satisfy is left out with
@@ -267,25 +268,17 @@ pub fn measure(
         .collect()
 }
 
-/// The researcher's side: the learning workload measured on releases of one table.
-pub trait WorkloadUtility {
-    /// U_base: the best accuracy over the trivial sanitizations (Q removed; S removed, where the
-    /// workload is not S) and the classifiers, with what gave it (`"j48, S removed"`).
-    fn baseline(
-        &self,
-        table: &Table,
-        workload: &str,
-        classifiers: &[String],
-    ) -> Result<(f64, String), String>;
-
-    /// U_san of each classifier (in order) on a release of the table.
-    fn accuracies(
-        &self,
-        table: &Table,
-        release: &Release,
-        workload: &str,
-        classifiers: &[String],
-    ) -> Result<Vec<f64>, String>;
+/// The researcher's side of a figure, measured by the learning workload
+/// ([`crate::measures::workload`]) on the figure's table and releases.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Researcher {
+    /// U_base: the best accuracy over the trivial sanitizations and the classifiers.
+    pub u_base: f64,
+    /// What gave U_base (`"j48, sensitive removed"`).
+    pub u_base_by: String,
+    /// U_san of each classifier of the figure (in the spec's order), per measured release (in
+    /// order).
+    pub u_san: Vec<Vec<f64>>,
 }
 
 /// One group of bars: a sanitization.
@@ -318,43 +311,42 @@ pub fn adversary_baseline(table: &Table) -> f64 {
     max as f64 / total.max(1) as f64
 }
 
-/// Builds a figure from the measured releases of its dataset's table; the utility bars come from
-/// `utility` when given.
+/// Builds a figure from the measured releases of its dataset's table; the researcher's bars come
+/// from `researcher` when given (one row of U_san per measured release, one value per classifier).
 pub fn figure(
     spec: &FigureSpec,
     table: &Table,
     measured: &[Measured],
-    utility: Option<&dyn WorkloadUtility>,
+    researcher: Option<&Researcher>,
 ) -> Result<Figure, FigureError> {
-    let researcher_baseline = match utility {
-        Some(u) => Some(
-            u.baseline(table, &spec.workload, &spec.classifiers)
-                .map_err(FigureError::Utility)?,
-        ),
-        None => None,
-    };
-    let mut bars = Vec::with_capacity(measured.len());
-    for m in measured {
-        let utility_gain = match (utility, &researcher_baseline) {
-            (Some(u), Some((base, _))) => u
-                .accuracies(table, &m.release, &spec.workload, &spec.classifiers)
-                .map_err(FigureError::Utility)?
-                .into_iter()
-                .map(|accuracy| Some(accuracy - base))
-                .collect(),
-            _ => vec![None; spec.classifiers.len()],
-        };
-        bars.push(FigureBar {
+    if let Some(r) = researcher {
+        let shape_ok = r.u_san.len() == measured.len()
+            && r.u_san.iter().all(|row| row.len() == spec.classifiers.len());
+        if !shape_ok {
+            return Err(FigureError::Utility(format!(
+                "the researcher's side has {} releases, the figure {} (rule: one U_san per release and classifier)",
+                r.u_san.len(),
+                measured.len()
+            )));
+        }
+    }
+    let bars = measured
+        .iter()
+        .enumerate()
+        .map(|(i, m)| FigureBar {
             label: m.sanitization.label.clone(),
             a_acc: m.privacy.a_acc,
             a_know: m.privacy.a_know,
-            utility_gain,
-        });
-    }
+            utility_gain: match researcher {
+                Some(r) => r.u_san[i].iter().map(|u| Some(u - r.u_base)).collect(),
+                None => vec![None; spec.classifiers.len()],
+            },
+        })
+        .collect();
     Ok(Figure {
         spec: spec.clone(),
         adversary_baseline: adversary_baseline(table),
-        researcher_baseline,
+        researcher_baseline: researcher.map(|r| (r.u_base, r.u_base_by.clone())),
         bars,
     })
 }

@@ -8,12 +8,15 @@
 //! as `DIR/figN-<dataset>-<workload>.svg|png`, with `DIR/figures.csv` and a table on stdout. A
 //! sanitization the table cannot satisfy is reported on stderr and left out.
 //!
-//! The researcher's bars (U_san − U_base per classifier) come from a
-//! [`crate::measures::figures::WorkloadUtility`]: [`utility_side`] returns the learning workload's
-//! implementation once it exists; until then the figures carry the adversary's bars and say
-//! "researcher not measured".
+//! The researcher's bars (U_san − U_base per classifier of the figure) are the learning workload
+//! ([`crate::measures::workload`]: stratified `--folds`-fold cross-validation seeded with
+//! `--learning-seed`), U_base computed once per figure and U_san on every release, the releases
+//! spread over `--threads` threads; `--no-learning` draws the adversary's bars alone ("researcher
+//! not measured"), in seconds.
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 
@@ -21,8 +24,12 @@ use super::evaluate::read_job;
 use super::frontier::{formats, write_plot};
 use super::input::load_table;
 use crate::measures::figures::{
-    Dataset, Figure, FigureSpec, PAPER_DELTA, PAPER_K, PAPER_L, PAPER_T, WorkloadUtility, figure,
-    measure, sanitizations,
+    Dataset, Figure, FigureSpec, Measured, PAPER_DELTA, PAPER_K, PAPER_L, PAPER_T, Researcher,
+    figure, measure, sanitizations,
+};
+use crate::measures::workload::{
+    Classifier, DEFAULT_MAX_MODEL_CELLS, Sanitization as Trivial, WorkloadBaseline,
+    WorkloadOptions,
 };
 use crate::plots::Bars;
 use crate::relational::table::Table;
@@ -65,12 +72,88 @@ pub struct FiguresArgs {
     /// Plot formats, comma-separated: svg, png.
     #[arg(long, value_delimiter = ',', default_value = "svg")]
     pub format: Vec<String>,
+    /// Folds of the researcher's stratified cross-validation (2 to 100).
+    #[arg(long, default_value_t = 10)]
+    pub folds: usize,
+    /// Seed of the researcher's folds and forests (and of a bucketized release's association).
+    #[arg(long, default_value_t = 1)]
+    pub learning_seed: u64,
+    /// Leave the researcher's side out: the adversary's bars alone.
+    #[arg(long)]
+    pub no_learning: bool,
+    /// Worker threads of the researcher's side (default: available parallelism).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
-/// The researcher's side of the figures: the learning workload (U_base, U_san per classifier).
-/// `None` while cloakd has no classifiers; the figures then show the adversary's bars only.
-pub fn utility_side() -> Option<Box<dyn WorkloadUtility>> {
-    None
+/// The researcher's side of one figure: U_base once, then U_san of every release, the releases
+/// spread over `threads` threads.
+fn researcher(
+    table: &Table,
+    spec: &FigureSpec,
+    measured: &[Measured],
+    args: &FiguresArgs,
+) -> anyhow::Result<Researcher> {
+    let classifiers = spec
+        .classifiers
+        .iter()
+        .map(|c| c.parse::<Classifier>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = WorkloadOptions {
+        attribute: spec.workload.clone(),
+        classifiers,
+        folds: args.folds,
+        seed: args.learning_seed,
+    };
+    let never = AtomicBool::new(false);
+    let baseline = WorkloadBaseline::new_unless(table, options, DEFAULT_MAX_MODEL_CELLS, &never)
+        .with_context(|| format!("Figure {}: U_base", spec.number))?
+        .expect("a workload that cannot be cancelled completes");
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, measured.len().max(1));
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(vec![None; measured.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(m) = measured.get(i) else { break };
+                    let outcome = baseline
+                        .measure_unless(table, &m.release, DEFAULT_MAX_MODEL_CELLS, &never)
+                        .map(|e| {
+                            e.expect("a workload that cannot be cancelled completes")
+                                .classifiers
+                                .iter()
+                                .map(|c| c.u_san)
+                                .collect::<Vec<f64>>()
+                        });
+                    results.lock().expect("no worker panics holding it")[i] = Some(outcome);
+                }
+            });
+        }
+    });
+    let mut u_san = Vec::with_capacity(measured.len());
+    for (m, outcome) in measured
+        .iter()
+        .zip(results.into_inner().expect("no worker panicked"))
+    {
+        let row = outcome
+            .expect("every release measured")
+            .with_context(|| format!("Figure {}, {}: U_san", spec.number, m.sanitization.label))?;
+        u_san.push(row);
+    }
+    let by = match baseline.u_base_sanitization {
+        Trivial::QuasiRemoved => "quasi-identifiers removed",
+        Trivial::SensitiveRemoved => "sensitive removed",
+    };
+    Ok(Researcher {
+        u_base: baseline.u_base,
+        u_base_by: format!("{}, {by}", baseline.u_base_classifier.name()),
+        u_san,
+    })
 }
 
 pub fn run(args: FiguresArgs) -> anyhow::Result<()> {
@@ -124,7 +207,14 @@ pub fn run(args: FiguresArgs) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("{}: cannot create the output directory", args.out.display()))?;
-    let utility = utility_side();
+    if !args.no_learning {
+        WorkloadOptions {
+            folds: args.folds,
+            ..WorkloadOptions::new("")
+        }
+        .validate()
+        .context("--folds")?;
+    }
     let mut figures: Vec<Figure> = Vec::new();
     for (dataset, flag, job_path) in jobs {
         let wanted: Vec<&FigureSpec> = specs.iter().filter(|s| s.dataset == dataset).collect();
@@ -167,7 +257,11 @@ pub fn run(args: FiguresArgs) -> anyhow::Result<()> {
             }
         }
         for spec in wanted {
-            let f = figure(spec, &table, &measured, utility.as_deref())?;
+            let researcher = match args.no_learning {
+                true => None,
+                false => Some(researcher(&table, spec, &measured, &args)?),
+            };
+            let f = figure(spec, &table, &measured, researcher.as_ref())?;
             write_plot(&args.out, &spec.stem(), &Bars::of_figure(&f), &formats)?;
             figures.push(f);
         }
