@@ -42,6 +42,7 @@ fn adult_request(queries: u32) -> EvaluateRequest {
         qd: Some(2),
         sel: Some(0.5),
         query_seed: Some(1),
+        ..EvaluateRequest::default()
     }
 }
 
@@ -159,6 +160,7 @@ fn distinct_request(rows: usize) -> EvaluateRequest {
         qd: Some(1),
         sel: Some(0.5),
         query_seed: Some(1),
+        ..EvaluateRequest::default()
     }
 }
 
