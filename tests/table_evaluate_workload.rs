@@ -1,8 +1,7 @@
 //! TableEvaluator's learning workload against the real daemon (`daemon::serve` on 127.0.0.1:0): the
 //! figures equal those of the real `cloakd table evaluate --workload` binary for the same release
 //! (a generalization and a bucketization of an Adult sample); bad options are INVALID_ARGUMENT naming
-//! the field and the rule, before any work; a model past `tables.max_bytes` is RESOURCE_EXHAUSTED
-//! naming the limit; only analysts and operators may ask; a workload past `tables.max_job_ms` is
+//! the field and the rule, before any work; only analysts and operators may ask; a workload past `tables.max_job_ms` is
 //! stopped between folds and frees its job slot.
 mod common;
 mod security_support;
@@ -14,7 +13,7 @@ use std::time::Duration;
 
 use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
 use cloakd::proto::{EvaluateRequest, EvaluateResponse, HierarchyFile};
-use common::{TestDaemon, config_with};
+use common::{TestDaemon, config_with, evaluate_once_a_slot_frees};
 use security_support::{as_principal, secured_config};
 use tonic::Code;
 
@@ -90,9 +89,12 @@ fn cli_evaluate(
 
 /// `figure` equals the report's `json` number: serde_json (without `float_roundtrip`) may parse a
 /// printed f64 into its neighbour, so "equal" is within a few units in the last place.
-fn same(figure: f64, json: &serde_json::Value) -> bool {
+fn assert_same(figure: f64, json: &serde_json::Value, what: &str) {
     let reported = json.as_f64().unwrap();
-    (figure - reported).abs() <= 4.0 * f64::EPSILON * figure.abs().max(reported.abs())
+    assert!(
+        (figure - reported).abs() <= 4.0 * f64::EPSILON * figure.abs().max(reported.abs()),
+        "{what}: {figure} over gRPC, {reported} from the command line"
+    );
 }
 
 /// The response's workload equals the report's, figure for figure.
@@ -105,13 +107,8 @@ fn assert_same_workload(response: &EvaluateResponse, json: &serde_json::Value) {
     assert_eq!(w.attribute, j["attribute"].as_str().unwrap());
     assert_eq!(w.folds, j["folds"].as_u64().unwrap());
     assert_eq!(w.seed, j["seed"].as_u64().unwrap());
-    assert!(same(w.u_max, &j["u_max"]), "{} vs {}", w.u_max, j["u_max"]);
-    assert!(
-        same(w.u_base, &j["u_base"]),
-        "{} vs {}",
-        w.u_base,
-        j["u_base"]
-    );
+    assert_same(w.u_max, &j["u_max"], "u_max");
+    assert_same(w.u_base, &j["u_base"], "u_base");
     assert_eq!(
         w.u_base_sanitization,
         j["u_base_sanitization"].as_str().unwrap()
@@ -124,28 +121,17 @@ fn assert_same_workload(response: &EvaluateResponse, json: &serde_json::Value) {
     assert_eq!(w.classifiers.len(), classifiers.len());
     for (c, j) in w.classifiers.iter().zip(classifiers) {
         assert_eq!(c.classifier, j["classifier"].as_str().unwrap());
-        assert!(same(c.u_max, &j["u_max"]), "{} vs {}", c.u_max, j["u_max"]);
-        assert!(same(c.u_san, &j["u_san"]), "{} vs {}", c.u_san, j["u_san"]);
-        assert!(
-            same(c.u_san_minus_u_base, &j["u_san_minus_u_base"]),
-            "{} vs {}",
+        assert_same(c.u_max, &j["u_max"], "classifier u_max");
+        assert_same(c.u_san, &j["u_san"], "u_san");
+        assert_same(
             c.u_san_minus_u_base,
-            j["u_san_minus_u_base"]
+            &j["u_san_minus_u_base"],
+            "u_san_minus_u_base",
         );
     }
     // The privacy side of the same release, beside it.
-    assert!(
-        same(response.a_acc, &json["a_acc"]),
-        "{} vs {}",
-        response.a_acc,
-        json["a_acc"]
-    );
-    assert!(
-        same(response.ploss, &json["ploss"]),
-        "{} vs {}",
-        response.ploss,
-        json["ploss"]
-    );
+    assert_same(response.a_acc, &json["a_acc"], "a_acc");
+    assert_same(response.ploss, &json["ploss"], "ploss");
 }
 
 #[tokio::test]
@@ -354,52 +340,6 @@ async fn bad_workload_options_are_invalid_naming_the_field_and_the_rule() {
     daemon.shutdown().await.unwrap();
 }
 
-/// `rows` rows: a constant numeric quasi-identifier, a sensitive value of two, and an insensitive
-/// value of its own per row; the release is the table itself (one class).
-fn distinct_request(rows: usize, workload: &str) -> EvaluateRequest {
-    let mut csv = String::from("a,s,x\n");
-    for i in 0..rows {
-        csv.push_str(&format!("1,s{},x{i}\n", i % 2));
-    }
-    EvaluateRequest {
-        job_toml: "[columns]\na = { role = \"quasi\", kind = \"numeric\" }\ns = { role = \"sensitive\" }\nx = { role = \"insensitive\" }\n[privacy]\nk = 1\n".into(),
-        original_csv: csv.clone().into_bytes(),
-        release_csv: csv.into_bytes(),
-        queries: Some(10),
-        workload: Some(workload.into()),
-        classifiers: vec!["nb".into()],
-        folds: Some(2),
-        ..EvaluateRequest::default()
-    }
-}
-
-#[tokio::test]
-async fn a_model_past_the_byte_limit_is_refused() {
-    // 256 KiB: 32,768 model cells of 8 bytes.
-    let daemon = TestDaemon::start(config_with(|c| c.tables.max_bytes = 256 << 10)).await;
-    let mut client = TableEvaluatorClient::new(daemon.channel().await);
-    // Learning x: 2,000 classes over more than 2,000 values, 4 million cells (32 MB).
-    let status = client
-        .evaluate(distinct_request(2_000, "x"))
-        .await
-        .expect_err("refused");
-    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-    assert!(
-        status.message().starts_with("workload:")
-            && status.message().contains("tables.max_bytes / 8 = 32768"),
-        "{}",
-        status.message()
-    );
-    // Learning s from the same table: 2 classes, within the limit.
-    let response = client
-        .evaluate(distinct_request(2_000, "s"))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(response.workload.unwrap().classifiers.len(), 1);
-    daemon.shutdown().await.unwrap();
-}
-
 #[tokio::test]
 async fn only_analysts_and_operators_ask_for_a_workload() {
     let daemon = TestDaemon::start(secured_config()).await;
@@ -465,22 +405,10 @@ async fn a_workload_past_the_servers_budget_stops_and_frees_its_slot() {
     );
     // The learning stops at its next fold and frees the only slot: a small evaluation gets it.
     let small = sample_csv(50);
-    let mut refused = 0;
-    loop {
-        match client
-            .evaluate(request(small.as_bytes(), small.as_bytes(), &[]))
-            .await
-        {
-            Ok(response) => {
-                assert_eq!(response.into_inner().rows, 50);
-                break;
-            }
-            Err(status) if status.code() == Code::ResourceExhausted && refused < 300 => {
-                refused += 1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("the slot was not freed: {status:?} after {refused} tries"),
-        }
-    }
+    let response = evaluate_once_a_slot_frees(&mut client, || {
+        request(small.as_bytes(), small.as_bytes(), &[])
+    })
+    .await;
+    assert_eq!(response.rows, 50);
     daemon.shutdown().await.unwrap();
 }
