@@ -388,6 +388,7 @@ async fn grpc_evaluate_measures_the_original_table() {
         qd: Some(1),
         sel: Some(0.5),
         query_seed: Some(3),
+        ..EvaluateRequest::default()
     };
     let response = client.evaluate(request.clone()).await.unwrap().into_inner();
     let ploss = js(&Q, &[0.5, 0.5]).max(js(&Q, &[0.0, 1.0]));

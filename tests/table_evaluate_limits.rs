@@ -1,14 +1,15 @@
 //! TableEvaluator against the real daemon: a `queries` far past `tables.max_queries` is refused with
 //! RESOURCE_EXHAUSTED before anything is allocated (it used to abort the process allocating 206 GB),
 //! and an evaluation whose caller's deadline (or the server's `tables.max_job_ms`) passes is
-//! cancelled, freeing its job slot at once.
+//! cancelled, freeing its job slot at once; a learning workload whose models would pass
+//! `tables.max_bytes` is refused with RESOURCE_EXHAUSTED naming the limit.
 mod common;
 
 use std::time::Duration;
 
 use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
 use cloakd::proto::{EvaluateRequest, HierarchyFile};
-use common::{TestDaemon, config_with};
+use common::{TestDaemon, config_with, evaluate_once_a_slot_frees};
 use tonic::Code;
 
 const QIS: [&str; 5] = ["workclass", "education", "marital-status", "race", "sex"];
@@ -42,6 +43,7 @@ fn adult_request(queries: u32) -> EvaluateRequest {
         qd: Some(2),
         sel: Some(0.5),
         query_seed: Some(1),
+        ..EvaluateRequest::default()
     }
 }
 
@@ -100,20 +102,8 @@ async fn an_abandoned_evaluation_is_cancelled_and_frees_its_slot() {
     // The abandoned work stops: a new job gets a slot (before, both slots stayed busy for the
     // whole computation and every other job got RESOURCE_EXHAUSTED).
     let mut client = TableEvaluatorClient::new(channel).max_encoding_message_size(64 << 20);
-    let mut refused = 0;
-    loop {
-        match client.evaluate(adult_request(10)).await {
-            Ok(response) => {
-                assert_eq!(response.into_inner().rows, 45_222);
-                break;
-            }
-            Err(status) if status.code() == Code::ResourceExhausted && refused < 150 => {
-                refused += 1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("the slots were not freed: {status:?} after {refused} tries"),
-        }
-    }
+    let response = evaluate_once_a_slot_frees(&mut client, || adult_request(10)).await;
+    assert_eq!(response.rows, 45_222);
     daemon.shutdown().await.unwrap();
 }
 
@@ -141,6 +131,21 @@ async fn an_evaluation_past_the_servers_budget_is_stopped() {
     daemon.shutdown().await.unwrap();
 }
 
+/// `csv` (a table with a header) evaluated against itself as the release under `job_toml`.
+fn inline_request(job_toml: &str, csv: String) -> EvaluateRequest {
+    EvaluateRequest {
+        job_toml: job_toml.into(),
+        original_csv: csv.clone().into_bytes(),
+        release_csv: csv.into_bytes(),
+        min_support: Some(0.5),
+        queries: Some(10),
+        qd: Some(1),
+        sel: Some(0.5),
+        query_seed: Some(1),
+        ..EvaluateRequest::default()
+    }
+}
+
 /// A table of `rows` rows, every row with its own sensitive value, evaluated against itself as the
 /// release: `rows` classes over `rows` sensitive values.
 fn distinct_request(rows: usize) -> EvaluateRequest {
@@ -148,17 +153,28 @@ fn distinct_request(rows: usize) -> EvaluateRequest {
     for i in 0..rows {
         csv.push_str(&format!("{i},v{i}\n"));
     }
+    inline_request(
+        "[columns]\na = { role = \"quasi\", kind = \"numeric\" }\ns = { role = \"sensitive\" }\n[privacy]\nk = 1\n",
+        csv,
+    )
+}
+
+/// `rows` rows: a constant numeric quasi-identifier, a sensitive value of two, and an insensitive
+/// value of its own per row; the release is the table itself (one class, small histograms), the
+/// workload learns `workload` with Naive Bayes over 2 folds.
+fn workload_request(rows: usize, workload: &str) -> EvaluateRequest {
+    let mut csv = String::from("a,s,x\n");
+    for i in 0..rows {
+        csv.push_str(&format!("1,s{},x{i}\n", i % 2));
+    }
     EvaluateRequest {
-        job_toml: "[columns]\na = { role = \"quasi\", kind = \"numeric\" }\ns = { role = \"sensitive\" }\n[privacy]\nk = 1\n".into(),
-        hierarchies: Vec::new(),
-        original_csv: csv.clone().into_bytes(),
-        release_csv: csv.into_bytes(),
-        sensitive_csv: Vec::new(),
-        min_support: Some(0.5),
-        queries: Some(10),
-        qd: Some(1),
-        sel: Some(0.5),
-        query_seed: Some(1),
+        workload: Some(workload.into()),
+        classifiers: vec!["nb".into()],
+        folds: Some(2),
+        ..inline_request(
+            "[columns]\na = { role = \"quasi\", kind = \"numeric\" }\ns = { role = \"sensitive\" }\nx = { role = \"insensitive\" }\n[privacy]\nk = 1\n",
+            csv,
+        )
     }
 }
 
@@ -186,5 +202,32 @@ async fn a_release_whose_histograms_pass_the_limit_is_refused_before_allocation(
         .unwrap()
         .into_inner();
     assert_eq!((response.rows, response.classes), (200, 200));
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_model_past_the_byte_limit_is_refused() {
+    // 256 KiB: 32,768 model cells of 8 bytes.
+    let daemon = TestDaemon::start(config_with(|c| c.tables.max_bytes = 256 << 10)).await;
+    let mut client = TableEvaluatorClient::new(daemon.channel().await);
+    // Learning x: 2,000 classes over more than 2,000 values, 4 million cells (32 MB).
+    let status = client
+        .evaluate(workload_request(2_000, "x"))
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().starts_with("workload:")
+            && status.message().contains("tables.max_bytes / 8 = 32768"),
+        "{}",
+        status.message()
+    );
+    // Learning s from the same table: 2 classes, within the limit.
+    let response = client
+        .evaluate(workload_request(2_000, "s"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.workload.unwrap().classifiers.len(), 1);
     daemon.shutdown().await.unwrap();
 }

@@ -85,13 +85,6 @@ impl FromStr for Classifier {
     }
 }
 
-/// Parses a comma-separated classifier list (`j48,rf,nb`).
-pub fn parse_classifiers(list: &str) -> Result<Vec<Classifier>, WorkloadError> {
-    list.split(',')
-        .map(|s| s.trim().parse())
-        .collect::<Result<Vec<_>, _>>()
-}
-
 /// What to learn and how.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkloadOptions {
@@ -111,6 +104,32 @@ impl WorkloadOptions {
             folds: 10,
             seed: 1,
         }
+    }
+
+    /// v with the named classifiers, folds and seed, each defaulting as in [`WorkloadOptions::new`]
+    /// when absent (`None`); validated. The command line (`--classifiers j48,rf` split on commas) and
+    /// `TableEvaluator` (one name per `classifiers` entry) both build their options here.
+    pub fn parse<'a>(
+        attribute: &str,
+        classifiers: Option<impl IntoIterator<Item = &'a str>>,
+        folds: Option<usize>,
+        seed: Option<u64>,
+    ) -> Result<WorkloadOptions, WorkloadError> {
+        let defaults = WorkloadOptions::new(attribute);
+        let options = WorkloadOptions {
+            classifiers: match classifiers {
+                Some(names) => names
+                    .into_iter()
+                    .map(|name| name.trim().parse())
+                    .collect::<Result<Vec<_>, _>>()?,
+                None => defaults.classifiers,
+            },
+            folds: folds.unwrap_or(defaults.folds),
+            seed: seed.unwrap_or(defaults.seed),
+            attribute: defaults.attribute,
+        };
+        options.validate()?;
+        Ok(options)
     }
 
     pub fn validate(&self) -> Result<(), WorkloadError> {
@@ -171,13 +190,27 @@ pub enum WorkloadError {
     Learning(#[from] LearningError),
 }
 
-/// Which trivial sanitization gave U_base.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Which trivial sanitization gave U_base; serialized as its [`Sanitization::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sanitization {
-    #[serde(rename = "quasi-identifiers removed")]
     QuasiRemoved,
-    #[serde(rename = "sensitive removed")]
     SensitiveRemoved,
+}
+
+impl Sanitization {
+    /// The name of the JSON report and of `TableEvaluator`'s response.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sanitization::QuasiRemoved => "quasi-identifiers removed",
+            Sanitization::SensitiveRemoved => "sensitive removed",
+        }
+    }
+}
+
+impl Serialize for Sanitization {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
 }
 
 /// The original table's side of a workload, computed once per table and options.
@@ -574,6 +607,22 @@ impl WorkloadBaseline {
     }
 }
 
+/// The workload figures of `release` against `table` (U_max and U_base on the table, then U_san on
+/// the release), as `cloakd table evaluate --workload` and `TableEvaluator` report them; `Ok(None)`
+/// once `cancelled` turns true. Every model is checked against `max_cells` before it is built.
+pub fn measure_workload_unless(
+    table: &Table,
+    release: &Release,
+    options: WorkloadOptions,
+    max_cells: usize,
+    cancelled: &AtomicBool,
+) -> Result<Option<WorkloadEvaluation>, WorkloadError> {
+    match WorkloadBaseline::new_unless(table, options, max_cells, cancelled)? {
+        Some(baseline) => baseline.measure_unless(table, release, max_cells, cancelled),
+        None => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,11 +737,28 @@ mod tests {
         bad.folds = 1;
         let err = WorkloadBaseline::new_unless(&table, bad, 1 << 20, &never).unwrap_err();
         assert!(err.to_string().contains("2 <= folds <= 100"), "{err}");
-        let err = parse_classifiers("j48,svm").unwrap_err();
+        let parse = |list: &str, folds| {
+            WorkloadOptions::parse("income", Some(list.split(',')), folds, Some(7))
+        };
+        let err = parse("j48,svm", None).unwrap_err();
         assert!(err.to_string().contains("one of j48, rf, nb"), "{err}");
+        let parsed = parse("j48, rf", None).unwrap();
         assert_eq!(
-            parse_classifiers("j48, rf").unwrap(),
+            parsed.classifiers,
             vec![Classifier::J48, Classifier::RandomForest]
+        );
+        assert_eq!((parsed.folds, parsed.seed), (10, 7));
+        let err = parse("nb", Some(101)).unwrap_err();
+        assert!(err.to_string().contains("2 <= folds <= 100"), "{err}");
+        let err = parse("nb,rf,nb", None).unwrap_err();
+        assert!(err.to_string().contains("at most once"), "{err}");
+        assert_eq!(
+            WorkloadOptions::parse("income", None::<[&str; 0]>, None, None).unwrap(),
+            WorkloadOptions::new("income")
+        );
+        assert_eq!(
+            serde_json::to_value(Sanitization::QuasiRemoved).unwrap(),
+            Sanitization::QuasiRemoved.name()
         );
         let mut twice = options();
         twice.classifiers = vec![Classifier::NaiveBayes, Classifier::NaiveBayes];

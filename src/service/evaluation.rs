@@ -4,11 +4,15 @@
 //!
 //! Invariants: uploads (after gzip decoding) are bounded by `tables.max_bytes`, the table by
 //! `tables.max_rows`, the query workload by `tables.max_queries` and the release's class and cell
-//! histograms (classes × sensitive values) by `tables.max_bytes` too, each checked before anything of
-//! that size is allocated; evaluations hold a place of the one table-job limiter
+//! histograms (classes × sensitive values) and the learning workload's models (classes × attribute
+//! values) by `tables.max_bytes` too (8 bytes a cell), each checked before anything of that size is
+//! allocated; the workload's options are validated (and refused without `workload`) before the job
+//! takes a place or decodes an upload; evaluations hold a place of the one table-job limiter
 //! (`tables.max_concurrent_jobs`, shared with TableAnonymizer), further ones get RESOURCE_EXHAUSTED;
 //! a call whose client goes away or whose deadline (or `tables.max_job_ms`) passes stops its
-//! measurement (mining, query workload, Uloss) and frees its place;
+//! measurement (mining, query workload, Uloss, the workload's learning between folds) and frees its
+//! place; the workload's figures are those of `cloakd table evaluate --workload`
+//! ([`measure_workload_unless`] for both);
 //! malformed input is INVALID_ARGUMENT with the file, line and rule.
 use std::collections::HashMap;
 use std::io::Read;
@@ -21,8 +25,11 @@ use crate::config::TablesConfig;
 use crate::measures::evaluate::{Baseline, EvaluateError, EvaluationOptions, evaluate_unless};
 use crate::measures::released::read_release;
 use crate::measures::view::ViewError;
+use crate::measures::workload::{
+    WorkloadError, WorkloadEvaluation, WorkloadOptions, measure_workload_unless,
+};
 use crate::proto::table_evaluator_server::{TableEvaluator, TableEvaluatorServer};
-use crate::proto::{EvaluateRequest, EvaluateResponse};
+use crate::proto::{ClassifierWorkload, EvaluateRequest, EvaluateResponse, Workload};
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::read_csv;
@@ -49,6 +56,9 @@ pub enum EvaluationError {
     Cancelled,
     #[error("tables.max_job_ms: {0}")]
     Stopped(#[from] JobStopped),
+    /// The learning workload refused its options, its attribute or a model's size.
+    #[error("workload: {0}")]
+    Workload(WorkloadError),
     #[error("evaluation failed: {0}")]
     Internal(String),
 }
@@ -58,6 +68,21 @@ impl From<EvaluationError> for Status {
         let message = err.to_string();
         match err {
             EvaluationError::Invalid(_) => Status::invalid_argument(message),
+            // The model's cells are 8-byte counts, limited like the histograms.
+            EvaluationError::Workload(WorkloadError::TooLarge {
+                classes,
+                values,
+                needed,
+                max,
+            }) => Status::resource_exhausted(format!(
+                "workload: a model of {classes} classes over {values} attribute values needs {needed} cells of 8 bytes, more than tables.max_bytes / 8 = {max} (rule: the workload's models within tables.max_bytes)"
+            )),
+            EvaluationError::Workload(
+                WorkloadError::Option { .. }
+                | WorkloadError::NoAttribute(..)
+                | WorkloadError::Group { .. }
+                | WorkloadError::Learning(_),
+            ) => Status::invalid_argument(message),
             EvaluationError::TooLarge { .. } | EvaluationError::Busy(_) => {
                 Status::resource_exhausted(message)
             }
@@ -123,6 +148,56 @@ fn decoded(name: &'static str, bytes: &[u8], limit: usize) -> Result<Vec<u8>, Ev
     Ok(out)
 }
 
+/// The request's learning workload, validated; `None` without `workload`, whose options are then
+/// refused.
+fn workload_options(request: &EvaluateRequest) -> Result<Option<WorkloadOptions>, EvaluationError> {
+    let Some(attribute) = &request.workload else {
+        let stray = [
+            (!request.classifiers.is_empty()).then_some("classifiers"),
+            request.folds.map(|_| "folds"),
+            request.workload_seed.map(|_| "workload_seed"),
+        ];
+        return match stray.into_iter().flatten().next() {
+            Some(field) => Err(invalid(format!(
+                "{field}: set without workload (rule: the workload options need workload, the attribute to learn)"
+            ))),
+            None => Ok(None),
+        };
+    };
+    let classifiers =
+        (!request.classifiers.is_empty()).then(|| request.classifiers.iter().map(String::as_str));
+    WorkloadOptions::parse(
+        attribute,
+        classifiers,
+        request.folds.map(|f| f as usize),
+        request.workload_seed,
+    )
+    .map(Some)
+    .map_err(EvaluationError::Workload)
+}
+
+fn workload_response(w: WorkloadEvaluation) -> Workload {
+    Workload {
+        attribute: w.attribute,
+        folds: w.folds,
+        seed: w.seed,
+        u_max: w.u_max,
+        u_base: w.u_base,
+        u_base_sanitization: w.u_base_sanitization.name().to_string(),
+        u_base_classifier: w.u_base_classifier.name().to_string(),
+        classifiers: w
+            .classifiers
+            .into_iter()
+            .map(|c| ClassifierWorkload {
+                classifier: c.classifier.name().to_string(),
+                u_max: c.u_max,
+                u_san: c.u_san,
+                u_san_minus_u_base: c.u_san_minus_u_base,
+            })
+            .collect(),
+    }
+}
+
 impl Evaluator {
     /// The request's options, every size checked against its limit before anything is allocated.
     fn options(&self, request: &EvaluateRequest) -> Result<EvaluationOptions, EvaluationError> {
@@ -149,6 +224,7 @@ impl Evaluator {
         &self,
         request: EvaluateRequest,
         options: EvaluationOptions,
+        workload: Option<WorkloadOptions>,
         cancelled: &AtomicBool,
     ) -> Result<EvaluateResponse, EvaluationError> {
         let (max_rows, max_bytes) = (self.max_rows, self.max_bytes);
@@ -209,6 +285,14 @@ impl Evaluator {
                 other => invalid(other),
             })?
             .ok_or(EvaluationError::Cancelled)?;
+        let workload = match workload {
+            Some(options) => Some(workload_response(
+                measure_workload_unless(&table, &release, options, max_cells, cancelled)
+                    .map_err(EvaluationError::Workload)?
+                    .ok_or(EvaluationError::Cancelled)?,
+            )),
+            None => None,
+        };
         Ok(EvaluateResponse {
             ploss: e.ploss,
             uloss: e.uloss,
@@ -221,6 +305,7 @@ impl Evaluator {
             classes: e.classes,
             large_populations: e.large_populations,
             queries: e.queries,
+            workload,
         })
     }
 
@@ -239,10 +324,11 @@ impl Evaluator {
             });
         }
         let options = self.options(&request)?;
+        let workload = workload_options(&request)?;
         let slot = self.jobs.acquire()?;
         let evaluator = self.clone();
         let (evaluation, _slot) = run_job(slot, self.max_job, move |cancelled| {
-            let evaluation = evaluator.run(request, options, cancelled);
+            let evaluation = evaluator.run(request, options, workload, cancelled);
             if let Err(EvaluationError::Cancelled) = evaluation {
                 crate::telemetry::record_table_job_stopped("evaluate");
             }

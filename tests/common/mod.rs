@@ -280,3 +280,22 @@ pub async fn raw_streaming_call<R: prost::Message + Default + Send + 'static>(
         .await
         .map(tonic::Response::into_inner)
 }
+
+/// Sends `request()` until a table-job slot is free (RESOURCE_EXHAUSTED while the limiter is full,
+/// retried every 100 ms for up to 30 s) and returns the response; panics on any other refusal.
+pub async fn evaluate_once_a_slot_frees(
+    client: &mut cloakd::proto::table_evaluator_client::TableEvaluatorClient<Channel>,
+    request: impl Fn() -> cloakd::proto::EvaluateRequest,
+) -> cloakd::proto::EvaluateResponse {
+    let mut refused = 0;
+    loop {
+        match client.evaluate(request()).await {
+            Ok(response) => return response.into_inner(),
+            Err(status) if status.code() == tonic::Code::ResourceExhausted && refused < 300 => {
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("the slots were not freed: {status:?} after {refused} tries"),
+        }
+    }
+}

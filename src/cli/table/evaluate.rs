@@ -15,8 +15,7 @@ use super::input::{load_table, open_maybe_gzip};
 use crate::measures::evaluate::{Baseline, Evaluation, EvaluationOptions, evaluate};
 use crate::measures::released::read_release;
 use crate::measures::workload::{
-    DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadEvaluation, WorkloadOptions,
-    parse_classifiers,
+    DEFAULT_MAX_MODEL_CELLS, WorkloadEvaluation, WorkloadOptions, measure_workload_unless,
 };
 use crate::relational::job::JobSpec;
 
@@ -97,14 +96,12 @@ impl WorkloadArgs {
         let Some(attribute) = &self.workload else {
             return Ok(None);
         };
-        let options = WorkloadOptions {
-            attribute: attribute.clone(),
-            classifiers: parse_classifiers(&self.classifiers)?,
-            folds: self.folds,
-            seed: self.seed,
-        };
-        options.validate()?;
-        Ok(Some(options))
+        Ok(Some(WorkloadOptions::parse(
+            attribute,
+            Some(self.classifiers.split(',')),
+            Some(self.folds),
+            Some(self.seed),
+        )?))
     }
 }
 
@@ -162,10 +159,16 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     let workload = match workload_options {
         Some(options) => {
             let never = std::sync::atomic::AtomicBool::new(false);
-            let baseline =
-                WorkloadBaseline::new_unless(&table, options, DEFAULT_MAX_MODEL_CELLS, &never)?
-                    .expect("a workload that cannot be cancelled completes");
-            baseline.measure_unless(&table, &release, DEFAULT_MAX_MODEL_CELLS, &never)?
+            Some(
+                measure_workload_unless(
+                    &table,
+                    &release,
+                    options,
+                    DEFAULT_MAX_MODEL_CELLS,
+                    &never,
+                )?
+                .expect("a workload that cannot be cancelled completes"),
+            )
         }
         None => None,
     };
