@@ -1,7 +1,8 @@
 //! `cloakd table figures` end to end on the first 3,000 rows of Adult: both datasets' jobs, a few of
 //! the paper's sanitizations, SVG and PNG. Every figure is drawn with one adversary bar per kept
-//! sanitization, the sanitizations a dataset cannot satisfy are left out and named, and the
-//! figures' A_acc equal `table evaluate`'s on the release `table anonymize` makes of the same job.
+//! sanitization, the sanitizations a dataset cannot satisfy are left out and named, every
+//! researcher's bar is measured, and the figures' A_acc and U_san − U_base equal `table evaluate`'s
+//! (with `--workload`) on the release `table anonymize` makes of the same job.
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,6 +57,8 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
         "1.2",
         "--format",
         "svg,png",
+        "--folds",
+        "3",
     ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -102,6 +105,15 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
             .map(|r| &r[3])
             .collect();
         assert_eq!(groups, expected_groups, "figure {figure}");
+        for r in rows.iter().filter(|r| &r[0] == figure) {
+            assert!(!r[7].is_empty(), "figure {figure}: U_base measured");
+            let gains = (8..11).filter(|&c| !r[c].is_empty()).count();
+            assert_eq!(
+                gains, classifiers,
+                "figure {figure} {}: one gain per classifier",
+                &r[3]
+            );
+        }
         let svg = std::fs::read_to_string(out.join(format!("{stem}.svg"))).unwrap();
         let doc = roxmltree::Document::parse(&svg).unwrap();
         // One adversary bar per sanitization, and the legend's swatch.
@@ -137,9 +149,21 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
     }
 
     // The same release through `table anonymize` and `table evaluate`.
-    for (job, figure, flags) in [
-        ("docs/jobs/bs-occupation.toml", "2", ["--k", "10"]),
-        ("docs/jobs/bs-marital.toml", "3", ["--delta", "1.2"]),
+    for (job, figure, flags, workload, classifiers) in [
+        (
+            "docs/jobs/bs-occupation.toml",
+            "2",
+            ["--k", "10"],
+            "occupation",
+            "j48",
+        ),
+        (
+            "docs/jobs/bs-marital.toml",
+            "3",
+            ["--delta", "1.2"],
+            "income",
+            "j48,rf,nb",
+        ),
     ] {
         let release = dir.path().join(format!("release-{figure}.csv"));
         let anonymized = cloakd(&[
@@ -168,6 +192,12 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
             release.to_str().unwrap(),
             "--queries",
             "10",
+            "--workload",
+            workload,
+            "--classifiers",
+            classifiers,
+            "--folds",
+            "3",
         ]);
         assert!(
             evaluated.status.success(),
@@ -189,6 +219,19 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
             assert!(
                 (ours - theirs).abs() < 1e-6,
                 "{key} {label}: {ours} vs {theirs}"
+            );
+        }
+        for learned in report["workload"]["classifiers"].as_array().unwrap() {
+            let classifier = learned["classifier"].as_str().unwrap();
+            let column = 8 + ["j48", "rf", "nb"]
+                .iter()
+                .position(|c| *c == classifier)
+                .unwrap();
+            let ours: f64 = row[column].parse().unwrap();
+            let theirs = learned["u_san_minus_u_base"].as_f64().unwrap();
+            assert!(
+                (ours - theirs).abs() < 1e-6,
+                "{classifier} gain {label}: {ours} vs {theirs}"
             );
         }
     }

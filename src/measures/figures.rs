@@ -321,7 +321,9 @@ pub fn figure(
 ) -> Result<Figure, FigureError> {
     if let Some(r) = researcher {
         let shape_ok = r.u_san.len() == measured.len()
-            && r.u_san.iter().all(|row| row.len() == spec.classifiers.len());
+            && r.u_san
+                .iter()
+                .all(|row| row.len() == spec.classifiers.len());
         if !shape_ok {
             return Err(FigureError::Utility(format!(
                 "the researcher's side has {} releases, the figure {} (rule: one U_san per release and classifier)",

@@ -28,8 +28,7 @@ use crate::measures::figures::{
     figure, measure, sanitizations,
 };
 use crate::measures::workload::{
-    Classifier, DEFAULT_MAX_MODEL_CELLS, Sanitization as Trivial, WorkloadBaseline,
-    WorkloadOptions,
+    Classifier, DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadOptions,
 };
 use crate::plots::Bars;
 use crate::relational::table::Table;
@@ -145,13 +144,13 @@ fn researcher(
             .with_context(|| format!("Figure {}, {}: U_san", spec.number, m.sanitization.label))?;
         u_san.push(row);
     }
-    let by = match baseline.u_base_sanitization {
-        Trivial::QuasiRemoved => "quasi-identifiers removed",
-        Trivial::SensitiveRemoved => "sensitive removed",
-    };
     Ok(Researcher {
         u_base: baseline.u_base,
-        u_base_by: format!("{}, {by}", baseline.u_base_classifier.name()),
+        u_base_by: format!(
+            "{}, {}",
+            baseline.u_base_classifier.name(),
+            baseline.u_base_sanitization.name()
+        ),
         u_san,
     })
 }
