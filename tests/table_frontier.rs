@@ -1,6 +1,7 @@
 //! `cloakd table frontier`: a small sweep on a sample of Adult writes one `frontier.csv` row per
 //! release with the documented columns, flags exactly the non-dominated releases as efficient, and
-//! writes the three SVG plots.
+//! writes the three SVG plots; with a learning workload each row carries U_base and the gains, equal
+//! to `table evaluate --workload`'s on the same release, and a fourth plot shows them.
 use std::process::Command;
 
 #[test]
@@ -38,7 +39,7 @@ fn frontier_writes_csv_and_plots() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "model,parameter,method,ploss,uloss,a_know,a_acc,query_error,seconds,efficient,algorithm"
+        "model,parameter,method,ploss,uloss,a_know,a_acc,query_error,seconds,efficient,algorithm,u_base,gain_j48,gain_rf,gain_nb"
     );
     let rows: Vec<Vec<String>> = lines
         .map(|l| l.split(',').map(str::to_string).collect())
@@ -81,6 +82,91 @@ fn frontier_writes_csv_and_plots() {
     }
     let fig2a = std::fs::read_to_string(dir.path().join("fig2a-uloss-ploss.svg")).unwrap();
     assert!(fig2a.contains("k-anonymity") && fig2a.contains("t-closeness"));
+    assert!(rows.iter().all(|r| r[11..].iter().all(String::is_empty)));
+    assert!(!dir.path().join("fig4-workload-gain.svg").exists());
+}
+
+#[test]
+fn frontier_learns_the_workload_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/adult-sample/job.toml"
+    );
+    let cloakd = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    };
+    let out = dir.path().join("frontier");
+    let learning = [
+        "--workload",
+        "occupation",
+        "--classifiers",
+        "j48,nb",
+        "--folds",
+        "3",
+    ];
+    let mut args = vec!["table", "frontier", job, "--out", out.to_str().unwrap()];
+    args.extend(["--k", "10,50", "--l", "--t", "--delta", "--queries", "10"]);
+    args.extend(learning);
+    cloakd(&args);
+    let text = std::fs::read_to_string(out.join("frontier.csv")).unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    for r in &rows {
+        assert!(
+            !r[11].is_empty() && r[11] == rows[0][11],
+            "one U_base: {text}"
+        );
+        assert!(
+            !r[12].is_empty() && r[13].is_empty() && !r[14].is_empty(),
+            "{text}"
+        );
+    }
+    let svg = std::fs::read_to_string(out.join("fig4-workload-gain.svg")).unwrap();
+    assert!(svg.contains("learning occupation"), "the workload chart");
+
+    // The k = 10 generalization, released and measured by the other commands.
+    let release = dir.path().join("release.csv");
+    let release = release.to_str().unwrap();
+    cloakd(&["table", "anonymize", job, "--output", release, "--k", "10"]);
+    let mut args = vec![
+        "table",
+        "evaluate",
+        job,
+        "--release",
+        release,
+        "--queries",
+        "10",
+    ];
+    args.extend(learning);
+    let report: serde_json::Value = serde_json::from_slice(&cloakd(&args).stdout).unwrap();
+    let row = rows
+        .iter()
+        .find(|r| &r[0] == "k-anonymity" && &r[1] == "10" && &r[2] == "generalization")
+        .unwrap_or_else(|| panic!("k = 10 in {text}"));
+    let u_base: f64 = row[11].parse().unwrap();
+    assert!((u_base - report["workload"]["u_base"].as_f64().unwrap()).abs() < 1e-6);
+    for (column, learned) in [12, 14]
+        .into_iter()
+        .zip(report["workload"]["classifiers"].as_array().unwrap())
+    {
+        let ours: f64 = row[column].parse().unwrap();
+        let theirs = learned["u_san_minus_u_base"].as_f64().unwrap();
+        assert!(
+            (ours - theirs).abs() < 1e-6,
+            "{learned}: {ours} vs {theirs}"
+        );
+    }
 }
 
 #[test]

@@ -5,7 +5,10 @@
 //! generalization against bucketization for l-diversity and t-closeness (Fig. 2b), and COUNT query
 //! error against Ploss per model (Fig. 3a, bucketization); the plots draw the efficient frontier of
 //! the plotted points ([`efficient_set`]) as a dashed line. Several algorithms (Mondrian, OLA, KACA) can be swept on the same axes: each
-//! series is then split by algorithm.
+//! series is then split by algorithm. With a learning workload ([`crate::measures::workload`]) each
+//! point also carries Brickell & Shmatikov's researcher side, `frontier.csv` gains U_base and
+//! U_san − U_base per classifier, and a fourth chart plots the best classifier's gain against the
+//! adversary's A_acc (their Figures 1-4 as a sweep).
 //!
 //! Invariants: the sweep's defaults are the paper's parameter sets; a point is efficient exactly when
 //! no other point strictly dominates it on both axes (checked against the quadratic definition in the
@@ -13,6 +16,7 @@
 use std::io::Write;
 
 use crate::measures::evaluate::Evaluation;
+use crate::measures::workload::{Classifier, WorkloadEvaluation};
 use crate::relational::Algorithm;
 use crate::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
 use crate::relational::release::ReleaseMethod;
@@ -122,6 +126,20 @@ pub struct FrontierPoint {
     /// Anonymization and measurement time.
     pub seconds: f64,
     pub efficient: bool,
+    /// The learning workload on the release, when the sweep learns one.
+    pub workload: Option<WorkloadEvaluation>,
+}
+
+impl FrontierPoint {
+    /// U_san − U_base of the best classifier run: what the release is worth to a miner.
+    pub fn workload_gain(&self) -> Option<f64> {
+        self.workload.as_ref().and_then(|w| {
+            w.classifiers
+                .iter()
+                .map(|c| c.u_san_minus_u_base)
+                .max_by(f64::total_cmp)
+        })
+    }
 }
 
 /// Marks the efficient points: no other point has both lower Ploss and lower Uloss.
@@ -161,10 +179,12 @@ pub fn efficient_set(points: &[(f64, f64)]) -> Vec<bool> {
     efficient
 }
 
-/// Writes `frontier.csv`.
+/// Writes `frontier.csv`; the workload columns (`u_base`, `gain_<classifier>`) are empty for a
+/// classifier not run or a sweep without a workload.
 pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()> {
     let mut csv = csv::Writer::from_writer(writer);
-    csv.write_record([
+    let gains = Classifier::ALL.map(|c| format!("gain_{}", c.name()));
+    let mut header = vec![
         "model",
         "parameter",
         "method",
@@ -176,10 +196,13 @@ pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()
         "seconds",
         "efficient",
         "algorithm",
-    ])?;
+        "u_base",
+    ];
+    header.extend(gains.iter().map(String::as_str));
+    csv.write_record(&header)?;
     for p in points {
         let e = &p.evaluation;
-        csv.write_record([
+        let mut record = vec![
             p.item.model.name().to_string(),
             p.item.parameter.to_string(),
             p.item.method.to_string(),
@@ -191,7 +214,21 @@ pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()
             format!("{:.3}", p.seconds),
             p.efficient.to_string(),
             p.item.algorithm.to_string(),
-        ])?;
+            p.workload
+                .as_ref()
+                .map(|w| format!("{:.6}", w.u_base))
+                .unwrap_or_default(),
+        ];
+        for c in Classifier::ALL {
+            record.push(
+                p.workload
+                    .as_ref()
+                    .and_then(|w| w.classifiers.iter().find(|x| x.classifier == c))
+                    .map(|x| format!("{:.6}", x.u_san_minus_u_base))
+                    .unwrap_or_default(),
+            );
+        }
+        csv.write_record(&record)?;
     }
     csv.flush()?;
     Ok(())
@@ -211,18 +248,24 @@ fn series_of(
     keep: impl Fn(&FrontierPoint) -> bool,
     y: impl Fn(&Evaluation) -> f64,
 ) -> Series {
+    xy_series(points, name, keep, |p| {
+        Some((p.evaluation.ploss, y(&p.evaluation)))
+    })
+}
+
+/// The points `keep` selects that have coordinates `xy`.
+fn xy_series(
+    points: &[FrontierPoint],
+    name: &str,
+    keep: impl Fn(&FrontierPoint) -> bool,
+    xy: impl Fn(&FrontierPoint) -> Option<(f64, f64)>,
+) -> Series {
     Series {
         name: name.to_string(),
         points: points
             .iter()
             .filter(|p| keep(p))
-            .map(|p| {
-                (
-                    p.evaluation.ploss,
-                    y(&p.evaluation),
-                    format!("{}", p.item.parameter),
-                )
-            })
+            .filter_map(|p| xy(p).map(|(x, y)| (x, y, format!("{}", p.item.parameter))))
             .collect(),
     }
 }
@@ -245,12 +288,13 @@ pub struct Chart {
     pub stem: &'static str,
     pub title: &'static str,
     pub x_label: &'static str,
-    pub y_label: &'static str,
+    pub y_label: String,
     pub series: Vec<Series>,
 }
 
-/// The three charts. With more than one algorithm among the points, each series is split by
-/// algorithm and named `<series> (<algorithm>)`; a series without points is left out.
+/// The three charts, and the workload chart when the points carry a workload. With more than one
+/// algorithm among the points, each series is split by algorithm and named `<series> (<algorithm>)`;
+/// a series without points is left out.
 pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
     let mut out = Vec::new();
     let algorithms = algorithms_of(points);
@@ -284,7 +328,7 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
         stem: "fig2a-uloss-ploss",
         title: "Utility loss vs privacy loss (generalization)",
         x_label: PLOSS,
-        y_label: ULOSS,
+        y_label: ULOSS.into(),
         series: per_model(ReleaseMethod::Generalization, |e| e.uloss),
     });
     let mut methods = Vec::new();
@@ -311,16 +355,48 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
         stem: "fig2b-methods",
         title: "Generalization vs bucketization",
         x_label: PLOSS,
-        y_label: ULOSS,
+        y_label: ULOSS.into(),
         series: methods,
     });
     out.push(Chart {
         stem: "fig3-query-error",
         title: "COUNT query error vs privacy loss (bucketization)",
         x_label: PLOSS,
-        y_label: "Mean relative error of COUNT queries",
+        y_label: "Mean relative error of COUNT queries".into(),
         series: per_model(ReleaseMethod::Bucketization, |e| e.query_error),
     });
+    if let Some(attribute) = points
+        .iter()
+        .find_map(|p| p.workload.as_ref().map(|w| w.attribute.clone()))
+    {
+        let mut series = Vec::new();
+        for model in SweptModel::ALL {
+            for method in [ReleaseMethod::Generalization, ReleaseMethod::Bucketization] {
+                for &algorithm in &algorithms {
+                    let s = xy_series(
+                        points,
+                        &named(&format!("{} ({method})", model.name()), algorithm),
+                        |p| {
+                            p.item.model == model
+                                && p.item.method == method
+                                && p.item.algorithm == algorithm
+                        },
+                        |p| p.workload_gain().map(|g| (p.evaluation.a_acc, g)),
+                    );
+                    if !s.points.is_empty() {
+                        series.push(s);
+                    }
+                }
+            }
+        }
+        out.push(Chart {
+            stem: "fig4-workload-gain",
+            title: "Researcher's gain vs adversary's gain (Brickell & Shmatikov)",
+            x_label: "Adversary's gain A_acc",
+            y_label: format!("U_san − U_base learning {attribute} (best classifier)"),
+            series,
+        });
+    }
     out
 }
 

@@ -43,7 +43,7 @@ impl Draw for Chart {
             .light_line_style(RGBColor(0xf0, 0xf0, 0xf0))
             .bold_line_style(RGBColor(0xe0, 0xe0, 0xe0))
             .x_desc(self.x_label)
-            .y_desc(self.y_label)
+            .y_desc(self.y_label.as_str())
             .axis_desc_style((FONT, 14))
             .label_style((FONT, 12))
             .x_labels(8)
@@ -123,7 +123,7 @@ mod tests {
             stem: "t",
             title: "a <title> & more",
             x_label: "x",
-            y_label: "y",
+            y_label: "y".into(),
             series: vec![
                 Series {
                     name: "k-anonymity".into(),

@@ -9,7 +9,7 @@
 //! unsatisfiable is reported and left out.
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -21,6 +21,7 @@ use crate::measures::evaluate::{Baseline, evaluate};
 use crate::measures::frontier::{
     FrontierPoint, SweepItem, SweptModel, charts, mark_efficient, sweep, write_csv,
 };
+use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadOptions};
 use crate::plots::Format;
 use crate::relational::release::ReleaseMethod;
 use crate::relational::{Algorithm, AlgorithmOptions};
@@ -74,12 +75,34 @@ pub struct FrontierArgs {
     pub seed: u64,
     #[command(flatten)]
     pub measures: MeasureArgs,
+    /// Learn this attribute from each release's other attributes (Brickell & Shmatikov's workload):
+    /// U_base and U_san − U_base per classifier in frontier.csv, and the workload chart.
+    #[arg(long, value_name = "ATTR")]
+    pub workload: Option<String>,
+    /// The workload's classifiers, comma-separated, among j48, rf, nb.
+    #[arg(long, default_value = "j48,rf,nb", requires = "workload")]
+    pub classifiers: String,
+    /// Folds of the workload's stratified cross-validation.
+    #[arg(long, default_value_t = 10, requires = "workload")]
+    pub folds: usize,
+    /// Seed of the workload's folds and forests (and of a bucketized release's association).
+    #[arg(long, default_value_t = 1, requires = "workload")]
+    pub learning_seed: u64,
 }
 
 pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let options = args.measures.options();
     options.validate()?;
+    let workload_options = match &args.workload {
+        Some(attribute) => Some(WorkloadOptions::parse(
+            attribute,
+            Some(args.classifiers.split(',')),
+            Some(args.folds),
+            Some(args.learning_seed),
+        )?),
+        None => None,
+    };
     let formats = formats(&args.format)?;
     let methods: Vec<ReleaseMethod> = args
         .methods
@@ -151,6 +174,27 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         baseline_started.elapsed().as_secs_f64(),
         items.len()
     );
+    let never = AtomicBool::new(false);
+    let learning = match workload_options {
+        Some(options) => {
+            let learning_started = Instant::now();
+            let attribute = options.attribute.clone();
+            let learning =
+                WorkloadBaseline::new_unless(&table, options, DEFAULT_MAX_MODEL_CELLS, &never)
+                    .context("--workload")?
+                    .expect("a workload that cannot be cancelled completes");
+            eprintln!(
+                "cloakd: workload {}: U_base {:.4} ({}, {}) in {:.2}s",
+                crate::text::quote(&attribute),
+                learning.u_base,
+                learning.u_base_classifier.name(),
+                learning.u_base_sanitization.name(),
+                learning_started.elapsed().as_secs_f64()
+            );
+            Some(learning)
+        }
+        None => None,
+    };
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -170,7 +214,8 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&item) = items.get(i) else { break };
-                    let outcome = measure(&table, &baseline, item, args.seed, &args);
+                    let outcome =
+                        measure(&table, &baseline, learning.as_ref(), item, args.seed, &args);
                     progress.set_message(format!(
                         "{} {} {} {}",
                         item.model.name(),
@@ -221,7 +266,7 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         write_plot(&args.out, chart.stem, chart, &formats)?;
     }
     println!(
-        "{:<17} {:>9} {:<15} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  efficient",
+        "{:<17} {:>9} {:<15} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}  efficient",
         "model",
         "parameter",
         "method",
@@ -231,12 +276,13 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         "a_know",
         "a_acc",
         "q_error",
+        "gain",
         "seconds"
     );
     for p in &points {
         let e = &p.evaluation;
         println!(
-            "{:<17} {:>9} {:<15} {:<9} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>7.2}  {}",
+            "{:<17} {:>9} {:<15} {:<9} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8} {:>7.2}  {}",
             p.item.model.name(),
             p.item.parameter,
             p.item.method.to_string(),
@@ -246,6 +292,8 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
             e.a_know,
             e.a_acc,
             e.query_error,
+            p.workload_gain()
+                .map_or_else(|| "-".to_string(), |g| format!("{g:+.4}")),
             p.seconds,
             if p.efficient { "*" } else { "" }
         );
@@ -324,10 +372,11 @@ fn options_for(algorithm: Algorithm, args: &FrontierArgs) -> anyhow::Result<Algo
     })
 }
 
-/// Anonymizes and measures one release of the sweep.
+/// Anonymizes and measures one release of the sweep (and learns its workload, when given).
 fn measure(
     table: &crate::relational::table::Table,
     baseline: &Baseline,
+    learning: Option<&WorkloadBaseline>,
     item: SweepItem,
     seed: u64,
     args: &FrontierArgs,
@@ -340,14 +389,22 @@ fn measure(
         item.method,
         seed,
         &options,
-        &std::sync::atomic::AtomicBool::new(false),
+        &AtomicBool::new(false),
     )
     .map_err(|e| e.to_string())?;
     let evaluation = evaluate(table, baseline, &release).map_err(|e| e.to_string())?;
+    let never = AtomicBool::new(false);
+    let workload = match learning {
+        Some(learning) => learning
+            .measure_unless(table, &release, DEFAULT_MAX_MODEL_CELLS, &never)
+            .map_err(|e| format!("workload: {e}"))?,
+        None => None,
+    };
     Ok(FrontierPoint {
         item,
         evaluation,
         seconds: started.elapsed().as_secs_f64(),
         efficient: false,
+        workload,
     })
 }
