@@ -54,32 +54,41 @@ impl RandomForest {
     }
 }
 
-/// One node of a tree.
-#[derive(Debug, Clone, PartialEq)]
-enum Node {
-    Leaf {
-        probs: Vec<f64>,
-    },
-    Nominal {
-        attribute: usize,
-        /// The value and child of each branch that saw training rows, by value; a row with
-        /// another value is predicted by this node.
-        children: Vec<(u32, usize)>,
-        probs: Vec<f64>,
-    },
-    Numeric {
-        attribute: usize,
-        split: f64,
-        /// Below the split: `first`; at or above: `first + 1` (both saw training rows).
-        first: usize,
-        probs: Vec<f64>,
-    },
-}
-
-/// One `RandomTree`, its nodes in an arena (the root first).
+/// One `RandomTree` as flat node arrays (the root first).
 #[derive(Debug, Clone, PartialEq)]
 struct Tree {
-    nodes: Vec<Node>,
+    classes: usize,
+    /// Per node: the attribute it splits on, or [`LEAF`].
+    attribute: Vec<u32>,
+    /// Per node: a numeric split's point (below: `first`; at or above: `first + 1`, both saw
+    /// training rows); unused otherwise.
+    split: Vec<f64>,
+    /// Per node: a numeric split's first child, or where a nominal split's child table starts in
+    /// `slots`.
+    first: Vec<u32>,
+    /// Nominal splits' child tables: one slot per value, the child that saw training rows with it
+    /// or [`NONE`] (a row with that value is predicted by the splitting node).
+    slots: Vec<u32>,
+    /// Per node: its class distribution, `classes` entries each.
+    probs: Vec<f64>,
+}
+
+/// A node that is a leaf.
+const LEAF: u32 = u32::MAX;
+/// A value no training row of the node had.
+const NONE: u32 = u32::MAX;
+
+impl Tree {
+    fn add_node(&mut self) {
+        self.attribute.push(LEAF);
+        self.split.push(0.0);
+        self.first.push(0);
+        self.probs.extend(std::iter::repeat_n(0.0, self.classes));
+    }
+
+    fn probs(&self, node: usize) -> &[f64] {
+        &self.probs[node * self.classes..(node + 1) * self.classes]
+    }
 }
 
 /// A trained forest.
@@ -94,12 +103,13 @@ fn ln_func(x: f64) -> f64 {
     if x < SMALL { 0.0 } else { x * x.ln() }
 }
 
-/// Weka's `entropyOverColumns` of a split's class counts: the entropy of the class, in bits.
-fn prior_entropy(dist: &[Vec<f64>], classes: usize) -> f64 {
+/// Weka's `entropyOverColumns` of a split's class counts (`classes` per branch, branches one
+/// after the other): the entropy of the class, in bits.
+fn prior_entropy(dist: &[f64], classes: usize) -> f64 {
     let mut value = 0.0;
     let mut total = 0.0;
     for c in 0..classes {
-        let column: f64 = dist.iter().map(|branch| branch[c]).sum();
+        let column: f64 = dist.chunks_exact(classes).map(|branch| branch[c]).sum();
         value -= ln_func(column);
         total += column;
     }
@@ -110,10 +120,10 @@ fn prior_entropy(dist: &[Vec<f64>], classes: usize) -> f64 {
 }
 
 /// Weka's `entropyConditionedOnRows`: the class entropy given the branch, in bits.
-fn conditional_entropy(dist: &[Vec<f64>]) -> f64 {
+fn conditional_entropy(dist: &[f64], classes: usize) -> f64 {
     let mut value = 0.0;
     let mut total = 0.0;
-    for branch in dist {
+    for branch in dist.chunks_exact(classes) {
         let mut sum = 0.0;
         for &count in branch {
             value += ln_func(count);
@@ -128,21 +138,57 @@ fn conditional_entropy(dist: &[Vec<f64>]) -> f64 {
     -value / (total * std::f64::consts::LN_2)
 }
 
-/// A candidate split of one node on one attribute.
-struct Split {
-    gain: f64,
-    /// Class counts per branch.
-    dist: Vec<Vec<f64>>,
-    /// The numeric split point (unused for nominal splits).
-    point: f64,
+/// A numeric attribute's distinct values, ascending, and each row's rank among them: a node's rows
+/// are sorted by rank (or counted by rank) instead of by value. Every weight is a whole count, so
+/// the class counts at each boundary are exact whatever the order of tied rows, and the split is
+/// the one a sort by value finds.
+struct Ranked {
+    distinct: Vec<f64>,
+    rank: Vec<u32>,
 }
 
-/// A node waiting to be built.
+impl Ranked {
+    fn new(values: &[f64]) -> Ranked {
+        let mut order: Vec<u32> = (0..values.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| values[a as usize].total_cmp(&values[b as usize]));
+        let mut distinct: Vec<f64> = Vec::new();
+        let mut rank = vec![0; values.len()];
+        for &row in &order {
+            let value = values[row as usize];
+            if distinct.last().is_none_or(|&last| value > last) {
+                distinct.push(value);
+            }
+            rank[row as usize] = (distinct.len() - 1) as u32;
+        }
+        Ranked { distinct, rank }
+    }
+}
+
+/// A node waiting to be built: its rows are `rows[start..end]` of the builder; its class counts
+/// are the matching entry of the builder's count stack.
 struct Pending {
     node: usize,
-    rows: Vec<u32>,
-    counts: Vec<f64>,
+    start: usize,
+    end: usize,
     depth: usize,
+}
+
+/// Buffers a tree's nodes reuse (one set per fit, shared by its trees).
+struct Scratch {
+    /// Per attribute: the class counts of its last examined split, `classes` per branch.
+    dists: Vec<Vec<f64>>,
+    /// Per attribute: its last numeric split point.
+    points: Vec<f64>,
+    gains: Vec<f64>,
+    examined: Vec<bool>,
+    /// Rows of a node sorted by rank, or class counts per rank, for numeric splits.
+    by_rank: Vec<(u32, u32)>,
+    rank_dist: Vec<f64>,
+    current: Vec<f64>,
+    counts: Vec<f64>,
+    /// The rows being partitioned, and each branch's row count and next slot.
+    moved: Vec<u32>,
+    branch_rows: Vec<usize>,
 }
 
 /// Builds one tree on the bag `weights` (a weight per row of the dataset, 0 outside the bag).
@@ -151,6 +197,7 @@ struct TreeBuilder<'a> {
     labels: &'a [u32],
     classes: usize,
     weights: &'a [f64],
+    ranked: &'a [Option<Ranked>],
     k: usize,
     max_depth: usize,
     /// Weka's `attIndicesWindow`, shared by all nodes of the tree.
@@ -159,92 +206,157 @@ struct TreeBuilder<'a> {
 }
 
 impl TreeBuilder<'_> {
-    fn class_counts(&self, rows: &[u32]) -> Vec<f64> {
-        let mut counts = vec![0.0; self.classes];
+    fn class_counts(&self, rows: &[u32], counts: &mut Vec<f64>) {
+        counts.clear();
+        counts.resize(self.classes, 0.0);
         for &row in rows {
             counts[self.labels[row as usize] as usize] += self.weights[row as usize];
         }
-        counts
     }
 
-    fn split(&self, attribute: usize, rows: &[u32], scratch: &mut Vec<(f64, u32)>) -> Split {
+    /// Examines `attribute` on `rows`: its gain; its class counts per branch go to
+    /// `scratch.dists[attribute]`, a numeric split point to `scratch.points[attribute]`.
+    fn split(&self, attribute: usize, rows: &[u32], s: &mut Scratch) -> f64 {
+        let classes = self.classes;
+        let dist = &mut s.dists[attribute];
         match self.data.column(attribute) {
             Column::Nominal(codes) => {
                 let values = self.data.attribute(attribute).values();
-                let mut dist = vec![vec![0.0; self.classes]; values];
+                dist.clear();
+                dist.resize(values * classes, 0.0);
                 for &row in rows {
                     let r = row as usize;
-                    dist[codes[r] as usize][self.labels[r] as usize] += self.weights[r];
+                    dist[codes[r] as usize * classes + self.labels[r] as usize] += self.weights[r];
                 }
-                let gain = prior_entropy(&dist, self.classes) - conditional_entropy(&dist);
-                Split {
-                    gain,
-                    dist,
-                    point: 0.0,
-                }
+                prior_entropy(dist, classes) - conditional_entropy(dist, classes)
             }
-            Column::Numeric(values) => {
-                scratch.clear();
-                scratch.extend(rows.iter().map(|&r| (values[r as usize], r)));
-                scratch.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-                let mut current = vec![vec![0.0; self.classes], self.class_counts(rows)];
-                let prior = prior_entropy(&current, self.classes);
-                let mut dist = current.clone();
+            Column::Numeric(_) => {
+                let ranked = self.ranked[attribute]
+                    .as_ref()
+                    .expect("numeric attributes are ranked");
+                let mut counts = std::mem::take(&mut s.counts);
+                self.class_counts(rows, &mut counts);
+                let current = &mut s.current;
+                current.clear();
+                current.resize(classes, 0.0);
+                current.extend_from_slice(&counts);
+                s.counts = counts;
+                let prior = prior_entropy(current, classes);
+                dist.clone_from(current);
                 let mut point = 0.0;
                 let mut best = -f64::MAX;
-                let mut last = scratch.first().map_or(0.0, |s| s.0);
-                for &(value, row) in scratch.iter() {
-                    if value > last {
-                        let gain = prior - conditional_entropy(&current);
-                        if gain > best {
-                            best = gain;
-                            point = (value + last) / 2.0;
-                            dist.clone_from(&current);
+                if ranked.distinct.len() <= rows.len() {
+                    // Count by rank, then sweep the ranks present.
+                    let rank_dist = &mut s.rank_dist;
+                    rank_dist.clear();
+                    rank_dist.resize(ranked.distinct.len() * classes, 0.0);
+                    for &row in rows {
+                        let r = row as usize;
+                        rank_dist[ranked.rank[r] as usize * classes + self.labels[r] as usize] +=
+                            self.weights[r];
+                    }
+                    let mut last: Option<f64> = None;
+                    for (value, group) in
+                        ranked.distinct.iter().zip(rank_dist.chunks_exact(classes))
+                    {
+                        if group.iter().all(|&w| w == 0.0) {
+                            continue;
+                        }
+                        if let Some(last) = last {
+                            let gain = prior - conditional_entropy(current, classes);
+                            if gain > best {
+                                best = gain;
+                                point = (value + last) / 2.0;
+                                dist.clone_from(current);
+                            }
+                        }
+                        last = Some(*value);
+                        for (c, &w) in group.iter().enumerate() {
+                            current[c] += w;
+                            current[classes + c] -= w;
                         }
                     }
-                    last = value;
-                    let c = self.labels[row as usize] as usize;
-                    let w = self.weights[row as usize];
-                    current[0][c] += w;
-                    current[1][c] -= w;
+                } else {
+                    // Sort the node's rows by rank and sweep them.
+                    let by_rank = &mut s.by_rank;
+                    by_rank.clear();
+                    by_rank.extend(rows.iter().map(|&r| (ranked.rank[r as usize], r)));
+                    by_rank.sort_unstable_by_key(|&(rank, _)| rank);
+                    let mut last = by_rank.first().map_or(0, |s| s.0);
+                    for &(rank, row) in by_rank.iter() {
+                        if rank > last {
+                            let gain = prior - conditional_entropy(current, classes);
+                            if gain > best {
+                                best = gain;
+                                point = (ranked.distinct[rank as usize]
+                                    + ranked.distinct[last as usize])
+                                    / 2.0;
+                                dist.clone_from(current);
+                            }
+                        }
+                        last = rank;
+                        let c = self.labels[row as usize] as usize;
+                        let w = self.weights[row as usize];
+                        current[c] += w;
+                        current[classes + c] -= w;
+                    }
                 }
-                let gain = prior - conditional_entropy(&dist);
-                Split { gain, dist, point }
+                s.points[attribute] = point;
+                prior - conditional_entropy(dist, classes)
             }
         }
     }
 
-    fn build(mut self, rows: Vec<u32>) -> Tree {
-        let mut nodes = vec![Node::Leaf { probs: Vec::new() }];
-        let counts = self.class_counts(&rows);
+    fn build(mut self, mut rows: Vec<u32>, s: &mut Scratch) -> Tree {
+        let classes = self.classes;
+        let mut tree = Tree {
+            classes,
+            attribute: Vec::new(),
+            split: Vec::new(),
+            first: Vec::new(),
+            slots: Vec::new(),
+            probs: Vec::new(),
+        };
+        tree.add_node();
+        let mut counts = Vec::with_capacity(classes);
+        self.class_counts(&rows, &mut counts);
+        // The class counts of the pending nodes, in the stack's order.
+        let mut count_stack = counts.clone();
         let mut pending = vec![Pending {
             node: 0,
-            rows,
-            counts,
+            start: 0,
+            end: rows.len(),
             depth: 0,
         }];
-        let mut scratch = Vec::new();
         let attributes = self.data.attributes().len();
+        let mut chosen_attributes = Vec::new();
         while let Some(Pending {
             node,
-            rows,
-            counts,
+            start,
+            end,
             depth,
         }) = pending.pop()
         {
+            counts.clear();
+            counts.extend_from_slice(&count_stack[count_stack.len() - classes..]);
+            count_stack.truncate(count_stack.len() - classes);
             let total: f64 = counts.iter().sum();
-            let mut probs = counts.clone();
-            normalize(&mut probs);
+            let probs = &mut tree.probs[node * classes..(node + 1) * classes];
+            probs.copy_from_slice(&counts);
+            normalize(probs);
             let majority = counts[max_index(&counts)];
             if total < 2.0 - SMALL
                 || (majority - total).abs() < SMALL
                 || (self.max_depth > 0 && depth >= self.max_depth)
             {
-                nodes[node] = Node::Leaf { probs };
                 continue;
             }
-            let mut gains = vec![0.0; attributes];
-            let mut splits: Vec<Option<Split>> = (0..attributes).map(|_| None).collect();
+            s.gains.clear();
+            s.gains.resize(attributes, 0.0);
+            for &a in &chosen_attributes {
+                s.examined[a] = false;
+            }
+            chosen_attributes.clear();
             let mut window_size = self.window.len();
             let mut k = self.k as i64;
             let mut gain_found = false;
@@ -259,69 +371,89 @@ impl TreeBuilder<'_> {
                 let attribute = self.window[chosen];
                 self.window.swap(chosen, window_size - 1);
                 window_size -= 1;
-                let split = self.split(attribute, &rows, &mut scratch);
-                gains[attribute] = split.gain;
-                if split.gain > SMALL {
+                let gain = self.split(attribute, &rows[start..end], s);
+                s.gains[attribute] = gain;
+                if gain > SMALL {
                     gain_found = true;
                 }
-                splits[attribute] = Some(split);
+                s.examined[attribute] = true;
+                chosen_attributes.push(attribute);
             }
-            let best = max_index(&gains);
-            let Some(split) = splits[best].take().filter(|s| s.gain > SMALL) else {
-                nodes[node] = Node::Leaf { probs };
+            let best = max_index(&s.gains);
+            if !s.examined[best] || s.gains[best] <= SMALL {
                 continue;
-            };
-            let branches = split.dist.len();
-            let mut parts: Vec<Vec<u32>> = vec![Vec::new(); branches];
-            let first = nodes.len();
-            match self.data.column(best) {
-                Column::Nominal(codes) => {
-                    for &row in &rows {
-                        parts[codes[row as usize] as usize].push(row);
-                    }
-                    let children = parts
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, part)| !part.is_empty())
-                        .enumerate()
-                        .map(|(i, (value, _))| (value as u32, first + i))
-                        .collect();
-                    nodes[node] = Node::Nominal {
-                        attribute: best,
-                        children,
-                        probs,
-                    };
+            }
+            // Partition the node's rows by branch, stably, in place.
+            let branches = s.dists[best].len() / classes;
+            let point = s.points[best];
+            let column = self.data.column(best);
+            let branch_of = |row: u32| -> usize {
+                match column {
+                    Column::Nominal(codes) => codes[row as usize] as usize,
+                    Column::Numeric(values) => usize::from(values[row as usize] >= point),
                 }
-                Column::Numeric(values) => {
-                    for &row in &rows {
-                        parts[usize::from(values[row as usize] >= split.point)].push(row);
+            };
+            s.branch_rows.clear();
+            s.branch_rows.resize(branches, 0);
+            for &row in &rows[start..end] {
+                s.branch_rows[branch_of(row)] += 1;
+            }
+            let mut next = Vec::with_capacity(branches);
+            let mut at = 0;
+            for &n in &s.branch_rows {
+                next.push(at);
+                at += n;
+            }
+            s.moved.clear();
+            s.moved.resize(end - start, 0);
+            for &row in &rows[start..end] {
+                let b = branch_of(row);
+                s.moved[next[b]] = row;
+                next[b] += 1;
+            }
+            rows[start..end].copy_from_slice(&s.moved);
+            let first = tree.attribute.len();
+            tree.attribute[node] = best as u32;
+            let mut child = first;
+            match self.data.column(best) {
+                Column::Nominal(_) => {
+                    tree.first[node] = tree.slots.len() as u32;
+                    for &n in &s.branch_rows {
+                        if n > 0 {
+                            tree.slots.push(child as u32);
+                            child += 1;
+                        } else {
+                            tree.slots.push(NONE);
+                        }
                     }
-                    nodes[node] = Node::Numeric {
-                        attribute: best,
-                        split: split.point,
-                        first,
-                        probs,
-                    };
+                }
+                Column::Numeric(_) => {
+                    tree.first[node] = first as u32;
+                    tree.split[node] = s.points[best];
+                    child += s.branch_rows.iter().filter(|&&n| n > 0).count();
                 }
             }
-            drop(rows);
-            let children: Vec<(Vec<u32>, Vec<f64>)> = parts
-                .into_iter()
-                .zip(split.dist)
-                .filter(|(part, _)| !part.is_empty())
-                .collect();
-            nodes.extend(children.iter().map(|_| Node::Leaf { probs: Vec::new() }));
+            for _ in first..child {
+                tree.add_node();
+            }
             // Depth first, children in order (the order Weka's recursion draws in).
-            for (i, (rows, counts)) in children.into_iter().enumerate().rev() {
+            let mut end_of = end;
+            for (b, &n) in s.branch_rows.iter().enumerate().rev() {
+                if n == 0 {
+                    continue;
+                }
+                child -= 1;
                 pending.push(Pending {
-                    node: first + i,
-                    rows,
-                    counts,
+                    node: child,
+                    start: end_of - n,
+                    end: end_of,
                     depth: depth + 1,
                 });
+                count_stack.extend_from_slice(&s.dists[best][b * classes..(b + 1) * classes]);
+                end_of -= n;
             }
         }
-        Tree { nodes }
+        tree
     }
 }
 
@@ -374,7 +506,26 @@ impl Learner for RandomForest {
     fn fit(&self, data: &Dataset, class: usize, rows: &[u32], seed: u64) -> ForestModel {
         let classes = data.attribute(class).values();
         let labels = data.nominal_codes(class);
-        let k = self.k_value(data.attributes().len());
+        let attributes = data.attributes().len();
+        let k = self.k_value(attributes);
+        let ranked: Vec<Option<Ranked>> = (0..attributes)
+            .map(|a| match data.column(a) {
+                Column::Numeric(values) if a != class => Some(Ranked::new(values)),
+                _ => None,
+            })
+            .collect();
+        let mut scratch = Scratch {
+            dists: vec![Vec::new(); attributes],
+            points: vec![0.0; attributes],
+            gains: Vec::with_capacity(attributes),
+            examined: vec![false; attributes],
+            by_rank: Vec::new(),
+            rank_dist: Vec::new(),
+            current: Vec::new(),
+            counts: Vec::new(),
+            moved: Vec::new(),
+            branch_rows: Vec::new(),
+        };
         let mut seeds = JavaRandom::new(seed as i64);
         let trees = (0..self.trees)
             .map(|i| {
@@ -390,14 +541,13 @@ impl Learner for RandomForest {
                     labels,
                     classes,
                     weights: &weights,
+                    ranked: &ranked,
                     k,
                     max_depth: self.max_depth,
-                    window: (0..data.attributes().len())
-                        .filter(|&a| a != class)
-                        .collect(),
+                    window: (0..attributes).filter(|&a| a != class).collect(),
                     random: JavaRandom::new(i64::from(tree_seed)),
                 }
-                .build(in_bag)
+                .build(in_bag, &mut scratch)
             })
             .collect();
         ForestModel { trees, classes }
@@ -409,27 +559,22 @@ impl Tree {
     fn distribution(&self, data: &Dataset, row: usize) -> &[f64] {
         let mut at = 0;
         loop {
-            let child = match &self.nodes[at] {
-                Node::Leaf { probs } => return probs,
-                Node::Nominal {
-                    attribute,
-                    children,
-                    probs,
-                } => {
-                    let value = data.nominal_codes(*attribute)[row];
-                    match children.binary_search_by_key(&value, |&(v, _)| v) {
-                        Ok(i) => children[i].1,
-                        Err(_) => return probs,
+            let attribute = self.attribute[at];
+            if attribute == LEAF {
+                return self.probs(at);
+            }
+            at = match data.column(attribute as usize) {
+                Column::Nominal(codes) => {
+                    let slot = self.slots[self.first[at] as usize + codes[row] as usize];
+                    if slot == NONE {
+                        return self.probs(at);
                     }
+                    slot as usize
                 }
-                Node::Numeric {
-                    attribute,
-                    split,
-                    first,
-                    ..
-                } => first + usize::from(data.numeric_values(*attribute)[row] >= *split),
+                Column::Numeric(values) => {
+                    self.first[at] as usize + usize::from(values[row] >= self.split[at])
+                }
             };
-            at = child;
         }
     }
 }
@@ -462,9 +607,9 @@ mod tests {
 
     #[test]
     fn gains_are_in_bits() {
-        let dist = vec![vec![2.0, 0.0], vec![0.0, 2.0]];
+        let dist = [2.0, 0.0, 0.0, 2.0];
         assert!((prior_entropy(&dist, 2) - 1.0).abs() < 1e-12);
-        assert!(conditional_entropy(&dist).abs() < 1e-12);
+        assert!(conditional_entropy(&dist, 2).abs() < 1e-12);
     }
 
     #[test]

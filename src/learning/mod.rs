@@ -73,7 +73,7 @@ pub enum LearningError {
 
 /// Stratified `folds`-fold cross-validation of `learner` predicting `class`, Weka's folds for `seed`
 /// ([`stratified_folds`]); each fold's model is fitted on the other folds' rows with seed `seed`.
-pub fn cross_validate<L: Learner>(
+pub fn cross_validate<L: Learner + Sync>(
     learner: &L,
     data: &Dataset,
     class: usize,
@@ -88,7 +88,11 @@ pub fn cross_validate<L: Learner>(
 }
 
 /// [`cross_validate`], giving up (`Ok(None)`) before the next fold once `cancelled` turns true.
-pub fn cross_validate_unless<L: Learner>(
+///
+/// The folds run on up to [`std::thread::available_parallelism`] scoped threads (fold `i` on
+/// thread `i mod threads`); each fold's model depends only on its rows and the seed, and the counts
+/// are summed as integers, so the result does not depend on the number of threads.
+pub fn cross_validate_unless<L: Learner + Sync>(
     learner: &L,
     data: &Dataset,
     class: usize,
@@ -97,23 +101,55 @@ pub fn cross_validate_unless<L: Learner>(
     cancelled: &AtomicBool,
 ) -> Result<Option<Accuracy>, LearningError> {
     let split = stratified_folds(data, class, folds, seed)?;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(split.folds());
+    let run = |thread: usize| -> Option<Accuracy> {
+        let labels = data.nominal_codes(class);
+        let mut accuracy = Accuracy {
+            correct: 0,
+            total: 0,
+        };
+        for fold in (thread..split.folds()).step_by(threads) {
+            if cancelled.load(Ordering::Relaxed) {
+                return None;
+            }
+            let (train, test) = split.fold(fold);
+            let model = learner.fit(data, class, train, seed);
+            for &row in test {
+                accuracy.total += 1;
+                if model.predict(data, row) == labels[row as usize] {
+                    accuracy.correct += 1;
+                }
+            }
+        }
+        Some(accuracy)
+    };
+    let parts: Vec<Option<Accuracy>> = if threads <= 1 {
+        vec![run(0)]
+    } else {
+        let run = &run;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (1..threads).map(|t| scope.spawn(move || run(t))).collect();
+            let mut parts = vec![run(0)];
+            parts.extend(
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            );
+            parts
+        })
+    };
     let mut accuracy = Accuracy {
         correct: 0,
         total: 0,
     };
-    for fold in 0..split.folds() {
-        if cancelled.load(Ordering::Relaxed) {
+    for part in parts {
+        let Some(part) = part else {
             return Ok(None);
-        }
-        let (train, test) = split.fold(fold);
-        let model = learner.fit(data, class, train, seed);
-        let labels = data.nominal_codes(class);
-        for &row in test {
-            accuracy.total += 1;
-            if model.predict(data, row) == labels[row as usize] {
-                accuracy.correct += 1;
-            }
-        }
+        };
+        accuracy.correct += part.correct;
+        accuracy.total += part.total;
     }
     Ok(Some(accuracy))
 }
