@@ -1,6 +1,7 @@
 //! Throughput of the CliqueCloak engine alone (one core), replaying the Oldenburg 10k trace
 //! (`../shared/data/mobility/oldenburg_10k.csv.gz`, relative to the repository; falls back to the
-//! in-repo slice `tests/data/oldenburg_60s.csv.gz` when absent) as location requests: each point a
+//! in-repo slice `tests/data/oldenburg_60s.csv.gz` when absent; `CLOAKD_BENCH_TRACE=FILE` names
+//! another trace, e.g. from a git worktree whose `../shared` is elsewhere) as location requests: each point a
 //! request at its timestamp (spread within the second), k uniform in [2, 10] (seeded), dt = 10 s,
 //! under three workloads:
 //! - `500m`: dx = dy = 500 m for everyone (the standard workload);
@@ -34,6 +35,9 @@ use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_
 const PREFIX: usize = 300_000;
 
 fn trace_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("CLOAKD_BENCH_TRACE") {
+        return PathBuf::from(path);
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let full = root.join("../shared/data/mobility/oldenburg_10k.csv.gz");
     if full.exists() {

@@ -244,7 +244,7 @@ impl Engine {
         let mut index = SpatialIndex::new(kind);
         for (slot, pending) in self.pending.iter().enumerate() {
             if let Some(p) = pending {
-                index.insert(p.req.lon, p.req.lat, slot as u32);
+                index.insert(p.req.lon, p.req.lat, &p.grouping_box, slot as u32);
             }
         }
         self.spatial_index = index;
@@ -393,7 +393,8 @@ impl Engine {
         if self.sessions.enabled() {
             self.slots_of_user.entry(user).or_default().push(slot);
         }
-        self.spatial_index.insert(point[0], point[1], slot);
+        self.spatial_index
+            .insert(point[0], point[1], &grouping_box, slot);
         self.deadlines.push(Reverse((deadline_ms, id)));
     }
 
@@ -402,8 +403,12 @@ impl Engine {
     fn remove_slot(&mut self, slot: u32) -> Option<Pending> {
         let pending = self.pending.get_mut(slot as usize)?.take()?;
         self.slot_of.remove(&pending.req.id);
-        self.spatial_index
-            .remove(pending.req.lon, pending.req.lat, slot);
+        self.spatial_index.remove(
+            pending.req.lon,
+            pending.req.lat,
+            &pending.grouping_box,
+            slot,
+        );
         if let Some(slots) = self.slots_of_user.get_mut(&pending.req.user) {
             slots.retain(|&s| s != slot);
             if slots.is_empty() {
@@ -431,7 +436,11 @@ impl Engine {
                     .flatten()
                     .copied(),
             ),
-            None => self.spatial_index.slots_in(&b, &mut candidates),
+            // The index already applies the spatial half of the edge condition both ways: points
+            // in the new request's grouping box whose own grouping box holds its point.
+            None => self
+                .spatial_index
+                .slots_meeting(&b, new.lon, new.lat, &mut candidates),
         }
         for &slot in &candidates {
             let Some(Some(pending)) = self.pending.get(slot as usize) else {

@@ -1,5 +1,7 @@
 //! The spatial index of the CliqueCloak engine's pending requests: points (WGS84 degrees) with the
-//! engine's slot numbers, updated one point at a time, answering "which slots lie in this box".
+//! engine's slot numbers and reach boxes (the requests' grouping boxes), updated one point at a
+//! time, answering "which slots lie in this box" and "which slots lie in this box and reach back to
+//! this point" (the candidates of the constraint graph's edges of a new request).
 //!
 //! One small trait, [`PointIndex`], and two implementations chosen by `location.index`:
 //! [`rtree::RTreeIndex`] (an `rstar` R*-tree, the default) and [`grid::GridIndex`] (a uniform grid of
@@ -7,8 +9,9 @@
 //! path is a branch, not a virtual call.
 //!
 //! Invariants every implementation keeps (checked against a linear scan in the tests below): a
-//! query returns exactly the slots of the live points inside the closed box, each once, in some
-//! order; a removal takes out exactly the entry (point, slot) that was inserted, and says whether
+//! query returns exactly the slots of the live points inside the closed box (and, for
+//! [`PointIndex::slots_meeting`], whose closed reach box holds the query point), each once, in some
+//! order; a removal takes out exactly the entry (point, reach box, slot) that was inserted, and says whether
 //! there was one; no query or update depends on a clock or on randomness. The order of a query's
 //! answer may depend on the history; the engine sorts neighbours with a total order, so its groups
 //! are the same under every implementation, seed for seed.
@@ -31,14 +34,20 @@ pub trait PointIndex {
         self.len() == 0
     }
 
-    /// Adds the point of `slot` at (`lon`, `lat`) (finite degrees).
-    fn insert(&mut self, lon: f64, lat: f64, slot: u32);
+    /// Adds the point of `slot` at (`lon`, `lat`) with its reach box (finite degrees; the box holds
+    /// the point).
+    fn insert(&mut self, lon: f64, lat: f64, reach: &GeoBox, slot: u32);
 
-    /// Removes the point of `slot` inserted at (`lon`, `lat`); false if there is none.
-    fn remove(&mut self, lon: f64, lat: f64, slot: u32) -> bool;
+    /// Removes the point of `slot` inserted at (`lon`, `lat`) with this reach box; false if there
+    /// is none.
+    fn remove(&mut self, lon: f64, lat: f64, reach: &GeoBox, slot: u32) -> bool;
 
     /// Appends to `out` the slot of every point inside the closed box (`min <= max` on both axes).
     fn slots_in(&self, b: &GeoBox, out: &mut Vec<u32>);
+
+    /// Appends to `out` the slot of every point inside the closed box `b` whose closed reach box
+    /// holds (`lon`, `lat`).
+    fn slots_meeting(&self, b: &GeoBox, lon: f64, lat: f64, out: &mut Vec<u32>);
 }
 
 /// Which index the engine keeps its pending requests in (`location.index`).
@@ -101,18 +110,18 @@ impl PointIndex for SpatialIndex {
     }
 
     #[inline]
-    fn insert(&mut self, lon: f64, lat: f64, slot: u32) {
+    fn insert(&mut self, lon: f64, lat: f64, reach: &GeoBox, slot: u32) {
         match self {
-            SpatialIndex::RTree(i) => i.insert(lon, lat, slot),
-            SpatialIndex::Grid(i) => i.insert(lon, lat, slot),
+            SpatialIndex::RTree(i) => i.insert(lon, lat, reach, slot),
+            SpatialIndex::Grid(i) => i.insert(lon, lat, reach, slot),
         }
     }
 
     #[inline]
-    fn remove(&mut self, lon: f64, lat: f64, slot: u32) -> bool {
+    fn remove(&mut self, lon: f64, lat: f64, reach: &GeoBox, slot: u32) -> bool {
         match self {
-            SpatialIndex::RTree(i) => i.remove(lon, lat, slot),
-            SpatialIndex::Grid(i) => i.remove(lon, lat, slot),
+            SpatialIndex::RTree(i) => i.remove(lon, lat, reach, slot),
+            SpatialIndex::Grid(i) => i.remove(lon, lat, reach, slot),
         }
     }
 
@@ -121,6 +130,14 @@ impl PointIndex for SpatialIndex {
         match self {
             SpatialIndex::RTree(i) => i.slots_in(b, out),
             SpatialIndex::Grid(i) => i.slots_in(b, out),
+        }
+    }
+
+    #[inline]
+    fn slots_meeting(&self, b: &GeoBox, lon: f64, lat: f64, out: &mut Vec<u32>) {
+        match self {
+            SpatialIndex::RTree(i) => i.slots_meeting(b, lon, lat, out),
+            SpatialIndex::Grid(i) => i.slots_meeting(b, lon, lat, out),
         }
     }
 }
@@ -153,31 +170,39 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// One step of a random history: insert a new point, remove a live one (or try one twice), or
+    /// One step of a random history: insert a new point with a reach box (half-widths as shares
+    /// of the spread, from far below to far above it), remove a live one (or try one twice), or
     /// query a box around a point.
     #[derive(Debug, Clone)]
     enum Step {
-        Insert(f64, f64),
+        Insert(f64, f64, f64, f64),
         Remove(prop::sample::Index),
         Query(prop::sample::Index, f64, f64),
     }
 
     fn step() -> impl Strategy<Value = Step> {
+        let reach = prop_oneof![0.0f64..0.05, 0.05f64..1.0, 1.0f64..20.0];
         prop_oneof![
-            4 => (-1.0f64..1.0, -1.0f64..1.0).prop_map(|(x, y)| Step::Insert(x, y)),
+            4 => (-1.0f64..1.0, -1.0f64..1.0, reach.clone(), reach)
+                .prop_map(|(x, y, rx, ry)| Step::Insert(x, y, rx, ry)),
             2 => any::<prop::sample::Index>().prop_map(Step::Remove),
             2 => (any::<prop::sample::Index>(), 0.0f64..1.0, 0.0f64..1.0)
                 .prop_map(|(i, w, h)| Step::Query(i, w, h)),
         ]
     }
 
+    /// A point with its reach box and slot.
+    type Live = (f64, f64, GeoBox, u32);
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
-        /// Every implementation answers every box query as a linear scan of the live points does,
-        /// through interleaved inserts and removals (enough to split and empty R-tree nodes), for
-        /// boxes from far below a grid cell to far above one, anywhere on the globe, including
-        /// duplicate points and points on a box's edge.
+        /// Every implementation answers every box query (with and without the reach condition) as
+        /// a linear scan of the live points does, through interleaved inserts and removals (enough
+        /// to split and empty R-tree nodes), for boxes and reaches from far below a grid cell to far
+        /// above one, anywhere on the globe, including duplicate points and points on a box's
+        /// edge; the query point is a live point (on the edges of reach boxes of equal points) or
+        /// the origin.
         #[test]
         fn every_index_matches_a_linear_scan(
             (lon0, lat0) in (-179.0f64..179.0, -89.0f64..89.0),
@@ -188,26 +213,33 @@ mod tests {
             for kind in IndexKind::ALL {
                 let mut index = SpatialIndex::new(kind);
                 prop_assert_eq!(index.kind(), kind);
-                let mut live: Vec<(f64, f64, u32)> = Vec::new();
-                let mut removed: Vec<(f64, f64, u32)> = Vec::new();
+                let mut live: Vec<Live> = Vec::new();
+                let mut removed: Vec<Live> = Vec::new();
                 let mut next_slot = 0u32;
                 for step in &steps {
                     match *step {
-                        Step::Insert(x, y) => {
+                        Step::Insert(x, y, rx, ry) => {
                             let (x, y) = if duplicates { (x.round(), y.round()) } else { (x, y) };
                             let lon = (lon0 + x * spread).clamp(-180.0, 180.0);
                             let lat = (lat0 + y * spread).clamp(-90.0, 90.0);
-                            index.insert(lon, lat, next_slot);
-                            live.push((lon, lat, next_slot));
+                            let (rx, ry) = if duplicates { (rx.round(), ry.round()) } else { (rx, ry) };
+                            let reach = GeoBox {
+                                min_lat: lat - ry * spread,
+                                min_lon: lon - rx * spread,
+                                max_lat: lat + ry * spread,
+                                max_lon: lon + rx * spread,
+                            };
+                            index.insert(lon, lat, &reach, next_slot);
+                            live.push((lon, lat, reach, next_slot));
                             next_slot += 1;
                         }
                         Step::Remove(i) => {
                             if i.index(4) == 0 && !removed.is_empty() {
-                                let (lon, lat, slot) = removed[i.index(removed.len())];
-                                prop_assert!(!index.remove(lon, lat, slot), "{:?}: removed twice", kind);
+                                let (lon, lat, reach, slot) = removed[i.index(removed.len())];
+                                prop_assert!(!index.remove(lon, lat, &reach, slot), "{:?}: removed twice", kind);
                             } else if !live.is_empty() {
                                 let gone = live.swap_remove(i.index(live.len()));
-                                prop_assert!(index.remove(gone.0, gone.1, gone.2), "{:?}", kind);
+                                prop_assert!(index.remove(gone.0, gone.1, &gone.2, gone.3), "{:?}", kind);
                                 removed.push(gone);
                             }
                         }
@@ -215,7 +247,7 @@ mod tests {
                             // Around a live point (or the origin); the box's edge may pass through it.
                             let (lon, lat) = live
                                 .get(i.index(live.len().max(1)))
-                                .map_or((lon0, lat0), |&(x, y, _)| (x, y));
+                                .map_or((lon0, lat0), |&(x, y, _, _)| (x, y));
                             let (w, h) = (w * spread, h * spread);
                             let b = GeoBox {
                                 min_lat: lat - h,
@@ -223,18 +255,28 @@ mod tests {
                                 max_lat: lat + if i.index(3) == 0 { 0.0 } else { h },
                                 max_lon: lon + w,
                             };
+                            let inside = |&&(x, y, _, _): &&Live| {
+                                x >= b.min_lon && x <= b.max_lon && y >= b.min_lat && y <= b.max_lat
+                            };
                             let mut got = Vec::new();
                             index.slots_in(&b, &mut got);
                             got.sort_unstable();
-                            let mut want: Vec<u32> = live
-                                .iter()
-                                .filter(|&&(x, y, _)| {
-                                    x >= b.min_lon && x <= b.max_lon && y >= b.min_lat && y <= b.max_lat
-                                })
-                                .map(|&(_, _, s)| s)
-                                .collect();
+                            let mut want: Vec<u32> =
+                                live.iter().filter(inside).map(|&(_, _, _, s)| s).collect();
                             want.sort_unstable();
                             prop_assert_eq!(got, want, "{:?}", kind);
+
+                            let mut got = Vec::new();
+                            index.slots_meeting(&b, lon, lat, &mut got);
+                            got.sort_unstable();
+                            let mut want: Vec<u32> = live
+                                .iter()
+                                .filter(inside)
+                                .filter(|(_, _, reach, _)| reach.contains_point(lat, lon))
+                                .map(|&(_, _, _, s)| s)
+                                .collect();
+                            want.sort_unstable();
+                            prop_assert_eq!(got, want, "{:?} (meeting)", kind);
                         }
                     }
                     prop_assert_eq!(index.len(), live.len(), "{:?}", kind);

@@ -2,7 +2,8 @@
 //! [`CELL_DEGREES`] cells (about 560 m of latitude by 330 m of longitude at Oldenburg's 53° N), each
 //! holding the points that fall in it.
 //!
-//! Insertion and removal touch one cell (O(points in it)); a range query visits the cells the box
+//! Each point carries its reach box (the engine's grouping box), tested point by point by
+//! [`PointIndex::slots_meeting`]. Insertion and removal touch one cell (O(points in it)); a range query visits the cells the box
 //! overlaps and tests each point against the box, or, when the box overlaps more cells than are
 //! occupied, walks the occupied cells instead, so a huge box costs no more than a scan. It needs no
 //! rebalancing: a removed point is gone at once and its slot can be reused. Cells once used keep
@@ -22,12 +23,13 @@ use crate::location::geo::GeoBox;
 /// Side of a cell in degrees of latitude and of longitude.
 pub const CELL_DEGREES: f64 = 0.005;
 
-/// One indexed point.
+/// One indexed point with its reach box.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Entry {
     lon: f64,
     lat: f64,
     slot: u32,
+    reach: GeoBox,
 }
 
 /// The grid (see the module doc).
@@ -57,15 +59,20 @@ impl PointIndex for GridIndex {
         self.len
     }
 
-    fn insert(&mut self, lon: f64, lat: f64, slot: u32) {
+    fn insert(&mut self, lon: f64, lat: f64, reach: &GeoBox, slot: u32) {
         self.cells
             .entry(key(cell_of(lat), cell_of(lon)))
             .or_default()
-            .push(Entry { lon, lat, slot });
+            .push(Entry {
+                lon,
+                lat,
+                slot,
+                reach: *reach,
+            });
         self.len += 1;
     }
 
-    fn remove(&mut self, lon: f64, lat: f64, slot: u32) -> bool {
+    fn remove(&mut self, lon: f64, lat: f64, _reach: &GeoBox, slot: u32) -> bool {
         let Some(cell) = self.cells.get_mut(&key(cell_of(lat), cell_of(lon))) else {
             return false;
         };
@@ -80,9 +87,20 @@ impl PointIndex for GridIndex {
     }
 
     fn slots_in(&self, b: &GeoBox, out: &mut Vec<u32>) {
+        self.select(b, |_| true, out);
+    }
+
+    fn slots_meeting(&self, b: &GeoBox, lon: f64, lat: f64, out: &mut Vec<u32>) {
+        self.select(b, |e| e.reach.contains_point(lat, lon), out);
+    }
+}
+
+impl GridIndex {
+    /// Appends the slots of the points inside `b` that `also` accepts.
+    fn select(&self, b: &GeoBox, also: impl Fn(&Entry) -> bool, out: &mut Vec<u32>) {
         let (min_lon, min_lat, max_lon, max_lat) = (b.min_lon, b.min_lat, b.max_lon, b.max_lat);
         let inside = |e: &&Entry| {
-            e.lon >= min_lon && e.lon <= max_lon && e.lat >= min_lat && e.lat <= max_lat
+            e.lon >= min_lon && e.lon <= max_lon && e.lat >= min_lat && e.lat <= max_lat && also(e)
         };
         let (row0, row1) = (cell_of(min_lat), cell_of(max_lat));
         let (col0, col1) = (cell_of(min_lon), cell_of(max_lon));
