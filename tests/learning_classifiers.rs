@@ -9,7 +9,7 @@ mod learning_support;
 use cloakd::learning::{Learner, NaiveBayes, RandomForest, cross_validate};
 use learning_support::{adult, weka_cv, weka_missing};
 
-fn compare<L: Learner>(
+fn compare<L: Learner + Sync>(
     learner: &L,
     classifier: &str,
     rows: usize,
