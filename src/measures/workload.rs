@@ -12,7 +12,9 @@
 //! order of first appearance. A bucketized release is learned from the table a miner reconstructs by
 //! random association: each group's sensitive multiset is dealt to the group's rows in an order drawn
 //! from the workload seed; the group id itself is not an attribute. If v is a quasi-identifier, the
-//! "quasi-identifiers removed" sanitization keeps v (it is the class) and removes the others. Every
+//! "quasi-identifiers removed" sanitization keeps v (it is the class) and removes the others. A
+//! release's column that the original table lacks (a file carrying columns the job drops) is not
+//! learned from, so U_san, U_max and U_base see the same attributes. Every
 //! model's count tables (classes × values) are checked against `max_model_cells` before any is
 //! allocated; a run gives up (`Ok(None)`) between folds once `cancelled` turns true.
 use std::collections::HashMap;
@@ -368,6 +370,17 @@ fn released_column(table: &Table, column: &ReleasedColumn, class: &str) -> (Attr
     .unwrap_or_else(|| nominal(&column.name, texts))
 }
 
+/// Whether a released column is an attribute of the release's dataset: not the group id, and not a
+/// column the original table does not have (a release file may carry columns the job drops; U_max
+/// and U_base never see them, so U_san must not either).
+fn learned_from(table: &Table, column: &ReleasedColumn) -> bool {
+    match column.role {
+        ReleasedRole::Group => false,
+        ReleasedRole::Insensitive => table.column_names().contains(&column.name.as_str()),
+        ReleasedRole::Quasi | ReleasedRole::Sensitive { .. } => true,
+    }
+}
+
 /// The release as a dataset (see the module's invariants for bucketized releases).
 pub fn release_dataset(
     table: &Table,
@@ -379,7 +392,7 @@ pub fn release_dataset(
         Release::Generalized(t) => Ok(dataset(
             t.columns
                 .iter()
-                .filter(|c| c.role != ReleasedRole::Group)
+                .filter(|c| learned_from(table, c))
                 .map(|c| released_column(table, c, class))
                 .collect(),
         )),
@@ -390,7 +403,7 @@ pub fn release_dataset(
             let mut parts: Vec<(Attribute, Column)> = quasi_table
                 .columns
                 .iter()
-                .filter(|c| c.role != ReleasedRole::Group)
+                .filter(|c| learned_from(table, c))
                 .map(|c| released_column(table, c, class))
                 .collect();
             let group = quasi_table
@@ -727,6 +740,41 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(measured.classifiers.iter().all(|c| c.u_san == 1.0));
+    }
+
+    #[test]
+    fn a_column_the_table_lacks_is_not_learned_from() {
+        let table = table();
+        let never = AtomicBool::new(false);
+        // Every QI suppressed, plus `leak`, a copy of income the job does not keep.
+        let mut csv = String::from("age,sex,occupation,income,leak\n");
+        for i in 0..table.rows() {
+            let sex = if (i * 7) % 5 < 2 { "Female" } else { "Male" };
+            let income = if sex == "Male" { ">50K" } else { "<=50K" };
+            let occupation = ["a", "b", "c"][i % 3];
+            writeln!(csv, "*,*,{occupation},{income},{income}").unwrap();
+        }
+        let release = crate::measures::released::read_release(
+            &table,
+            csv.as_bytes(),
+            "release.csv",
+            None,
+            b',',
+        )
+        .unwrap();
+        let data = release_dataset(&table, &release, "income", 1).unwrap();
+        assert!(data.index_of("leak").is_none());
+        assert_eq!(data.attributes().len(), 4);
+        let baseline = WorkloadBaseline::new_unless(&table, options(), 1 << 20, &never)
+            .unwrap()
+            .unwrap();
+        let measured = baseline
+            .measure_unless(&table, &release, 1 << 20, &never)
+            .unwrap()
+            .unwrap();
+        for c in &measured.classifiers {
+            assert!(c.u_san < 0.7, "{c:?}");
+        }
     }
 
     #[test]
