@@ -73,9 +73,10 @@ pub struct EvaluateArgs {
     pub workload: WorkloadArgs,
 }
 
-/// The learning workload's options.
+/// The learning workload's attribute, classifiers and folds, shared by `table evaluate` and
+/// `table frontier` (each names its own seed flag).
 #[derive(Debug, Clone, clap::Args)]
-pub struct WorkloadArgs {
+pub struct LearningArgs {
     /// Learn this attribute from the other released attributes (Brickell & Shmatikov's workload).
     #[arg(long, value_name = "ATTR")]
     pub workload: Option<String>,
@@ -85,6 +86,28 @@ pub struct WorkloadArgs {
     /// Folds of the stratified cross-validation (Weka's `-x`).
     #[arg(long, default_value_t = 10, requires = "workload")]
     pub folds: usize,
+}
+
+impl LearningArgs {
+    /// The workload's options with `seed`, validated; `None` without `--workload`.
+    pub fn options(&self, seed: u64) -> anyhow::Result<Option<WorkloadOptions>> {
+        let Some(attribute) = &self.workload else {
+            return Ok(None);
+        };
+        Ok(Some(WorkloadOptions::parse(
+            attribute,
+            Some(self.classifiers.split(',')),
+            Some(self.folds),
+            Some(seed),
+        )?))
+    }
+}
+
+/// The learning workload's options of `table evaluate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkloadArgs {
+    #[command(flatten)]
+    pub learning: LearningArgs,
     /// Seed of the folds and of the forest (Weka's `-s`).
     #[arg(long, default_value_t = 1, requires = "workload")]
     pub seed: u64,
@@ -93,15 +116,7 @@ pub struct WorkloadArgs {
 impl WorkloadArgs {
     /// The workload's options, validated; `None` without `--workload`.
     pub fn options(&self) -> anyhow::Result<Option<WorkloadOptions>> {
-        let Some(attribute) = &self.workload else {
-            return Ok(None);
-        };
-        Ok(Some(WorkloadOptions::parse(
-            attribute,
-            Some(self.classifiers.split(',')),
-            Some(self.folds),
-            Some(self.seed),
-        )?))
+        self.learning.options(self.seed)
     }
 }
 

@@ -15,13 +15,13 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::evaluate::{MeasureArgs, read_job};
+use super::evaluate::{LearningArgs, MeasureArgs, read_job};
 use super::input::load_table;
 use crate::measures::evaluate::{Baseline, evaluate};
 use crate::measures::frontier::{
     FrontierPoint, SweepItem, SweptModel, charts, mark_efficient, sweep, write_csv,
 };
-use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadOptions};
+use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline};
 use crate::plots::Format;
 use crate::relational::release::ReleaseMethod;
 use crate::relational::{Algorithm, AlgorithmOptions};
@@ -75,16 +75,10 @@ pub struct FrontierArgs {
     pub seed: u64,
     #[command(flatten)]
     pub measures: MeasureArgs,
-    /// Learn this attribute from each release's other attributes (Brickell & Shmatikov's workload):
-    /// U_base and U_san − U_base per classifier in frontier.csv, and the workload chart.
-    #[arg(long, value_name = "ATTR")]
-    pub workload: Option<String>,
-    /// The workload's classifiers, comma-separated, among j48, rf, nb.
-    #[arg(long, default_value = "j48,rf,nb", requires = "workload")]
-    pub classifiers: String,
-    /// Folds of the workload's stratified cross-validation.
-    #[arg(long, default_value_t = 10, requires = "workload")]
-    pub folds: usize,
+    /// The learning workload: U_base and U_san − U_base per classifier in frontier.csv, and the
+    /// workload chart.
+    #[command(flatten)]
+    pub learning: LearningArgs,
     /// Seed of the workload's folds and forests (and of a bucketized release's association).
     #[arg(long, default_value_t = 1, requires = "workload")]
     pub learning_seed: u64,
@@ -94,15 +88,7 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let options = args.measures.options();
     options.validate()?;
-    let workload_options = match &args.workload {
-        Some(attribute) => Some(WorkloadOptions::parse(
-            attribute,
-            Some(args.classifiers.split(',')),
-            Some(args.folds),
-            Some(args.learning_seed),
-        )?),
-        None => None,
-    };
+    let workload_options = args.learning.options(args.learning_seed)?;
     let formats = formats(&args.format)?;
     let methods: Vec<ReleaseMethod> = args
         .methods
