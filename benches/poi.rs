@@ -10,6 +10,11 @@
 //! member's constraint box, whose side is 2d) with the point uniformly inside it. Category `cafe` (6 % of
 //! the POIs) unless named. Times are the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so other load
 //! on a shared machine slows the wall clock more than these figures.
+//!
+//! Environment: `CLOAKD_BENCH_MOBILITY` the directory of the road network (for a git worktree whose
+//! `../shared` is elsewhere); `CLOAKD_POI_BENCH_SIZE_BOXES` (2,000) and `CLOAKD_POI_BENCH_BOXES`
+//! (20,000) the boxes per row of the size and speed tables (the first boxes of the same seeded
+//! sequence, so a smaller count measures a prefix of the same boxes).
 use std::io::Read;
 use std::path::Path;
 
@@ -30,8 +35,25 @@ fn csv_rows(path: &Path) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Where the road network is: `CLOAKD_BENCH_MOBILITY` (a directory), else `../shared/data/mobility`
+/// beside the repository (a git worktree elsewhere names it with the variable).
+fn mobility_dir() -> std::path::PathBuf {
+    match std::env::var_os("CLOAKD_BENCH_MOBILITY") {
+        Some(dir) => dir.into(),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/mobility"),
+    }
+}
+
+/// A count from the environment (`name`), else `default`.
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn roads() -> Option<Vec<Road>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/mobility");
+    let dir = mobility_dir();
     let nodes_file = dir.join("oldenburg_nodes.csv.gz");
     if !nodes_file.exists() {
         return None;
@@ -105,12 +127,13 @@ fn main() {
         );
         return;
     };
+    let size_boxes = env_count("CLOAKD_POI_BENCH_SIZE_BOXES", 2_000);
     let unlimited = Limits {
         max_candidates: usize::MAX / 16,
         ..Limits::default()
     };
     let town = PoiIndex::new(generate(&roads, 10_000, 1).unwrap());
-    println!("candidate-list sizes, 10,000 POIs, category cafe, 2,000 boxes per row");
+    println!("candidate-list sizes, 10,000 POIs, category cafe, {size_boxes} boxes per row");
     println!(
         "| tolerance | query | candidates median | p95 | naive superset median | p95 | R-tree superset median | undecided |"
     );
@@ -119,7 +142,7 @@ fn main() {
         ("500 m", Tolerance::Fixed(500.0)),
         ("log-uniform [20 m, 20 km]", Tolerance::LogUniform),
     ] {
-        let boxes = boxes(tolerance, 2_000, 1);
+        let boxes = boxes(tolerance, size_boxes, 1);
         for query in [
             Query::Nearest { count: 1 },
             Query::Nearest { count: 5 },
@@ -146,33 +169,41 @@ fn main() {
 
     let city = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
     let limits = Limits::default();
-    println!("\nanswers per CPU-second of one thread, 1,000,000 POIs, 500 m, 20,000 boxes");
-    println!("| category (POIs) | query | answers/s | candidates median | refused |");
-    println!("|---|---|---|---|---|");
-    let boxes = boxes(Tolerance::Fixed(500.0), 20_000, 2);
+    let speed_boxes = env_count("CLOAKD_POI_BENCH_BOXES", 20_000);
     let counts: std::collections::HashMap<&str, usize> = city.categories().into_iter().collect();
-    for category in ["hotel", "cafe", "restaurant"] {
-        for query in [
-            Query::Nearest { count: 1 },
-            Query::Nearest { count: 5 },
-            Query::Range { radius_m: 300.0 },
-        ] {
-            let mut sizes = Vec::with_capacity(boxes.len());
-            let mut refused = 0;
-            let start = thread_cpu_s();
-            for b in &boxes {
-                match city.candidates(category, &query, b, &limits) {
-                    Ok(list) => sizes.push(std::hint::black_box(list).pois.len()),
-                    Err(_) => refused += 1,
+    for (name, tolerance) in [
+        ("500 m", Tolerance::Fixed(500.0)),
+        ("log-uniform [20 m, 20 km]", Tolerance::LogUniform),
+    ] {
+        println!(
+            "\nanswers per CPU-second of one thread, 1,000,000 POIs, {name}, {speed_boxes} boxes"
+        );
+        println!("| category (POIs) | query | answers/s | candidates median | refused |");
+        println!("|---|---|---|---|---|");
+        let boxes = boxes(tolerance, speed_boxes, 2);
+        for category in ["hotel", "cafe", "restaurant"] {
+            for query in [
+                Query::Nearest { count: 1 },
+                Query::Nearest { count: 5 },
+                Query::Range { radius_m: 300.0 },
+            ] {
+                let mut sizes = Vec::with_capacity(boxes.len());
+                let mut refused = 0;
+                let start = thread_cpu_s();
+                for b in &boxes {
+                    match city.candidates(category, &query, b, &limits) {
+                        Ok(list) => sizes.push(std::hint::black_box(list).pois.len()),
+                        Err(_) => refused += 1,
+                    }
                 }
+                let seconds = thread_cpu_s() - start;
+                println!(
+                    "| {category} ({}) | {query:?} | {:.0} | {} | {refused} |",
+                    counts[category],
+                    boxes.len() as f64 / seconds,
+                    percentile(&mut sizes, 0.5),
+                );
             }
-            let seconds = thread_cpu_s() - start;
-            println!(
-                "| {category} ({}) | {query:?} | {:.0} | {} | {refused} |",
-                counts[category],
-                boxes.len() as f64 / seconds,
-                percentile(&mut sizes, 0.5),
-            );
         }
     }
 }
