@@ -15,6 +15,8 @@
 //! centre is a witness when both together stay below n. The point of the box closest to p is tried
 //! first (it settles every POI inside the box at once). Since the n nearest of every point of the
 //! box lie in Q, counting within Q decides exactly.
+use std::collections::HashMap;
+
 use super::sphere::{self, Extreme, SphBox, Vec3};
 use super::{Limits, PoiIndex, Query, QueryError};
 
@@ -27,6 +29,13 @@ pub const RANGE_SLACK_M: f64 = 1e-6;
 const MIN_EXTENT_RAD: f64 = 1e-10;
 /// Sub-boxes examined per POI before it is kept undecided.
 const NODE_BUDGET: usize = 4096;
+/// Within this chord (about 6 mm) of each other, two POIs at different places make the rank of a POI
+/// at its own place a search instead of a count of its twins.
+pub const CROWD_CHORD: f64 = 1e-9;
+/// Boundary segments are not split below this half-length (metres).
+const MIN_SEGMENT_M: f64 = 1.0;
+/// Most boundary segments per nearest query (past it, segments stay longer and hold more POIs).
+const SEGMENT_BUDGET: usize = 4096;
 
 /// A candidate list: POI indexes (ascending), with a witness point (degrees) per candidate where one
 /// was found.
@@ -108,7 +117,19 @@ impl PoiIndex {
         for entry in tree.locate_in_envelope_intersecting(envelope) {
             out.examined += 1;
             let p = &self.pois[entry.data as usize];
-            let (d, at) = b.closest_point_m(entry.geom(), (p.lat, p.lon));
+            let (lat, lon) = (p.lat.to_radians(), p.lon.to_radians());
+            let (d, at) = if b.contains(lat, lon) {
+                (0.0, (p.lat, p.lon))
+            } else if b.contains(lat.clamp(b.lat0, b.lat1), lon) {
+                // North or south of the box: the closest point is on the same meridian.
+                let edge = lat.clamp(b.lat0, b.lat1);
+                (
+                    (lat - edge).abs() * sphere::EARTH_RADIUS_M,
+                    (edge.to_degrees(), p.lon),
+                )
+            } else {
+                b.closest_point_m(entry.geom(), (p.lat, p.lon))
+            };
             if d <= radius_m + RANGE_SLACK_M {
                 found.push((entry.data, at));
                 if found.len() > limits.max_candidates {
@@ -123,35 +144,27 @@ impl PoiIndex {
         Ok(out)
     }
 
-    /// The superset Q of the nearest-n search (see the module documentation), ascending.
-    fn nearest_superset(
-        &self,
-        tree: &rstar::RTree<super::Entry>,
-        n: usize,
-        b: &SphBox,
-    ) -> Vec<u32> {
-        let mut q = Vec::new();
-        for (i, &(lat, lon)) in b.corners().iter().enumerate() {
-            let corner = sphere::unit_of_rad(lat, lon);
-            let Some((_, d2)) = tree
-                .nearest_neighbor_iter_with_distance_2(corner)
-                .nth(n - 1)
-            else {
-                continue;
+    /// The verdict on a POI inside the box: the box holds the POI's own place, where only POIs at the
+    /// same place (or within [`CROWD_CHORD`]) can precede it.
+    fn inside_verdict(&self, tree: &rstar::RTree<super::Entry>, p: u32, n: usize) -> Decision {
+        let poi = &self.pois[p as usize];
+        let twins = self.twins_before[p as usize] as usize;
+        if !self.crowded[p as usize] {
+            // Only the twins are at distance 0; every other POI is farther.
+            return if twins < n {
+                Decision::Witness((poi.lat, poi.lon))
+            } else {
+                Decision::Out
             };
-            let quarter = b.quarter(i);
-            let bound_m = sphere::m_of_chord(d2.sqrt()) + quarter.farthest_m(&corner) + 1e-6;
-            let envelope = expand(quarter.envelope(), sphere::chord_of_m(bound_m) + 1e-12);
-            for entry in tree.locate_in_envelope_intersecting(envelope) {
-                let p = &self.pois[entry.data as usize];
-                if quarter.closest_point_m(entry.geom(), (p.lat, p.lon)).0 <= bound_m {
-                    q.push(entry.data);
-                }
-            }
         }
-        q.sort_unstable();
-        q.dedup();
-        q
+        if self.among_nearest_at(tree, p, n, &self.units[p as usize]) {
+            Decision::Witness((poi.lat, poi.lon))
+        } else if twins >= n {
+            // n POIs at the same place precede it by id everywhere.
+            Decision::Out
+        } else {
+            Decision::Undecided
+        }
     }
 
     fn nearest(
@@ -176,25 +189,102 @@ impl PoiIndex {
             }
             return Ok(out);
         }
-        let q = self.nearest_superset(tree, n, b);
-        if q.len() > 8 * limits.max_candidates {
+        // The POIs inside the box, each decided at its own place.
+        let mut verdicts: HashMap<u32, Decision> = HashMap::new();
+        let mut kept = 0;
+        for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), 1e-12)) {
+            let poi = &self.pois[entry.data as usize];
+            if !b.contains(poi.lat.to_radians(), poi.lon.to_radians()) {
+                continue;
+            }
+            let verdict = self.inside_verdict(tree, entry.data, n);
+            if !matches!(verdict, Decision::Out) {
+                kept += 1;
+                if kept > limits.max_candidates {
+                    return Err(too_many(limits));
+                }
+            }
+            verdicts.insert(entry.data, verdict);
+        }
+        let inside = verdicts.len();
+        // The POIs outside: decided on the boundary, segment by segment.
+        let mut stack = vec![
+            SphBox { lat1: b.lat0, ..*b },
+            SphBox { lat0: b.lat1, ..*b },
+            SphBox { lon1: b.lon0, ..*b },
+            SphBox { lon0: b.lon1, ..*b },
+        ];
+        let mut segments = 0;
+        while let Some(segment) = stack.pop() {
+            let (clat, clon) = segment.centre();
+            let centre = sphere::unit_of_rad(clat, clon);
+            let Some((_, d2)) = tree
+                .nearest_neighbor_iter_with_distance_2(centre)
+                .nth(n - 1)
+            else {
+                continue;
+            };
+            let d_n = sphere::m_of_chord(d2.sqrt());
+            let far_m = segment.radius_rad() * sphere::EARTH_RADIUS_M;
+            if far_m > d_n
+                && far_m > MIN_SEGMENT_M
+                && segments + stack.len() + 2 <= SEGMENT_BUDGET
+            {
+                stack.extend(segment.split());
+                continue;
+            }
+            segments += 1;
+            // Every point x of the segment has its n nearest within d_n + far of x, so within
+            // d_n + 2 far of the centre.
+            let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
+            let near: Vec<u32> = tree
+                .locate_within_distance(centre, reach * reach)
+                .map(|e| e.data)
+                .collect();
+            for &p in &near {
+                let known = verdicts.get(&p);
+                if matches!(known, Some(Decision::Witness(_))) || (known.is_some() && {
+                    let poi = &self.pois[p as usize];
+                    b.contains(poi.lat.to_radians(), poi.lon.to_radians())
+                }) {
+                    continue;
+                }
+                let verdict = self.decide_on(p, &near, n, &segment);
+                match (verdict, known) {
+                    (Decision::Witness(at), _) => {
+                        verdicts.insert(p, Decision::Witness(at));
+                    }
+                    (Decision::Undecided, _) => {
+                        verdicts.insert(p, Decision::Undecided);
+                    }
+                    (Decision::Out, None) => {
+                        verdicts.insert(p, Decision::Out);
+                    }
+                    (Decision::Out, Some(_)) => {}
+                }
+            }
+        }
+        out.examined = verdicts.len();
+        let _ = inside;
+        let mut listed: Vec<(u32, Option<(f64, f64)>)> = verdicts
+            .into_iter()
+            .filter_map(|(p, verdict)| match verdict {
+                Decision::Witness(at) => Some((p, Some(at))),
+                Decision::Undecided => Some((p, None)),
+                Decision::Out => None,
+            })
+            .collect();
+        if listed.len() > limits.max_candidates {
             return Err(too_many(limits));
         }
-        out.examined = q.len();
-        for &p in &q {
-            match self.decide(tree, p, &q, n, b) {
-                Decision::Witness(at) => out.push(p, Some(at)),
-                Decision::Undecided => out.push(p, None),
-                Decision::Out => {}
-            }
-            if out.pois.len() > limits.max_candidates {
-                return Err(too_many(limits));
-            }
+        listed.sort_unstable_by_key(|l| l.0);
+        for (p, witness) in listed {
+            out.push(p, witness);
         }
         Ok(out)
     }
 
-    fn relation(&self, p: u32, q: u32, b: &SphBox) -> Relation {
+    fn relation(&self, p: u32, q: u32, cell: &Cell) -> Relation {
         let (pu, qu) = (&self.units[p as usize], &self.units[q as usize]);
         if pu == qu {
             return if self.id_rank[q as usize] < self.id_rank[p as usize] {
@@ -205,8 +295,18 @@ impl PoiIndex {
         }
         // x · w > 0 exactly where x is closer to p.
         let w = sphere::sub(pu, qu);
-        let tie = TIE_RAD * sphere::norm(&w);
-        let (min, max): (Extreme, Extreme) = b.linear_extremes(&w);
+        let norm = sphere::norm(&w);
+        let tie = TIE_RAD * norm;
+        // First the cheap bound: x · w = c · w + (x − c) · w with |x − c| <= the cell's radius.
+        let at_centre = sphere::dot(&cell.centre, &w);
+        let spread = norm * cell.radius;
+        if at_centre + spread < -tie {
+            return Relation::Before;
+        }
+        if at_centre - spread > tie {
+            return Relation::After;
+        }
+        let (min, max): (Extreme, Extreme) = cell.b.linear_extremes(&w);
         if max.value < -tie {
             Relation::Before
         } else if min.value > tie {
@@ -258,36 +358,32 @@ impl PoiIndex {
         true
     }
 
-    fn decide(
-        &self,
-        tree: &rstar::RTree<super::Entry>,
-        p: u32,
-        q_set: &[u32],
-        n: usize,
-        b: &SphBox,
-    ) -> Decision {
+    /// Decides p on a sub-box `b` of the box (a segment of its boundary) given `near`, a set that
+    /// holds the n nearest POIs of every point of `b` (p may be in it; it is skipped).
+    fn decide_on(&self, p: u32, near: &[u32], n: usize, b: &SphBox) -> Decision {
         let pu = self.units[p as usize];
         let poi = &self.pois[p as usize];
-        // The point of the box closest to p: p's best chance, and p itself when p is in the box.
+        // The point of `b` closest to p: p's best chance.
         let (_, at) = b.closest_point_m(&pu, (poi.lat, poi.lon));
-        let x = if b.contains(poi.lat.to_radians(), poi.lon.to_radians()) {
-            pu
-        } else {
-            sphere::unit(at.0, at.1)
-        };
-        if self.among_nearest_at(tree, p, n, &x) {
+        let x = sphere::unit(at.0, at.1);
+        let preceding = near
+            .iter()
+            .filter(|&&q| q != p && self.may_precede(p, q, &x))
+            .take(n)
+            .count();
+        if preceding < n {
             return Decision::Witness(at);
         }
-        let others: Vec<u32> = q_set.iter().copied().filter(|&q| q != p).collect();
-        let mut stack = vec![(*b, others, 0usize)];
+        let others: Vec<u32> = near.iter().copied().filter(|&q| q != p).collect();
+        let mut stack = vec![(Cell::new(*b), others, 0usize)];
         let mut nodes = 0;
         let mut undecided = false;
-        while let Some((sub, crossing, before)) = stack.pop() {
+        while let Some((cell, crossing, before)) = stack.pop() {
             nodes += 1;
             let mut before = before;
             let mut still = Vec::with_capacity(crossing.len());
             for q in crossing {
-                match self.relation(p, q, &sub) {
+                match self.relation(p, q, &cell) {
                     Relation::Before => before += 1,
                     Relation::After => {}
                     Relation::Crossing => still.push(q),
@@ -299,29 +395,30 @@ impl PoiIndex {
             if before >= n {
                 continue;
             }
-            let (clat, clon) = sub.centre();
+            let (clat, clon) = cell.b.centre();
             if before + still.len() < n {
                 return Decision::Witness(deg(clat, clon));
             }
-            let centre = sphere::unit_of_rad(clat, clon);
             let at_centre = before
                 + still
                     .iter()
-                    .filter(|&&q| self.may_precede(p, q, &centre))
+                    .filter(|&&q| self.may_precede(p, q, &cell.centre))
                     .take(n - before)
                     .count();
             if at_centre < n {
                 return Decision::Witness(deg(clat, clon));
             }
-            if sub.extent() < MIN_EXTENT_RAD || nodes >= NODE_BUDGET {
+            if cell.b.extent() < MIN_EXTENT_RAD || nodes >= NODE_BUDGET {
                 undecided = true;
                 continue;
             }
             // Depth first, the half nearer p first (pushed last).
-            let [a, c] = sub.split();
-            let da = a.closest_point_m(&pu, (poi.lat, poi.lon)).0;
-            let dc = c.closest_point_m(&pu, (poi.lat, poi.lon)).0;
-            let (near, far) = if da <= dc { (a, c) } else { (c, a) };
+            let [a, c] = cell.b.split().map(Cell::new);
+            let (near, far) = if sphere::dot(&a.centre, &pu) >= sphere::dot(&c.centre, &pu) {
+                (a, c)
+            } else {
+                (c, a)
+            };
             stack.push((far, still.clone(), before));
             stack.push((near, still, before));
         }
@@ -391,6 +488,24 @@ fn too_many(limits: &Limits) -> QueryError {
             "the candidate list would hold more than {} POIs; ask with a smaller count, radius or tolerance",
             limits.max_candidates
         ),
+    }
+}
+
+/// A sub-box with its centre's unit vector and a bound of its radius, for the cheap test.
+struct Cell {
+    b: SphBox,
+    centre: Vec3,
+    radius: f64,
+}
+
+impl Cell {
+    fn new(b: SphBox) -> Cell {
+        let (clat, clon) = b.centre();
+        Cell {
+            b,
+            centre: sphere::unit_of_rad(clat, clon),
+            radius: b.radius_rad(),
+        }
     }
 }
 

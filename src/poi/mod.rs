@@ -171,6 +171,12 @@ pub struct PoiIndex {
     units: Vec<sphere::Vec3>,
     /// Rank of each POI's id in byte order: the tie-break of equal distances.
     id_rank: Vec<u32>,
+    /// Per POI: how many POIs of its category have the same unit vector and precede it by id (they
+    /// precede it at every point).
+    twins_before: Vec<u32>,
+    /// Per POI: whether another POI of its category lies within [`candidates::CROWD_CHORD`] without
+    /// being at the same place (then its rank at its own place is decided by a search).
+    crowded: Vec<bool>,
     trees: HashMap<String, RTree<Entry>>,
 }
 
@@ -196,14 +202,35 @@ impl PoiIndex {
                 .or_default()
                 .push(Entry::new(units[i], i as u32));
         }
-        let trees = by_category
+        let trees: HashMap<String, RTree<Entry>> = by_category
             .into_iter()
             .map(|(category, entries)| (category, RTree::bulk_load(entries)))
             .collect();
+        let mut twins_before = vec![0; pois.len()];
+        let mut crowded = vec![false; pois.len()];
+        let reach = candidates::CROWD_CHORD * candidates::CROWD_CHORD;
+        for tree in trees.values() {
+            for entry in tree.iter() {
+                let p = entry.data as usize;
+                for near in tree.locate_within_distance(units[p], reach) {
+                    let q = near.data as usize;
+                    if q == p {
+                        continue;
+                    }
+                    if units[q] != units[p] {
+                        crowded[p] = true;
+                    } else if id_rank[q] < id_rank[p] {
+                        twins_before[p] += 1;
+                    }
+                }
+            }
+        }
         PoiIndex {
             pois,
             units,
             id_rank,
+            twins_before,
+            crowded,
             trees,
         }
     }

@@ -121,6 +121,20 @@ impl SphBox {
         (self.lat1 - self.lat0).max((self.lon1 - self.lon0) * cos)
     }
 
+    /// An upper bound of the great-circle angle (radians) from the centre to any point of the box:
+    /// a point is at most its latitude offset along the meridian plus its longitude offset along its
+    /// parallel (at most the largest cos φ of the box times the offset) from the centre. Cheap (two
+    /// cosines), for conservative tests; it also bounds the chord.
+    pub fn radius_rad(&self) -> f64 {
+        let max_cos = if self.lat0 <= 0.0 && 0.0 <= self.lat1 {
+            1.0
+        } else {
+            self.lat0.cos().max(self.lat1.cos())
+        };
+        let arc = 0.5 * (self.lat1 - self.lat0) + 0.5 * (self.lon1 - self.lon0) * max_cos;
+        arc * (1.0 + 1e-9) + 1e-15
+    }
+
     /// The centre (latitude, longitude) in radians.
     pub fn centre(&self) -> (f64, f64) {
         (0.5 * (self.lat0 + self.lat1), 0.5 * (self.lon0 + self.lon1))
