@@ -1,20 +1,30 @@
 //! Candidate lists of a box: exact filters on the R-tree's superset.
 //!
-//! *Range r*: a POI is a candidate exactly when its distance to the box (to the box's closest point,
-//! [`SphBox::closest_point_m`]) is at most r; that closest point is its witness. The R-tree is asked
-//! for the box's 3D envelope grown by the chord of r, a superset.
+//! *Range r*: a POI is a candidate exactly when its distance to the box (to the box's closest point)
+//! is at most r; that closest point is its witness (the POI itself inside the box; straight north or
+//! south of it when its longitude is within the box's; else [`SphBox::closest_point_m`]). The R-tree
+//! is asked for the box's 3D envelope grown by the chord of r, a superset.
 //!
-//! *Nearest n*: the corners are the filters (Casper). For a corner c with d_n(c) the distance to its
-//! n-th nearest POI, every point x of the quarter of the box at c has its n nearest within
-//! d_n(c) + d(x, c) <= d_n(c) + maxdist(c, quarter) of x, so the union over the corners of the POIs
-//! within that bound of their quarter, Q, holds the n nearest of every point of the box. Then each
-//! p in Q is decided exactly: with unit vectors, "x is closer to q than to p" is `x · (p − q) < 0`,
-//! linear in x, whose exact extremes over any sub-box are known. A branch and bound over sub-boxes
-//! counts, per sub-box, the q closer than p everywhere (by more than [`TIE_RAD`]) and the q whose
-//! bisector with p crosses it: p is out of the sub-box when the first count reaches n, and the sub-box
-//! centre is a witness when both together stay below n. The point of the box closest to p is tried
-//! first (it settles every POI inside the box at once). Since the n nearest of every point of the
-//! box lie in Q, counting within Q decides exactly.
+//! *Nearest n*: the region where p is among the n nearest (ties by id) is star-shaped around p: if a
+//! POI q precedes p at a point y on the arc from p to x, then `d(x, q) <= d(x, y) + d(y, q) <=
+//! d(x, p)`, so q precedes p at x too. Hence:
+//! - a POI inside the box is a candidate exactly when fewer than n POIs precede it at its own place:
+//!   only its *twins* (the same unit vector, earlier id, counted once when the index is built) are at
+//!   distance 0; a POI with another one within [`CROWD_CHORD`] is searched from its place in the tree;
+//! - a POI outside the box is a candidate exactly when its region meets the box's boundary (the arc
+//!   from it to any point of the box crosses the boundary). The four edges are split into segments
+//!   until a segment's radius bound `far` (centre to any point, [`SphBox::radius_rad`]) is at most
+//!   d_n(c), the distance from the segment's centre c to its n-th nearest POI. Every point x of the
+//!   segment has its n nearest within d_n(c) + d(x, c) of x, so within d_n(c) + 2 far of c: that ball,
+//!   N, holds the n nearest of every point of the segment, and counting within N decides exactly. Each
+//!   p of N outside the box is decided on the segment: first at the segment's point closest to p (a
+//!   witness when fewer than n of N may precede p there), then by a branch and bound over sub-segments:
+//!   with unit vectors, "x is closer to q than to p" is `x · (p − q) < 0`, linear in x; per sub-segment
+//!   a cheap bound (`c · w ± |w| far`) settles most q, and the exact extremes over the sub-box
+//!   ([`SphBox::linear_extremes`]) the rest. The q closer than p everywhere (by more than [`TIE_RAD`])
+//!   are counted (p is out there once they reach n) and those whose bisector with p crosses it kept
+//!   (the centre is a witness when both together stay below n). p is out of the list when it is out on
+//!   every segment whose ball holds it.
 use std::collections::HashMap;
 
 use super::sphere::{self, Extreme, SphBox, Vec3};
@@ -206,7 +216,6 @@ impl PoiIndex {
             }
             verdicts.insert(entry.data, verdict);
         }
-        let inside = verdicts.len();
         // The POIs outside: decided on the boundary, segment by segment.
         let mut stack = vec![
             SphBox { lat1: b.lat0, ..*b },
@@ -226,9 +235,7 @@ impl PoiIndex {
             };
             let d_n = sphere::m_of_chord(d2.sqrt());
             let far_m = segment.radius_rad() * sphere::EARTH_RADIUS_M;
-            if far_m > d_n
-                && far_m > MIN_SEGMENT_M
-                && segments + stack.len() + 2 <= SEGMENT_BUDGET
+            if far_m > d_n && far_m > MIN_SEGMENT_M && segments + stack.len() + 2 <= SEGMENT_BUDGET
             {
                 stack.extend(segment.split());
                 continue;
@@ -243,10 +250,12 @@ impl PoiIndex {
                 .collect();
             for &p in &near {
                 let known = verdicts.get(&p);
-                if matches!(known, Some(Decision::Witness(_))) || (known.is_some() && {
-                    let poi = &self.pois[p as usize];
-                    b.contains(poi.lat.to_radians(), poi.lon.to_radians())
-                }) {
+                if matches!(known, Some(Decision::Witness(_)))
+                    || (known.is_some() && {
+                        let poi = &self.pois[p as usize];
+                        b.contains(poi.lat.to_radians(), poi.lon.to_radians())
+                    })
+                {
                     continue;
                 }
                 let verdict = self.decide_on(p, &near, n, &segment);
@@ -265,7 +274,6 @@ impl PoiIndex {
             }
         }
         out.examined = verdicts.len();
-        let _ = inside;
         let mut listed: Vec<(u32, Option<(f64, f64)>)> = verdicts
             .into_iter()
             .filter_map(|(p, verdict)| match verdict {
