@@ -7,9 +7,10 @@
 //! Weka's `logFunc` over the counts), and compared with Weka's tolerances ([`gr`], [`eq`], ... at
 //! 1e-6), so a tie between attributes or thresholds is broken where Weka breaks it: the first
 //! attribute (in dataset order) whose gain ratio is more than 1e-6 above the others', the first
-//! threshold whose gain is more than 1e-6 above the earlier ones'. Rows are never copied: a numeric
-//! attribute is scanned through a per-node histogram over its distinct training values (or a sort of
-//! the node's value ranks when the node has fewer rows than distinct values).
+//! threshold whose gain is more than 1e-6 above the earlier ones'. A node's rows are seen as cells
+//! ([`cell`]), one attribute at a time, in node order: a numeric attribute is scanned through a
+//! per-node histogram over its distinct training values (or a sort of the node's cells when the node
+//! has fewer rows than distinct values).
 
 /// Weka's `Utils.SMALL`.
 const SMALL: f64 = 1e-6;
@@ -144,24 +145,24 @@ pub struct NodeStats<'a> {
 pub fn nominal(
     entropy: &Entropy,
     node: &NodeStats,
-    rows: &[u32],
-    codes: &[u32],
+    cells: &[u32],
     values: usize,
-    labels: &[u32],
     scratch: &mut Scratch,
 ) -> Option<Candidate> {
     let classes = node.class_counts.len();
     let counts = &mut scratch.counts;
     counts.clear();
     counts.resize(values * classes, 0);
+    for &cell in cells {
+        counts[cell as usize] += 1;
+    }
     let totals = &mut scratch.totals;
     totals.clear();
-    totals.resize(values, 0);
-    for &row in rows {
-        let value = codes[row as usize] as usize;
-        counts[value * classes + labels[row as usize] as usize] += 1;
-        totals[value] += 1;
-    }
+    totals.extend(
+        counts
+            .chunks_exact(classes)
+            .map(|bag| bag.iter().sum::<u32>()),
+    );
     let big = totals
         .iter()
         .filter(|&&t| gr_or_eq(f64::from(t), node.min_leaf))
@@ -176,6 +177,12 @@ pub fn nominal(
         gain_ratio,
         split_point: f64::MAX,
     })
+}
+
+/// A row's cell in a value x class table: its value's code (nominal) or rank (numeric) times the
+/// number of classes, plus its class. A node's rows are scanned as cells.
+pub fn cell(value: u32, class: u32, classes: usize) -> u32 {
+    value * classes as u32 + class
 }
 
 /// A numeric attribute's training values: distinct, ascending, and each row's rank among them.
@@ -218,9 +225,8 @@ impl NumericColumn {
 pub fn numeric(
     entropy: &Entropy,
     node: &NodeStats,
-    rows: &[u32],
+    cells: &[u32],
     column: &NumericColumn,
-    labels: &[u32],
     scratch: &mut Scratch,
 ) -> Option<Candidate> {
     let classes = node.class_counts.len();
@@ -248,12 +254,11 @@ pub fn numeric(
     left.resize(classes, 0);
     // (rank, offset of its class counts in `counts`), ascending.
     groups.clear();
-    if distinct <= rows.len() * 2 {
+    if distinct <= cells.len() * 2 {
         counts.clear();
         counts.resize(distinct * classes, 0);
-        for &row in rows {
-            let r = column.rank[row as usize] as usize;
-            counts[r * classes + labels[row as usize] as usize] += 1;
+        for &cell in cells {
+            counts[cell as usize] += 1;
         }
         for r in 0..distinct {
             let group = &counts[r * classes..(r + 1) * classes];
@@ -263,21 +268,19 @@ pub fn numeric(
         }
     } else {
         pairs.clear();
-        pairs.extend(rows.iter().map(|&row| {
-            (u64::from(column.rank[row as usize]) << 32) | u64::from(labels[row as usize])
-        }));
+        pairs.extend(cells.iter().map(|&cell| u64::from(cell)));
         pairs.sort_unstable();
         counts.clear();
         let mut previous = u32::MAX;
-        for &pair in pairs.iter() {
-            let r = (pair >> 32) as u32;
+        for &cell in pairs.iter() {
+            let r = (cell / classes as u64) as u32;
             if r != previous {
                 groups.push((r, counts.len()));
                 counts.resize(counts.len() + classes, 0);
                 previous = r;
             }
             let offset = groups.last().expect("pushed above").1;
-            counts[offset + (pair & 0xffff_ffff) as usize] += 1;
+            counts[offset + (cell % classes as u64) as usize] += 1;
         }
     }
 

@@ -11,7 +11,8 @@
 //! order). A node's distribution is a bag x class count table: one bag for a leaf, one bag per
 //! branch for a test.
 use super::split::{
-    self, Candidate, Entropy, NodeStats, NumericColumn, Scratch, eq, gr, gr_or_eq, sm, sm_or_eq,
+    self, Candidate, Entropy, NodeStats, NumericColumn, Scratch, cell, eq, gr, gr_or_eq, sm,
+    sm_or_eq,
 };
 use super::stats::add_errs;
 use crate::learning::Dataset;
@@ -41,6 +42,24 @@ impl Test {
                 data.numeric_values(attribute)[row as usize],
                 point,
             )),
+        }
+    }
+
+    /// [`Test::branch`] of each of `rows`, into `out`.
+    fn branches_of(&self, data: &Dataset, rows: &[u32], out: &mut Vec<u32>) {
+        out.clear();
+        match *self {
+            Test::Nominal { attribute, .. } => {
+                let codes = data.nominal_codes(attribute);
+                out.extend(rows.iter().map(|&r| codes[r as usize]));
+            }
+            Test::Numeric { attribute, point } => {
+                let values = data.numeric_values(attribute);
+                out.extend(
+                    rows.iter()
+                        .map(|&r| u32::from(!sm_or_eq(values[r as usize], point))),
+                );
+            }
         }
     }
 }
@@ -85,8 +104,14 @@ pub struct Grower<'a> {
     pub entropy: Entropy,
     pub rows: Vec<u32>,
     pub nodes: Vec<Node>,
+    /// While growing: per column of `columns`, the cell ([`cell`]) of the row at each position of
+    /// `rows`, in two buffers. A node at even depth finds its columns in buffer 0, at odd depth in
+    /// buffer 1; splitting it moves its range, stably by branch, into the other buffer at the same
+    /// positions, which no node still to be grown uses (their ranges are disjoint from it).
+    cells: [Vec<u32>; 2],
     scratch: Scratch,
     buffer: Vec<u32>,
+    moved: Vec<u32>,
     candidates: Vec<Option<Candidate>>,
 }
 
@@ -118,6 +143,25 @@ impl<'a> Grower<'a> {
                 }
             })
             .collect();
+        let mut cells = Vec::with_capacity(columns.len() * all);
+        for column in &columns {
+            match column {
+                Column::Nominal { codes, .. } => cells.extend(rows.iter().map(|&r| {
+                    cell(
+                        codes[r as usize],
+                        labels[r as usize],
+                        data.attribute(class).values(),
+                    )
+                })),
+                Column::Numeric { column, .. } => cells.extend(rows.iter().map(|&r| {
+                    cell(
+                        column.rank[r as usize],
+                        labels[r as usize],
+                        data.attribute(class).values(),
+                    )
+                })),
+            }
+        }
         let multi_val = columns.iter().all(|c| match c {
             Column::Nominal { values, .. } => !sm(*values as f64, 0.3 * all as f64),
             Column::Numeric { .. } => false,
@@ -134,8 +178,13 @@ impl<'a> Grower<'a> {
             entropy: Entropy::new(all),
             rows: rows.to_vec(),
             nodes: Vec::new(),
+            cells: {
+                let other = vec![0; cells.len()];
+                [cells, other]
+            },
             scratch: Scratch::default(),
             buffer: Vec::new(),
+            moved: Vec::new(),
             candidates: Vec::new(),
         }
     }
@@ -155,12 +204,7 @@ impl<'a> Grower<'a> {
         let branches = test.branches();
         let mut dist = vec![0u32; branches * self.classes];
         let mut starts = vec![0usize; branches + 1];
-        self.buffer.clear();
-        self.buffer.extend(
-            self.rows[lo..hi]
-                .iter()
-                .map(|&r| test.branch(self.data, r) as u32),
-        );
+        test.branches_of(self.data, &self.rows[lo..hi], &mut self.buffer);
         for (i, &row) in self.rows[lo..hi].iter().enumerate() {
             let b = self.buffer[i] as usize;
             starts[b + 1] += 1;
@@ -182,7 +226,13 @@ impl<'a> Grower<'a> {
     }
 
     /// `C45ModelSelection.selectModel`: the test for the rows in `lo..hi`, if any.
-    fn select(&mut self, lo: usize, hi: usize, class_counts: &[u32]) -> Option<Test> {
+    fn select(
+        &mut self,
+        lo: usize,
+        hi: usize,
+        parity: usize,
+        class_counts: &[u32],
+    ) -> Option<(Test, usize)> {
         let total = (hi - lo) as u32;
         let max = class_counts.iter().copied().max().unwrap_or(0);
         if sm(f64::from(total), 2.0 * self.min_leaf) || eq(f64::from(total), f64::from(max)) {
@@ -194,29 +244,19 @@ impl<'a> Grower<'a> {
             old_ent: self.entropy.old_ent(class_counts, total),
             min_leaf: self.min_leaf,
         };
-        let rows = &self.rows[lo..hi];
+        let n = self.rows.len();
         self.candidates.clear();
         let mut sum = 0.0;
         let mut valid = 0usize;
-        for column in &self.columns {
+        for (j, column) in self.columns.iter().enumerate() {
+            let cells = &self.cells[parity][j * n + lo..j * n + hi];
             let candidate = match column {
-                Column::Nominal { codes, values, .. } => split::nominal(
-                    &self.entropy,
-                    &node,
-                    rows,
-                    codes,
-                    *values,
-                    self.labels,
-                    &mut self.scratch,
-                ),
-                Column::Numeric { column, .. } => split::numeric(
-                    &self.entropy,
-                    &node,
-                    rows,
-                    column,
-                    self.labels,
-                    &mut self.scratch,
-                ),
+                Column::Nominal { values, .. } => {
+                    split::nominal(&self.entropy, &node, cells, *values, &mut self.scratch)
+                }
+                Column::Numeric { column, .. } => {
+                    split::numeric(&self.entropy, &node, cells, column, &mut self.scratch)
+                }
             };
             if let Some(c) = candidate {
                 let counts = match column {
@@ -250,7 +290,7 @@ impl<'a> Grower<'a> {
         }
         let i = best?;
         let candidate = self.candidates[i].expect("the best is a candidate");
-        Some(match &self.columns[i] {
+        let test = match &self.columns[i] {
             Column::Nominal {
                 attribute, values, ..
             } => Test::Nominal {
@@ -261,11 +301,84 @@ impl<'a> Grower<'a> {
                 attribute: *attribute,
                 point: column.actual_split_point(candidate.split_point),
             },
-        })
+        };
+        Some((test, i))
+    }
+
+    /// [`Grower::partition`] while growing, by the cells of column `j` (the test's) in buffer
+    /// `parity`, every column's range moved into the other buffer alike.
+    fn split_rows(
+        &mut self,
+        test: &Test,
+        j: usize,
+        lo: usize,
+        hi: usize,
+        parity: usize,
+    ) -> (Vec<usize>, Vec<u32>) {
+        let n = self.rows.len();
+        let classes = self.classes;
+        let branches = test.branches();
+        let mut dist = vec![0u32; branches * classes];
+        let mut starts = vec![0usize; branches + 1];
+        let cells = &self.cells[parity][j * n + lo..j * n + hi];
+        self.buffer.clear();
+        match (test, &self.columns[j]) {
+            (Test::Numeric { point, .. }, Column::Numeric { column, .. }) => {
+                self.buffer.extend(cells.iter().map(|&c| {
+                    let value = column.distinct[c as usize / classes];
+                    u32::from(!sm_or_eq(value, *point))
+                }))
+            }
+            _ => self
+                .buffer
+                .extend(cells.iter().map(|&c| c / classes as u32)),
+        }
+        for (&b, &c) in self.buffer.iter().zip(cells) {
+            starts[b as usize + 1] += 1;
+            dist[b as usize * classes + c as usize % classes] += 1;
+        }
+        for b in 0..branches {
+            starts[b + 1] += starts[b];
+        }
+        // Each row's new position in the range, stably by branch.
+        let mut next: Vec<usize> = starts[..branches].to_vec();
+        for b in self.buffer.iter_mut() {
+            let slot = &mut next[*b as usize];
+            *b = *slot as u32;
+            *slot += 1;
+        }
+        self.moved.clear();
+        self.moved.resize(hi - lo, 0);
+        for (&p, &row) in self.buffer.iter().zip(&self.rows[lo..hi]) {
+            self.moved[p as usize] = row;
+        }
+        self.rows[lo..hi].copy_from_slice(&self.moved);
+        let [zero, one] = &mut self.cells;
+        let (from, to) = if parity == 0 {
+            (&*zero, one)
+        } else {
+            (&*one, zero)
+        };
+        for column in 0..self.columns.len() {
+            let offset = column * n + lo;
+            let to = &mut to[offset..offset + (hi - lo)];
+            for (&p, &c) in self.buffer.iter().zip(&from[offset..offset + (hi - lo)]) {
+                to[p as usize] = c;
+            }
+        }
+        let bounds = starts.iter().map(|s| lo + s).collect();
+        (bounds, dist)
     }
 
     /// Grows the tree over the rows in `lo..hi` (`buildTree`) and returns its root.
     pub fn grow(&mut self, lo: usize, hi: usize) -> usize {
+        let root = self.grow_at(lo, hi, 0);
+        self.cells = [Vec::new(), Vec::new()];
+        root
+    }
+
+    /// [`Grower::grow`] for a node whose columns are in buffer `parity`.
+    fn grow_at(&mut self, lo: usize, hi: usize, parity: usize) -> usize {
         let class_counts = self.class_counts(lo, hi);
         let id = self.nodes.len();
         self.nodes.push(Node {
@@ -276,10 +389,10 @@ impl<'a> Grower<'a> {
             hi,
             empty: hi == lo,
         });
-        if let Some(test) = self.select(lo, hi, &class_counts) {
-            let (bounds, dist) = self.partition(&test, lo, hi);
+        if let Some((test, j)) = self.select(lo, hi, parity, &class_counts) {
+            let (bounds, dist) = self.split_rows(&test, j, lo, hi, parity);
             let children = (0..test.branches())
-                .map(|b| self.grow(bounds[b], bounds[b + 1]))
+                .map(|b| self.grow_at(bounds[b], bounds[b + 1], 1 - parity))
                 .collect();
             let node = &mut self.nodes[id];
             node.test = Some(test);
@@ -302,13 +415,17 @@ impl<'a> Grower<'a> {
         (f64::from(total), f64::from(total - best))
     }
 
-    fn training_errors(&self, id: usize) -> f64 {
+    /// The training errors of every node's subtree (its leaves' errors, summed), into `errors`.
+    fn training_errors(&self, id: usize, errors: &mut [f64]) {
         let node = &self.nodes[id];
-        if node.test.is_none() {
+        errors[id] = if node.test.is_none() {
             self.incorrect(&node.dist).1
         } else {
-            node.children.iter().map(|&c| self.training_errors(c)).sum()
-        }
+            for &c in &node.children {
+                self.training_errors(c, errors);
+            }
+            node.children.iter().map(|&c| errors[c]).sum()
+        };
     }
 
     fn make_leaf(&mut self, id: usize) {
@@ -320,17 +437,23 @@ impl<'a> Grower<'a> {
     }
 
     /// `collapse`: a subtree that does not make fewer training errors than its root becomes a leaf.
+    /// Top-down, so a subtree's training errors are those of the grown tree when it is visited.
     pub fn collapse(&mut self, id: usize) {
+        let mut errors = vec![0.0; self.nodes.len()];
+        self.training_errors(id, &mut errors);
+        self.collapse_by(id, &errors);
+    }
+
+    fn collapse_by(&mut self, id: usize, errors: &[f64]) {
         if self.nodes[id].test.is_none() {
             return;
         }
-        let subtree = self.training_errors(id);
         let tree = self.incorrect(&self.nodes[id].dist).1;
-        if subtree >= tree - 1e-3 {
+        if errors[id] >= tree - 1e-3 {
             self.make_leaf(id);
         } else {
             for c in self.nodes[id].children.clone() {
-                self.collapse(c);
+                self.collapse_by(c, errors);
             }
         }
     }
