@@ -130,6 +130,43 @@ pub struct Scratch {
     pub pairs: Vec<u64>,
     pub left: Vec<u32>,
     pub groups: Vec<(u32, usize)>,
+    /// Four partial histograms (see [`histogram`]).
+    pub wide: Vec<u32>,
+    /// A numeric split's two bags.
+    pub bags: Vec<u32>,
+}
+
+/// The number of each cell below `width` among `cells`, into `counts`. Consecutive equal cells
+/// would make each increment wait for the last; a long run of cells is counted into four partial
+/// histograms, summed at the end (whole numbers, so the counts are the same).
+pub fn histogram(cells: &[u32], width: usize, counts: &mut Vec<u32>, wide: &mut Vec<u32>) {
+    counts.clear();
+    counts.resize(width, 0);
+    if cells.len() < 8 * width.max(8) {
+        for &cell in cells {
+            counts[cell as usize] += 1;
+        }
+        return;
+    }
+    wide.clear();
+    wide.resize(4 * width, 0);
+    let (parts, rest) = wide.split_at_mut(3 * width);
+    let (one, parts) = parts.split_at_mut(width);
+    let (two, three) = parts.split_at_mut(width);
+    let four = &mut rest[..width];
+    let mut quads = cells.chunks_exact(4);
+    for quad in &mut quads {
+        one[quad[0] as usize] += 1;
+        two[quad[1] as usize] += 1;
+        three[quad[2] as usize] += 1;
+        four[quad[3] as usize] += 1;
+    }
+    for &cell in quads.remainder() {
+        one[cell as usize] += 1;
+    }
+    for (i, count) in counts.iter_mut().enumerate() {
+        *count = one[i] + two[i] + three[i] + four[i];
+    }
 }
 
 /// What an evaluation needs to know about the node.
@@ -151,11 +188,7 @@ pub fn nominal(
 ) -> Option<Candidate> {
     let classes = node.class_counts.len();
     let counts = &mut scratch.counts;
-    counts.clear();
-    counts.resize(values * classes, 0);
-    for &cell in cells {
-        counts[cell as usize] += 1;
-    }
+    histogram(cells, values * classes, counts, &mut scratch.wide);
     let totals = &mut scratch.totals;
     totals.clear();
     totals.extend(
@@ -248,6 +281,8 @@ pub fn numeric(
         pairs,
         left,
         groups,
+        wide,
+        bags,
         ..
     } = scratch;
     left.clear();
@@ -255,11 +290,7 @@ pub fn numeric(
     // (rank, offset of its class counts in `counts`), ascending.
     groups.clear();
     if distinct <= cells.len() * 2 {
-        counts.clear();
-        counts.resize(distinct * classes, 0);
-        for &cell in cells {
-            counts[cell as usize] += 1;
-        }
+        histogram(cells, distinct * classes, counts, wide);
         for r in 0..distinct {
             let group = &counts[r * classes..(r + 1) * classes];
             if group.iter().any(|&c| c > 0) {
@@ -284,7 +315,8 @@ pub fn numeric(
         }
     }
 
-    let mut bags = vec![0u32; 2 * classes];
+    bags.clear();
+    bags.resize(2 * classes, 0);
     let mut bag_totals = [0u32; 2];
     let mut left_total = 0u32;
     let mut best_gain = 0.0;
@@ -320,7 +352,7 @@ pub fn numeric(
         }
         bag_totals[0] = left_total;
         bag_totals[1] = right_total;
-        let gain = entropy.info_gain(node.old_ent, &bags, &bag_totals, classes, node.total);
+        let gain = entropy.info_gain(node.old_ent, bags, &bag_totals, classes, node.total);
         if gr(gain, best_gain) {
             best_gain = gain;
             best = Some(g);

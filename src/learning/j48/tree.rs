@@ -112,6 +112,7 @@ pub struct Grower<'a> {
     scratch: Scratch,
     buffer: Vec<u32>,
     moved: Vec<u32>,
+    counts: Vec<u32>,
     candidates: Vec<Option<Candidate>>,
 }
 
@@ -143,7 +144,8 @@ impl<'a> Grower<'a> {
                 }
             })
             .collect();
-        let mut cells = Vec::with_capacity(columns.len() * all);
+        let width = columns.len();
+        let mut cells = Vec::with_capacity(width * all);
         for column in &columns {
             match column {
                 Column::Nominal { codes, .. } => cells.extend(rows.iter().map(|&r| {
@@ -185,6 +187,7 @@ impl<'a> Grower<'a> {
             scratch: Scratch::default(),
             buffer: Vec::new(),
             moved: Vec::new(),
+            counts: Vec::new(),
             candidates: Vec::new(),
         }
     }
@@ -201,26 +204,36 @@ impl<'a> Grower<'a> {
     /// Sorts the rows in `lo..hi` by branch of `test` (stably) and returns the branch bounds and
     /// the bag x class counts.
     fn partition(&mut self, test: &Test, lo: usize, hi: usize) -> (Vec<usize>, Vec<u32>) {
-        let branches = test.branches();
-        let mut dist = vec![0u32; branches * self.classes];
-        let mut starts = vec![0usize; branches + 1];
         test.branches_of(self.data, &self.rows[lo..hi], &mut self.buffer);
-        for (i, &row) in self.rows[lo..hi].iter().enumerate() {
-            let b = self.buffer[i] as usize;
-            starts[b + 1] += 1;
-            dist[b * self.classes + self.labels[row as usize] as usize] += 1;
+        self.place(test.branches(), lo, hi)
+    }
+
+    /// Sorts the rows in `lo..hi` (stably) by their branches, in `buffer`, and returns the branch
+    /// bounds and the bag x class counts; `buffer` is left holding each row's new position in the
+    /// range.
+    fn place(&mut self, branches: usize, lo: usize, hi: usize) -> (Vec<usize>, Vec<u32>) {
+        let classes = self.classes;
+        let mut dist = vec![0u32; branches * classes];
+        let mut starts = vec![0usize; branches + 1];
+        for (&b, &row) in self.buffer.iter().zip(&self.rows[lo..hi]) {
+            starts[b as usize + 1] += 1;
+            dist[b as usize * classes + self.labels[row as usize] as usize] += 1;
         }
         for b in 0..branches {
             starts[b + 1] += starts[b];
         }
         let mut next: Vec<usize> = starts[..branches].to_vec();
-        let mut sorted = vec![0u32; hi - lo];
-        for (i, &row) in self.rows[lo..hi].iter().enumerate() {
-            let b = self.buffer[i] as usize;
-            sorted[next[b]] = row;
-            next[b] += 1;
+        for b in self.buffer.iter_mut() {
+            let slot = &mut next[*b as usize];
+            *b = *slot as u32;
+            *slot += 1;
         }
-        self.rows[lo..hi].copy_from_slice(&sorted);
+        self.moved.clear();
+        self.moved.resize(hi - lo, 0);
+        for (&p, &row) in self.buffer.iter().zip(&self.rows[lo..hi]) {
+            self.moved[p as usize] = row;
+        }
+        self.rows[lo..hi].copy_from_slice(&self.moved);
         let bounds = starts.iter().map(|s| lo + s).collect();
         (bounds, dist)
     }
@@ -317,9 +330,6 @@ impl<'a> Grower<'a> {
     ) -> (Vec<usize>, Vec<u32>) {
         let n = self.rows.len();
         let classes = self.classes;
-        let branches = test.branches();
-        let mut dist = vec![0u32; branches * classes];
-        let mut starts = vec![0usize; branches + 1];
         let cells = &self.cells[parity][j * n + lo..j * n + hi];
         self.buffer.clear();
         match (test, &self.columns[j]) {
@@ -333,26 +343,7 @@ impl<'a> Grower<'a> {
                 .buffer
                 .extend(cells.iter().map(|&c| c / classes as u32)),
         }
-        for (&b, &c) in self.buffer.iter().zip(cells) {
-            starts[b as usize + 1] += 1;
-            dist[b as usize * classes + c as usize % classes] += 1;
-        }
-        for b in 0..branches {
-            starts[b + 1] += starts[b];
-        }
-        // Each row's new position in the range, stably by branch.
-        let mut next: Vec<usize> = starts[..branches].to_vec();
-        for b in self.buffer.iter_mut() {
-            let slot = &mut next[*b as usize];
-            *b = *slot as u32;
-            *slot += 1;
-        }
-        self.moved.clear();
-        self.moved.resize(hi - lo, 0);
-        for (&p, &row) in self.buffer.iter().zip(&self.rows[lo..hi]) {
-            self.moved[p as usize] = row;
-        }
-        self.rows[lo..hi].copy_from_slice(&self.moved);
+        let (bounds, dist) = self.place(test.branches(), lo, hi);
         let [zero, one] = &mut self.cells;
         let (from, to) = if parity == 0 {
             (&*zero, one)
@@ -366,20 +357,20 @@ impl<'a> Grower<'a> {
                 to[p as usize] = c;
             }
         }
-        let bounds = starts.iter().map(|s| lo + s).collect();
         (bounds, dist)
     }
 
     /// Grows the tree over the rows in `lo..hi` (`buildTree`) and returns its root.
     pub fn grow(&mut self, lo: usize, hi: usize) -> usize {
-        let root = self.grow_at(lo, hi, 0);
+        let class_counts = self.class_counts(lo, hi);
+        let root = self.grow_at(lo, hi, 0, class_counts);
         self.cells = [Vec::new(), Vec::new()];
         root
     }
 
-    /// [`Grower::grow`] for a node whose columns are in buffer `parity`.
-    fn grow_at(&mut self, lo: usize, hi: usize, parity: usize) -> usize {
-        let class_counts = self.class_counts(lo, hi);
+    /// [`Grower::grow`] for a node whose columns are in buffer `parity` and whose rows have the
+    /// class counts `class_counts`.
+    fn grow_at(&mut self, lo: usize, hi: usize, parity: usize, class_counts: Vec<u32>) -> usize {
         let id = self.nodes.len();
         self.nodes.push(Node {
             test: None,
@@ -392,7 +383,10 @@ impl<'a> Grower<'a> {
         if let Some((test, j)) = self.select(lo, hi, parity, &class_counts) {
             let (bounds, dist) = self.split_rows(&test, j, lo, hi, parity);
             let children = (0..test.branches())
-                .map(|b| self.grow_at(bounds[b], bounds[b + 1], 1 - parity))
+                .map(|b| {
+                    let counts = dist[b * self.classes..(b + 1) * self.classes].to_vec();
+                    self.grow_at(bounds[b], bounds[b + 1], 1 - parity, counts)
+                })
                 .collect();
             let node = &mut self.nodes[id];
             node.test = Some(test);
@@ -404,10 +398,12 @@ impl<'a> Grower<'a> {
 
     /// `numIncorrect` of a bag x class table: its rows not of its (first) majority class.
     fn incorrect(&self, dist: &[u32]) -> (f64, f64) {
-        let merged = merge(dist, self.classes);
-        let total: u32 = merged.iter().sum();
+        let classes = self.classes;
+        let mut total = 0u32;
         let mut best = 0u32;
-        for &c in &merged {
+        for j in 0..classes {
+            let c: u32 = dist.iter().skip(j).step_by(classes).sum();
+            total += c;
             if gr(f64::from(c), f64::from(best)) {
                 best = c;
             }
@@ -482,16 +478,23 @@ impl<'a> Grower<'a> {
     fn estimated_for_branch(&mut self, id: usize, lo: usize, hi: usize) -> f64 {
         match self.nodes[id].test {
             None => {
-                let counts = self.class_counts(lo, hi);
-                self.estimated_for(&counts)
+                let mut counts = std::mem::take(&mut self.counts);
+                counts.clear();
+                counts.resize(self.classes, 0);
+                for &row in &self.rows[lo..hi] {
+                    counts[self.labels[row as usize] as usize] += 1;
+                }
+                let estimate = self.estimated_for(&counts);
+                self.counts = counts;
+                estimate
             }
             Some(test) => {
                 let (bounds, _) = self.partition(&test, lo, hi);
-                let children = self.nodes[id].children.clone();
-                children
-                    .iter()
-                    .enumerate()
-                    .map(|(b, &c)| self.estimated_for_branch(c, bounds[b], bounds[b + 1]))
+                (0..test.branches())
+                    .map(|b| {
+                        let child = self.nodes[id].children[b];
+                        self.estimated_for_branch(child, bounds[b], bounds[b + 1])
+                    })
                     .sum()
             }
         }
