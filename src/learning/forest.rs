@@ -54,18 +54,23 @@ impl RandomForest {
     }
 }
 
+/// One node of a [`Tree`]: what a prediction reads at it, in 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Node {
+    /// The attribute it splits on, or [`LEAF`].
+    attribute: u32,
+    /// A numeric split's first child, or where a nominal split's child table starts in `slots`.
+    first: u32,
+    /// A numeric split's point (below: `first`; at or above: `first + 1`, both saw training
+    /// rows); unused otherwise.
+    split: f64,
+}
+
 /// One `RandomTree` as flat node arrays (the root first).
 #[derive(Debug, Clone, PartialEq)]
 struct Tree {
     classes: usize,
-    /// Per node: the attribute it splits on, or [`LEAF`].
-    attribute: Vec<u32>,
-    /// Per node: a numeric split's point (below: `first`; at or above: `first + 1`, both saw
-    /// training rows); unused otherwise.
-    split: Vec<f64>,
-    /// Per node: a numeric split's first child, or where a nominal split's child table starts in
-    /// `slots`.
-    first: Vec<u32>,
+    nodes: Vec<Node>,
     /// Nominal splits' child tables: one slot per value, the child that saw training rows with it
     /// or [`NONE`] (a row with that value is predicted by the splitting node).
     slots: Vec<u32>,
@@ -80,9 +85,11 @@ const NONE: u32 = u32::MAX;
 
 impl Tree {
     fn add_node(&mut self) {
-        self.attribute.push(LEAF);
-        self.split.push(0.0);
-        self.first.push(0);
+        self.nodes.push(Node {
+            attribute: LEAF,
+            first: 0,
+            split: 0.0,
+        });
         self.probs.extend(std::iter::repeat_n(0.0, self.classes));
     }
 
@@ -158,6 +165,11 @@ impl LnTable {
     }
 }
 
+/// Whether attribute `attribute` is in the set `fixed` ([`Pending::fixed`]).
+fn is_fixed(fixed: u64, attribute: usize) -> bool {
+    attribute < 64 && fixed & (1 << attribute) != 0
+}
+
 /// The set bits of `words`, ascending.
 fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
     words.iter().enumerate().flat_map(|(w, &word)| {
@@ -207,6 +219,10 @@ struct Pending {
     end: usize,
     depth: usize,
     parity: usize,
+    /// The nominal attributes (below 64) an ancestor splits on: every row of the node has the
+    /// same value of each, so each one's gain is 0 (the class entropy less itself) and its
+    /// column is not kept up to date below.
+    fixed: u64,
 }
 
 /// A tree's bag as columns in node order: per examined attribute, each bagged row's cell (its value
@@ -219,6 +235,8 @@ struct Columns {
     rows: usize,
     /// Per dataset attribute: its column, or `usize::MAX` for the class.
     column_of: Vec<usize>,
+    /// Per column but the weights: its attribute.
+    attribute_of: Vec<usize>,
     /// The weight column's index.
     weight: usize,
     buffers: [Vec<u32>; 2],
@@ -376,9 +394,7 @@ impl TreeBuilder<'_> {
         let classes = self.classes;
         let mut tree = Tree {
             classes,
-            attribute: Vec::new(),
-            split: Vec::new(),
-            first: Vec::new(),
+            nodes: Vec::new(),
             slots: Vec::new(),
             probs: Vec::new(),
         };
@@ -391,6 +407,7 @@ impl TreeBuilder<'_> {
             end: columns.rows,
             depth: 0,
             parity: 0,
+            fixed: 0,
         }];
         let attributes = self.data.attributes().len();
         let mut chosen_attributes = Vec::new();
@@ -400,6 +417,7 @@ impl TreeBuilder<'_> {
             end,
             depth,
             parity,
+            fixed,
         }) = pending.pop()
         {
             counts.clear();
@@ -437,8 +455,12 @@ impl TreeBuilder<'_> {
                 let attribute = self.window[chosen];
                 self.window.swap(chosen, window_size - 1);
                 window_size -= 1;
-                let cells = &columns.column(parity, columns.column_of[attribute])[start..end];
-                let gain = self.split(attribute, cells, weights, &counts, prior, s);
+                let gain = if is_fixed(fixed, attribute) {
+                    0.0
+                } else {
+                    let cells = &columns.column(parity, columns.column_of[attribute])[start..end];
+                    self.split(attribute, cells, weights, &counts, prior, s)
+                };
                 s.gains[attribute] = gain;
                 if gain > SMALL {
                     gain_found = true;
@@ -481,6 +503,10 @@ impl TreeBuilder<'_> {
                 *b = *next as u32;
                 *next += 1;
             }
+            let fixed = match ranked {
+                None if best < 64 => fixed | 1 << best,
+                _ => fixed,
+            };
             let [zero, one] = &mut columns.buffers;
             let (from, to) = if parity == 0 {
                 (&*zero, one)
@@ -488,17 +514,20 @@ impl TreeBuilder<'_> {
                 (&*one, zero)
             };
             for column in 0..=columns.weight {
+                if column < columns.weight && is_fixed(fixed, columns.attribute_of[column]) {
+                    continue;
+                }
                 let offset = column * columns.rows;
                 let to = &mut to[offset..offset + columns.rows];
                 for (&position, &cell) in s.branch.iter().zip(&from[offset + start..offset + end]) {
                     to[position as usize] = cell;
                 }
             }
-            let first = tree.attribute.len();
-            tree.attribute[node] = best as u32;
+            let first = tree.nodes.len();
+            tree.nodes[node].attribute = best as u32;
             let mut child = first;
             if ranked.is_none() {
-                tree.first[node] = tree.slots.len() as u32;
+                tree.nodes[node].first = tree.slots.len() as u32;
                 for &n in &s.branch_rows {
                     if n > 0 {
                         tree.slots.push(child as u32);
@@ -508,8 +537,8 @@ impl TreeBuilder<'_> {
                     }
                 }
             } else {
-                tree.first[node] = first as u32;
-                tree.split[node] = s.points[best];
+                tree.nodes[node].first = first as u32;
+                tree.nodes[node].split = s.points[best];
                 child += s.branch_rows.iter().filter(|&&n| n > 0).count();
             }
             for _ in first..child {
@@ -528,6 +557,7 @@ impl TreeBuilder<'_> {
                     end: end_of,
                     depth: depth + 1,
                     parity: 1 - parity,
+                    fixed,
                 });
                 count_stack.extend_from_slice(&s.dists[best][b * classes..(b + 1) * classes]);
                 end_of -= n;
@@ -617,6 +647,7 @@ impl Learner for RandomForest {
         let mut columns = Columns {
             rows: 0,
             column_of,
+            attribute_of: (0..attributes).filter(|&a| a != class).collect(),
             weight: cells.len(),
             buffers: [Vec::new(), Vec::new()],
         };
@@ -678,20 +709,20 @@ impl Tree {
     fn distribution(&self, data: &Dataset, row: usize) -> &[f64] {
         let mut at = 0;
         loop {
-            let attribute = self.attribute[at];
-            if attribute == LEAF {
+            let node = self.nodes[at];
+            if node.attribute == LEAF {
                 return self.probs(at);
             }
-            at = match data.column(attribute as usize) {
+            at = match data.column(node.attribute as usize) {
                 Column::Nominal(codes) => {
-                    let slot = self.slots[self.first[at] as usize + codes[row] as usize];
+                    let slot = self.slots[node.first as usize + codes[row] as usize];
                     if slot == NONE {
                         return self.probs(at);
                     }
                     slot as usize
                 }
                 Column::Numeric(values) => {
-                    self.first[at] as usize + usize::from(values[row] >= self.split[at])
+                    node.first as usize + usize::from(values[row] >= node.split)
                 }
             };
         }
@@ -700,13 +731,20 @@ impl Tree {
 
 impl Model for ForestModel {
     fn predict(&self, data: &Dataset, row: u32) -> u32 {
-        let mut sums = vec![0.0; self.classes];
+        let mut small = [0.0; 16];
+        let mut large = Vec::new();
+        let sums = if self.classes <= small.len() {
+            &mut small[..self.classes]
+        } else {
+            large.resize(self.classes, 0.0);
+            &mut large[..]
+        };
         for tree in &self.trees {
             for (s, p) in sums.iter_mut().zip(tree.distribution(data, row as usize)) {
                 *s += p;
             }
         }
-        max_index(&sums) as u32
+        max_index(sums) as u32
     }
 }
 
