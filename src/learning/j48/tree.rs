@@ -113,6 +113,10 @@ pub struct Grower<'a> {
     buffer: Vec<u32>,
     moved: Vec<u32>,
     counts: Vec<u32>,
+    /// While growing: per column, whether the node or an ancestor splits on it (nominal columns
+    /// only). Such a column is neither evaluated nor moved below the split: its cells there are
+    /// stale.
+    fixed: Vec<bool>,
     candidates: Vec<Option<Candidate>>,
 }
 
@@ -188,6 +192,7 @@ impl<'a> Grower<'a> {
             buffer: Vec::new(),
             moved: Vec::new(),
             counts: Vec::new(),
+            fixed: vec![false; width],
             candidates: Vec::new(),
         }
     }
@@ -264,6 +269,8 @@ impl<'a> Grower<'a> {
         for (j, column) in self.columns.iter().enumerate() {
             let cells = &self.cells[parity][j * n + lo..j * n + hi];
             let candidate = match column {
+                // An ancestor splits on it: every row has the same value, no two branches get rows.
+                Column::Nominal { .. } if self.fixed[j] => None,
                 Column::Nominal { values, .. } => {
                     split::nominal(&self.entropy, &node, cells, *values, &mut self.scratch)
                 }
@@ -351,6 +358,9 @@ impl<'a> Grower<'a> {
             (&*one, zero)
         };
         for column in 0..self.columns.len() {
+            if self.fixed[column] {
+                continue;
+            }
             let offset = column * n + lo;
             let to = &mut to[offset..offset + (hi - lo)];
             for (&p, &c) in self.buffer.iter().zip(&from[offset..offset + (hi - lo)]) {
@@ -381,6 +391,8 @@ impl<'a> Grower<'a> {
             empty: hi == lo,
         });
         if let Some((test, j)) = self.select(lo, hi, parity, &class_counts) {
+            let was_fixed =
+                std::mem::replace(&mut self.fixed[j], matches!(test, Test::Nominal { .. }));
             let (bounds, dist) = self.split_rows(&test, j, lo, hi, parity);
             let children = (0..test.branches())
                 .map(|b| {
@@ -388,6 +400,7 @@ impl<'a> Grower<'a> {
                     self.grow_at(bounds[b], bounds[b + 1], 1 - parity, counts)
                 })
                 .collect();
+            self.fixed[j] = was_fixed;
             let node = &mut self.nodes[id];
             node.test = Some(test);
             node.dist = dist;
