@@ -13,6 +13,8 @@
 //! attributes are examined past K until one gains; a row whose branch saw no training rows is
 //! predicted by the deepest node that did. Trees are built without recursion (any depth is safe),
 //! and a node keeps only the branches that saw rows, so a tree has fewer nodes than twice its rows.
+//! Every weight is a whole count (a bag's draws), so class counts are integers, exact in any order
+//! of summation, and every entropy is computed from them in Weka's order of operations.
 use super::dataset::Column;
 use super::java_random::JavaRandom;
 use super::naive_bayes::max_index;
