@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::learning::dataset::Column;
 use crate::learning::{
-    Attribute, AttributeKind, Dataset, J48, LearningError, NaiveBayes, RandomForest,
-    cross_validate_on,
+    Accuracy, Attribute, AttributeKind, Dataset, J48, Learner, LearningError, NaiveBayes,
+    RandomForest, cross_validate_on,
 };
 use crate::relational::release::{Release, ReleasedColumn, ReleasedRole};
 use crate::relational::table::{ColumnSlot, QuasiAttribute, Table};
@@ -502,35 +502,39 @@ fn accuracy(
     options: &WorkloadOptions,
     cancelled: &AtomicBool,
 ) -> Result<Option<f64>, WorkloadError> {
-    let (folds, seed) = (options.folds, options.seed);
+    let run = match classifier {
+        Classifier::J48 => cross_validate_with(&J48::default(), data, class, options, cancelled)?,
+        Classifier::RandomForest => {
+            cross_validate_with(&RandomForest::default(), data, class, options, cancelled)?
+        }
+        Classifier::NaiveBayes => {
+            cross_validate_with(&NaiveBayes, data, class, options, cancelled)?
+        }
+    };
+    Ok(run.map(|a| a.rate()))
+}
+
+/// `learner`'s cross-validation with the options' folds, seed and threads.
+fn cross_validate_with<L: Learner + Sync>(
+    learner: &L,
+    data: &Dataset,
+    class: usize,
+    options: &WorkloadOptions,
+    cancelled: &AtomicBool,
+) -> Result<Option<Accuracy>, LearningError> {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let run = match classifier {
-        Classifier::J48 => cross_validate_on(
-            &J48::default(),
-            data,
-            class,
-            folds,
-            seed,
-            threads,
-            cancelled,
-        )?,
-        Classifier::RandomForest => cross_validate_on(
-            &RandomForest::default(),
-            data,
-            class,
-            folds,
-            seed,
-            threads,
-            cancelled,
-        )?,
-        Classifier::NaiveBayes => {
-            cross_validate_on(&NaiveBayes, data, class, folds, seed, threads, cancelled)?
-        }
-    };
-    Ok(run.map(|a| a.rate()))
+    cross_validate_on(
+        learner,
+        data,
+        class,
+        options.folds,
+        options.seed,
+        threads,
+        cancelled,
+    )
 }
 
 fn class_index(
