@@ -13,6 +13,8 @@
 //! attributes are examined past K until one gains; a row whose branch saw no training rows is
 //! predicted by the deepest node that did. Trees are built without recursion (any depth is safe),
 //! and a node keeps only the branches that saw rows, so a tree has fewer nodes than twice its rows.
+//! Every weight is a whole count (a bag's draws), so class counts are integers, exact in any order
+//! of summation, and every entropy is computed from them in Weka's order of operations.
 use super::dataset::Column;
 use super::java_random::JavaRandom;
 use super::naive_bayes::max_index;
@@ -54,18 +56,23 @@ impl RandomForest {
     }
 }
 
+/// One node of a [`Tree`]: what a prediction reads at it, in 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Node {
+    /// The attribute it splits on, or [`LEAF`].
+    attribute: u32,
+    /// A numeric split's first child, or where a nominal split's child table starts in `slots`.
+    first: u32,
+    /// A numeric split's point (below: `first`; at or above: `first + 1`, both saw training
+    /// rows); unused otherwise.
+    split: f64,
+}
+
 /// One `RandomTree` as flat node arrays (the root first).
 #[derive(Debug, Clone, PartialEq)]
 struct Tree {
     classes: usize,
-    /// Per node: the attribute it splits on, or [`LEAF`].
-    attribute: Vec<u32>,
-    /// Per node: a numeric split's point (below: `first`; at or above: `first + 1`, both saw
-    /// training rows); unused otherwise.
-    split: Vec<f64>,
-    /// Per node: a numeric split's first child, or where a nominal split's child table starts in
-    /// `slots`.
-    first: Vec<u32>,
+    nodes: Vec<Node>,
     /// Nominal splits' child tables: one slot per value, the child that saw training rows with it
     /// or [`NONE`] (a row with that value is predicted by the splitting node).
     slots: Vec<u32>,
@@ -80,9 +87,11 @@ const NONE: u32 = u32::MAX;
 
 impl Tree {
     fn add_node(&mut self) {
-        self.attribute.push(LEAF);
-        self.split.push(0.0);
-        self.first.push(0);
+        self.nodes.push(Node {
+            attribute: LEAF,
+            first: 0,
+            split: 0.0,
+        });
         self.probs.extend(std::iter::repeat_n(0.0, self.classes));
     }
 
@@ -103,39 +112,79 @@ fn ln_func(x: f64) -> f64 {
     if x < SMALL { 0.0 } else { x * x.ln() }
 }
 
-/// Weka's `entropyOverColumns` of a split's class counts (`classes` per branch, branches one
-/// after the other): the entropy of the class, in bits.
-fn prior_entropy(dist: &[f64], classes: usize) -> f64 {
-    let mut value = 0.0;
-    let mut total = 0.0;
-    for c in 0..classes {
-        let column: f64 = dist.chunks_exact(classes).map(|branch| branch[c]).sum();
-        value -= ln_func(column);
-        total += column;
+/// [`ln_func`] at the whole counts `0..=n`, tabulated: every weight of a bag is a whole count, so
+/// every count a node sums is one of these, and a lookup gives the very value the call gives.
+struct LnTable(Vec<f64>);
+
+impl LnTable {
+    fn new(n: usize) -> LnTable {
+        LnTable((0..=n).map(|c| ln_func(c as f64)).collect())
     }
-    if (total).abs() < SMALL {
-        return 0.0;
+
+    fn at(&self, count: u32) -> f64 {
+        self.0[count as usize]
     }
-    (value + ln_func(total)) / (total * std::f64::consts::LN_2)
+
+    /// Weka's `entropyOverColumns` of a split whose column (class) totals are `class_counts`:
+    /// the entropy of the class, in bits. The columns of any split of a node are its class counts.
+    fn prior_entropy(&self, class_counts: &[u32]) -> f64 {
+        let mut value = 0.0;
+        let mut total = 0u32;
+        for &column in class_counts {
+            value -= self.at(column);
+            total += column;
+        }
+        if total == 0 {
+            return 0.0;
+        }
+        (value + self.at(total)) / (f64::from(total) * std::f64::consts::LN_2)
+    }
+
+    /// Weka's `entropyConditionedOnRows` of the class counts `dist` (`classes` per branch, branches
+    /// one after the other) over the branches `branches`, ascending: the class entropy given the
+    /// branch, in bits. Branches left out must be empty (an empty branch adds only zeros).
+    fn conditional_entropy(
+        &self,
+        dist: &[u32],
+        classes: usize,
+        branches: impl Iterator<Item = usize>,
+    ) -> f64 {
+        let mut value = 0.0;
+        let mut total = 0u32;
+        for b in branches {
+            let mut sum = 0u32;
+            for &count in &dist[b * classes..(b + 1) * classes] {
+                value += self.at(count);
+                sum += count;
+            }
+            value -= self.at(sum);
+            total += sum;
+        }
+        if total == 0 {
+            return 0.0;
+        }
+        -value / (f64::from(total) * std::f64::consts::LN_2)
+    }
 }
 
-/// Weka's `entropyConditionedOnRows`: the class entropy given the branch, in bits.
-fn conditional_entropy(dist: &[f64], classes: usize) -> f64 {
-    let mut value = 0.0;
-    let mut total = 0.0;
-    for branch in dist.chunks_exact(classes) {
-        let mut sum = 0.0;
-        for &count in branch {
-            value += ln_func(count);
-            sum += count;
-        }
-        value -= ln_func(sum);
-        total += sum;
-    }
-    if total.abs() < SMALL {
-        return 0.0;
-    }
-    -value / (total * std::f64::consts::LN_2)
+/// Whether attribute `attribute` is in the set `fixed` ([`Pending::fixed`]).
+fn is_fixed(fixed: u64, attribute: usize) -> bool {
+    attribute < 64 && fixed & (1 << attribute) != 0
+}
+
+/// The set bits of `words`, ascending.
+fn set_bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    words.iter().enumerate().flat_map(|(w, &word)| {
+        let mut word = word;
+        std::iter::from_fn(move || {
+            if word == 0 {
+                return None;
+            }
+            let bit = word.trailing_zeros() as usize;
+            word &= word - 1;
+            Some(w * 64 + bit)
+        })
+    })
 }
 
 /// A numeric attribute's distinct values, ascending, and each row's rank among them: a node's rows
@@ -164,40 +213,70 @@ impl Ranked {
     }
 }
 
-/// A node waiting to be built: its rows are `rows[start..end]` of the builder; its class counts
-/// are the matching entry of the builder's count stack.
+/// A node waiting to be built: its rows are positions `start..end` of the builder's columns in
+/// buffer `parity`; its class counts are the matching entry of the builder's count stack.
 struct Pending {
     node: usize,
     start: usize,
     end: usize,
     depth: usize,
+    parity: usize,
+    /// The nominal attributes (below 64) an ancestor splits on: every row of the node has the
+    /// same value of each, so each one's gain is 0 (the class entropy less itself) and its
+    /// column is not kept up to date below.
+    fixed: u64,
+}
+
+/// A tree's bag as columns in node order: per examined attribute, each bagged row's cell (its value
+/// code, or rank, times the number of classes, plus its class), then each row's weight. A node's
+/// rows are one range of positions, so a node's scan reads its columns in order. Splitting a node
+/// moves its range, stably by branch, into the other buffer at the same positions: the ranges of
+/// the nodes waiting to be built are disjoint, so no waiting node's rows are overwritten.
+struct Columns {
+    /// Rows in the bag.
+    rows: usize,
+    /// Per dataset attribute: its column, or `usize::MAX` for the class.
+    column_of: Vec<usize>,
+    /// Per column but the weights: its attribute.
+    attribute_of: Vec<usize>,
+    /// The weight column's index.
+    weight: usize,
+    buffers: [Vec<u32>; 2],
+}
+
+impl Columns {
+    fn column(&self, parity: usize, column: usize) -> &[u32] {
+        &self.buffers[parity][column * self.rows..(column + 1) * self.rows]
+    }
 }
 
 /// Buffers a tree's nodes reuse (one set per fit, shared by its trees).
 struct Scratch {
     /// Per attribute: the class counts of its last examined split, `classes` per branch.
-    dists: Vec<Vec<f64>>,
+    dists: Vec<Vec<u32>>,
     /// Per attribute: its last numeric split point.
     points: Vec<f64>,
     gains: Vec<f64>,
     examined: Vec<bool>,
-    /// Rows of a node sorted by rank, or class counts per rank, for numeric splits.
-    by_rank: Vec<(u32, u32)>,
-    rank_dist: Vec<f64>,
-    current: Vec<f64>,
-    counts: Vec<f64>,
-    /// The rows being partitioned, and each branch's row count and next slot.
-    moved: Vec<u32>,
+    /// The values a nominal attribute takes at the node, as a bit set.
+    present: Vec<u64>,
+    /// A node's (cell, weight) pairs sorted by rank, or class counts per rank, for numeric splits.
+    by_rank: Vec<u64>,
+    rank_dist: Vec<u32>,
+    current: Vec<u32>,
+    /// The branch, then the new position, of each row being partitioned; each branch's row count
+    /// and next position.
+    branch: Vec<u32>,
     branch_rows: Vec<usize>,
+    next: Vec<usize>,
 }
 
-/// Builds one tree on the bag `weights` (a weight per row of the dataset, 0 outside the bag).
+/// Builds one tree on its bag.
 struct TreeBuilder<'a> {
     data: &'a Dataset,
-    labels: &'a [u32],
     classes: usize,
-    weights: &'a [f64],
     ranked: &'a [Option<Ranked>],
+    ln: &'a LnTable,
     k: usize,
     max_depth: usize,
     /// Weka's `attIndicesWindow`, shared by all nodes of the tree.
@@ -206,64 +285,64 @@ struct TreeBuilder<'a> {
 }
 
 impl TreeBuilder<'_> {
-    fn class_counts(&self, rows: &[u32], counts: &mut Vec<f64>) {
-        counts.clear();
-        counts.resize(self.classes, 0.0);
-        for &row in rows {
-            counts[self.labels[row as usize] as usize] += self.weights[row as usize];
-        }
-    }
-
-    /// Examines `attribute` on `rows`: its gain; its class counts per branch go to
+    /// Examines `attribute` on the rows whose cells are `cells` and weights `weights`, whose class
+    /// counts are `counts` and class entropy `prior`: its gain; its class counts per branch go to
     /// `scratch.dists[attribute]`, a numeric split point to `scratch.points[attribute]`.
-    fn split(&self, attribute: usize, rows: &[u32], s: &mut Scratch) -> f64 {
+    fn split(
+        &self,
+        attribute: usize,
+        cells: &[u32],
+        weights: &[u32],
+        counts: &[u32],
+        prior: f64,
+        s: &mut Scratch,
+    ) -> f64 {
         let classes = self.classes;
         let dist = &mut s.dists[attribute];
-        match self.data.column(attribute) {
-            Column::Nominal(codes) => {
+        match &self.ranked[attribute] {
+            None => {
                 let values = self.data.attribute(attribute).values();
                 dist.clear();
-                dist.resize(values * classes, 0.0);
-                for &row in rows {
-                    let r = row as usize;
-                    dist[codes[r] as usize * classes + self.labels[r] as usize] += self.weights[r];
+                dist.resize(values * classes, 0);
+                let present = &mut s.present;
+                present.clear();
+                present.resize(values.div_ceil(64), 0);
+                for (&cell, &weight) in cells.iter().zip(weights) {
+                    let cell = cell as usize;
+                    dist[cell] += weight;
+                    let value = cell / classes;
+                    present[value / 64] |= 1 << (value % 64);
                 }
-                prior_entropy(dist, classes) - conditional_entropy(dist, classes)
+                prior
+                    - self
+                        .ln
+                        .conditional_entropy(dist, classes, set_bits(present))
             }
-            Column::Numeric(_) => {
-                let ranked = self.ranked[attribute]
-                    .as_ref()
-                    .expect("numeric attributes are ranked");
-                let mut counts = std::mem::take(&mut s.counts);
-                self.class_counts(rows, &mut counts);
+            Some(ranked) => {
                 let current = &mut s.current;
                 current.clear();
-                current.resize(classes, 0.0);
-                current.extend_from_slice(&counts);
-                s.counts = counts;
-                let prior = prior_entropy(current, classes);
+                current.resize(classes, 0);
+                current.extend_from_slice(counts);
                 dist.clone_from(current);
                 let mut point = 0.0;
                 let mut best = -f64::MAX;
-                if ranked.distinct.len() <= rows.len() {
+                if ranked.distinct.len() <= cells.len() {
                     // Count by rank, then sweep the ranks present.
                     let rank_dist = &mut s.rank_dist;
                     rank_dist.clear();
-                    rank_dist.resize(ranked.distinct.len() * classes, 0.0);
-                    for &row in rows {
-                        let r = row as usize;
-                        rank_dist[ranked.rank[r] as usize * classes + self.labels[r] as usize] +=
-                            self.weights[r];
+                    rank_dist.resize(ranked.distinct.len() * classes, 0);
+                    for (&cell, &weight) in cells.iter().zip(weights) {
+                        rank_dist[cell as usize] += weight;
                     }
                     let mut last: Option<f64> = None;
                     for (value, group) in
                         ranked.distinct.iter().zip(rank_dist.chunks_exact(classes))
                     {
-                        if group.iter().all(|&w| w == 0.0) {
+                        if group.iter().all(|&w| w == 0) {
                             continue;
                         }
                         if let Some(last) = last {
-                            let gain = prior - conditional_entropy(current, classes);
+                            let gain = prior - self.ln.conditional_entropy(current, classes, 0..2);
                             if gain > best {
                                 best = gain;
                                 point = (value + last) / 2.0;
@@ -277,56 +356,60 @@ impl TreeBuilder<'_> {
                         }
                     }
                 } else {
-                    // Sort the node's rows by rank and sweep them.
+                    // Sort the node's (cell, weight) pairs by cell (so by rank) and sweep them.
                     let by_rank = &mut s.by_rank;
                     by_rank.clear();
-                    by_rank.extend(rows.iter().map(|&r| (ranked.rank[r as usize], r)));
-                    by_rank.sort_unstable_by_key(|&(rank, _)| rank);
-                    let mut last = by_rank.first().map_or(0, |s| s.0);
-                    for &(rank, row) in by_rank.iter() {
+                    by_rank.extend(
+                        cells
+                            .iter()
+                            .zip(weights)
+                            .map(|(&cell, &weight)| (u64::from(cell) << 32) | u64::from(weight)),
+                    );
+                    by_rank.sort_unstable();
+                    let rank_of = |pair: u64| (pair >> 32) as usize / classes;
+                    let mut last = by_rank.first().map_or(0, |&p| rank_of(p));
+                    for &pair in by_rank.iter() {
+                        let rank = rank_of(pair);
                         if rank > last {
-                            let gain = prior - conditional_entropy(current, classes);
+                            let gain = prior - self.ln.conditional_entropy(current, classes, 0..2);
                             if gain > best {
                                 best = gain;
-                                point = (ranked.distinct[rank as usize]
-                                    + ranked.distinct[last as usize])
-                                    / 2.0;
+                                point = (ranked.distinct[rank] + ranked.distinct[last]) / 2.0;
                                 dist.clone_from(current);
                             }
                         }
                         last = rank;
-                        let c = self.labels[row as usize] as usize;
-                        let w = self.weights[row as usize];
+                        let c = (pair >> 32) as usize % classes;
+                        let w = pair as u32;
                         current[c] += w;
                         current[classes + c] -= w;
                     }
                 }
                 s.points[attribute] = point;
-                prior - conditional_entropy(dist, classes)
+                prior - self.ln.conditional_entropy(dist, classes, 0..2)
             }
         }
     }
 
-    fn build(mut self, mut rows: Vec<u32>, s: &mut Scratch) -> Tree {
+    /// Builds the tree on the bag `columns` (in buffer 0) whose class counts are `counts`.
+    fn build(mut self, columns: &mut Columns, mut counts: Vec<u32>, s: &mut Scratch) -> Tree {
         let classes = self.classes;
         let mut tree = Tree {
             classes,
-            attribute: Vec::new(),
-            split: Vec::new(),
-            first: Vec::new(),
+            nodes: Vec::new(),
             slots: Vec::new(),
             probs: Vec::new(),
         };
         tree.add_node();
-        let mut counts = Vec::with_capacity(classes);
-        self.class_counts(&rows, &mut counts);
         // The class counts of the pending nodes, in the stack's order.
         let mut count_stack = counts.clone();
         let mut pending = vec![Pending {
             node: 0,
             start: 0,
-            end: rows.len(),
+            end: columns.rows,
             depth: 0,
+            parity: 0,
+            fixed: 0,
         }];
         let attributes = self.data.attributes().len();
         let mut chosen_attributes = Vec::new();
@@ -335,22 +418,25 @@ impl TreeBuilder<'_> {
             start,
             end,
             depth,
+            parity,
+            fixed,
         }) = pending.pop()
         {
             counts.clear();
             counts.extend_from_slice(&count_stack[count_stack.len() - classes..]);
             count_stack.truncate(count_stack.len() - classes);
-            let total: f64 = counts.iter().sum();
+            let total: u32 = counts.iter().sum();
             let probs = &mut tree.probs[node * classes..(node + 1) * classes];
-            probs.copy_from_slice(&counts);
+            for (p, &c) in probs.iter_mut().zip(&counts) {
+                *p = f64::from(c);
+            }
             normalize(probs);
-            let majority = counts[max_index(&counts)];
-            if total < 2.0 - SMALL
-                || (majority - total).abs() < SMALL
-                || (self.max_depth > 0 && depth >= self.max_depth)
-            {
+            let majority = counts.iter().copied().max().unwrap_or(0);
+            if total < 2 || majority == total || (self.max_depth > 0 && depth >= self.max_depth) {
                 continue;
             }
+            let prior = self.ln.prior_entropy(&counts);
+            let weights = &columns.column(parity, columns.weight)[start..end];
             s.gains.clear();
             s.gains.resize(attributes, 0.0);
             for &a in &chosen_attributes {
@@ -371,7 +457,12 @@ impl TreeBuilder<'_> {
                 let attribute = self.window[chosen];
                 self.window.swap(chosen, window_size - 1);
                 window_size -= 1;
-                let gain = self.split(attribute, &rows[start..end], s);
+                let gain = if is_fixed(fixed, attribute) {
+                    0.0
+                } else {
+                    let cells = &columns.column(parity, columns.column_of[attribute])[start..end];
+                    self.split(attribute, cells, weights, &counts, prior, s)
+                };
                 s.gains[attribute] = gain;
                 if gain > SMALL {
                     gain_found = true;
@@ -383,55 +474,74 @@ impl TreeBuilder<'_> {
             if !s.examined[best] || s.gains[best] <= SMALL {
                 continue;
             }
-            // Partition the node's rows by branch, stably, in place.
+            // Each row's branch, and each branch's rows.
             let branches = s.dists[best].len() / classes;
             let point = s.points[best];
-            let column = self.data.column(best);
-            let branch_of = |row: u32| -> usize {
-                match column {
-                    Column::Nominal(codes) => codes[row as usize] as usize,
-                    Column::Numeric(values) => usize::from(values[row as usize] >= point),
+            let ranked = &self.ranked[best];
+            let cells = &columns.column(parity, columns.column_of[best])[start..end];
+            s.branch.clear();
+            s.branch.extend(cells.iter().map(|&cell| {
+                let code = cell as usize / classes;
+                match ranked {
+                    None => code as u32,
+                    Some(ranked) => u32::from(ranked.distinct[code] >= point),
                 }
-            };
+            }));
             s.branch_rows.clear();
             s.branch_rows.resize(branches, 0);
-            for &row in &rows[start..end] {
-                s.branch_rows[branch_of(row)] += 1;
+            for &b in &s.branch {
+                s.branch_rows[b as usize] += 1;
             }
-            let mut next = Vec::with_capacity(branches);
-            let mut at = 0;
+            // Each row's new position (stably by branch), then every column's range moved there
+            // in the other buffer.
+            s.next.clear();
+            let mut at = start;
             for &n in &s.branch_rows {
-                next.push(at);
+                s.next.push(at);
                 at += n;
             }
-            s.moved.clear();
-            s.moved.resize(end - start, 0);
-            for &row in &rows[start..end] {
-                let b = branch_of(row);
-                s.moved[next[b]] = row;
-                next[b] += 1;
+            for b in s.branch.iter_mut() {
+                let next = &mut s.next[*b as usize];
+                *b = *next as u32;
+                *next += 1;
             }
-            rows[start..end].copy_from_slice(&s.moved);
-            let first = tree.attribute.len();
-            tree.attribute[node] = best as u32;
+            let fixed = match ranked {
+                None if best < 64 => fixed | 1 << best,
+                _ => fixed,
+            };
+            let [zero, one] = &mut columns.buffers;
+            let (from, to) = if parity == 0 {
+                (&*zero, one)
+            } else {
+                (&*one, zero)
+            };
+            for column in 0..=columns.weight {
+                if column < columns.weight && is_fixed(fixed, columns.attribute_of[column]) {
+                    continue;
+                }
+                let offset = column * columns.rows;
+                let to = &mut to[offset..offset + columns.rows];
+                for (&position, &cell) in s.branch.iter().zip(&from[offset + start..offset + end]) {
+                    to[position as usize] = cell;
+                }
+            }
+            let first = tree.nodes.len();
+            tree.nodes[node].attribute = best as u32;
             let mut child = first;
-            match self.data.column(best) {
-                Column::Nominal(_) => {
-                    tree.first[node] = tree.slots.len() as u32;
-                    for &n in &s.branch_rows {
-                        if n > 0 {
-                            tree.slots.push(child as u32);
-                            child += 1;
-                        } else {
-                            tree.slots.push(NONE);
-                        }
+            if ranked.is_none() {
+                tree.nodes[node].first = tree.slots.len() as u32;
+                for &n in &s.branch_rows {
+                    if n > 0 {
+                        tree.slots.push(child as u32);
+                        child += 1;
+                    } else {
+                        tree.slots.push(NONE);
                     }
                 }
-                Column::Numeric(_) => {
-                    tree.first[node] = first as u32;
-                    tree.split[node] = s.points[best];
-                    child += s.branch_rows.iter().filter(|&&n| n > 0).count();
-                }
+            } else {
+                tree.nodes[node].first = first as u32;
+                tree.nodes[node].split = s.points[best];
+                child += s.branch_rows.iter().filter(|&&n| n > 0).count();
             }
             for _ in first..child {
                 tree.add_node();
@@ -448,6 +558,8 @@ impl TreeBuilder<'_> {
                     start: end_of - n,
                     end: end_of,
                     depth: depth + 1,
+                    parity: 1 - parity,
+                    fixed,
                 });
                 count_stack.extend_from_slice(&s.dists[best][b * classes..(b + 1) * classes]);
                 end_of -= n;
@@ -468,13 +580,14 @@ fn normalize(values: &mut [f64]) {
 }
 
 /// Bag `iteration`: Weka's `resampleWithWeights` of `rows` (each weight 1) with a generator seeded
-/// `seed + iteration`, as a weight (a count) per dataset row.
-fn bag(rows: &[u32], seed: i64, iteration: usize, dataset_rows: usize) -> Vec<f64> {
+/// `seed + iteration`, as a weight (a count of draws) per dataset row, written to `weights`.
+fn bag(rows: &[u32], seed: i64, iteration: usize, weights: &mut Vec<u32>, dataset_rows: usize) {
     let mut random = JavaRandom::new(seed.wrapping_add(iteration as i64));
     let n = rows.len();
-    let mut weights = vec![0.0; dataset_rows];
+    weights.clear();
+    weights.resize(dataset_rows, 0);
     if n == 0 {
-        return weights;
+        return;
     }
     let mut probabilities = Vec::with_capacity(n);
     let mut sum = 0.0;
@@ -492,12 +605,11 @@ fn bag(rows: &[u32], seed: i64, iteration: usize, dataset_rows: usize) -> Vec<f6
     while k < n && l < n {
         sum_probs += 1.0;
         while k < n && probabilities[k] <= sum_probs {
-            weights[rows[l] as usize] += 1.0;
+            weights[rows[l] as usize] += 1;
             k += 1;
         }
         l += 1;
     }
-    weights
 }
 
 impl Learner for RandomForest {
@@ -514,40 +626,80 @@ impl Learner for RandomForest {
                 _ => None,
             })
             .collect();
+        // Each dataset row's cell per attribute (the class has none).
+        let cells: Vec<Vec<u32>> = (0..attributes)
+            .filter(|&a| a != class)
+            .map(|a| {
+                let codes = match (data.column(a), &ranked[a]) {
+                    (_, Some(ranked)) => &ranked.rank,
+                    (Column::Nominal(codes), None) => codes,
+                    (Column::Numeric(_), None) => unreachable!("numeric attributes are ranked"),
+                };
+                codes
+                    .iter()
+                    .zip(labels)
+                    .map(|(&code, &label)| code * classes as u32 + label)
+                    .collect()
+            })
+            .collect();
+        let mut column_of = vec![usize::MAX; attributes];
+        for (j, a) in (0..attributes).filter(|&a| a != class).enumerate() {
+            column_of[a] = j;
+        }
+        let mut columns = Columns {
+            rows: 0,
+            column_of,
+            attribute_of: (0..attributes).filter(|&a| a != class).collect(),
+            weight: cells.len(),
+            buffers: [Vec::new(), Vec::new()],
+        };
+        let ln = LnTable::new(rows.len());
         let mut scratch = Scratch {
             dists: vec![Vec::new(); attributes],
             points: vec![0.0; attributes],
             gains: Vec::with_capacity(attributes),
             examined: vec![false; attributes],
+            present: Vec::new(),
             by_rank: Vec::new(),
             rank_dist: Vec::new(),
             current: Vec::new(),
-            counts: Vec::new(),
-            moved: Vec::new(),
+            branch: Vec::new(),
             branch_rows: Vec::new(),
+            next: Vec::new(),
         };
         let mut seeds = JavaRandom::new(seed as i64);
+        let mut weights = Vec::new();
+        let mut in_bag = Vec::new();
         let trees = (0..self.trees)
             .map(|i| {
                 let tree_seed = seeds.next_int();
-                let weights = bag(rows, seed as i64, i, data.rows());
-                let in_bag: Vec<u32> = rows
-                    .iter()
-                    .copied()
-                    .filter(|&r| weights[r as usize] > 0.0)
-                    .collect();
+                bag(rows, seed as i64, i, &mut weights, data.rows());
+                in_bag.clear();
+                in_bag.extend(rows.iter().copied().filter(|&r| weights[r as usize] > 0));
+                columns.rows = in_bag.len();
+                let [first, second] = &mut columns.buffers;
+                first.clear();
+                for column in &cells {
+                    first.extend(in_bag.iter().map(|&r| column[r as usize]));
+                }
+                first.extend(in_bag.iter().map(|&r| weights[r as usize]));
+                second.clear();
+                second.resize(first.len(), 0);
+                let mut counts = vec![0u32; classes];
+                for &row in &in_bag {
+                    counts[labels[row as usize] as usize] += weights[row as usize];
+                }
                 TreeBuilder {
                     data,
-                    labels,
                     classes,
-                    weights: &weights,
                     ranked: &ranked,
+                    ln: &ln,
                     k,
                     max_depth: self.max_depth,
                     window: (0..attributes).filter(|&a| a != class).collect(),
                     random: JavaRandom::new(i64::from(tree_seed)),
                 }
-                .build(in_bag, &mut scratch)
+                .build(&mut columns, counts, &mut scratch)
             })
             .collect();
         ForestModel { trees, classes }
@@ -559,20 +711,20 @@ impl Tree {
     fn distribution(&self, data: &Dataset, row: usize) -> &[f64] {
         let mut at = 0;
         loop {
-            let attribute = self.attribute[at];
-            if attribute == LEAF {
+            let node = self.nodes[at];
+            if node.attribute == LEAF {
                 return self.probs(at);
             }
-            at = match data.column(attribute as usize) {
+            at = match data.column(node.attribute as usize) {
                 Column::Nominal(codes) => {
-                    let slot = self.slots[self.first[at] as usize + codes[row] as usize];
+                    let slot = self.slots[node.first as usize + codes[row] as usize];
                     if slot == NONE {
                         return self.probs(at);
                     }
                     slot as usize
                 }
                 Column::Numeric(values) => {
-                    self.first[at] as usize + usize::from(values[row] >= self.split[at])
+                    node.first as usize + usize::from(values[row] >= node.split)
                 }
             };
         }
@@ -581,13 +733,20 @@ impl Tree {
 
 impl Model for ForestModel {
     fn predict(&self, data: &Dataset, row: u32) -> u32 {
-        let mut sums = vec![0.0; self.classes];
+        let mut small = [0.0; 16];
+        let mut large = Vec::new();
+        let sums = if self.classes <= small.len() {
+            &mut small[..self.classes]
+        } else {
+            large.resize(self.classes, 0.0);
+            &mut large[..]
+        };
         for tree in &self.trees {
             for (s, p) in sums.iter_mut().zip(tree.distribution(data, row as usize)) {
                 *s += p;
             }
         }
-        max_index(&sums) as u32
+        max_index(sums) as u32
     }
 }
 
@@ -607,18 +766,21 @@ mod tests {
 
     #[test]
     fn gains_are_in_bits() {
-        let dist = [2.0, 0.0, 0.0, 2.0];
-        assert!((prior_entropy(&dist, 2) - 1.0).abs() < 1e-12);
-        assert!(conditional_entropy(&dist, 2).abs() < 1e-12);
+        let ln = LnTable::new(4);
+        let dist = [2, 0, 0, 2];
+        assert!((ln.prior_entropy(&[2, 2]) - 1.0).abs() < 1e-12);
+        assert!(ln.conditional_entropy(&dist, 2, 0..2).abs() < 1e-12);
+        assert_eq!(set_bits(&[0b1010, 1]).collect::<Vec<_>>(), [1, 3, 64]);
     }
 
     #[test]
     fn a_bag_has_as_many_draws_as_rows() {
         let rows: Vec<u32> = (0..50).collect();
-        let weights = bag(&rows, 1, 3, 60);
-        assert_eq!(weights.iter().sum::<f64>(), 50.0);
-        assert!(weights[50..].iter().all(|&w| w == 0.0));
-        assert!(weights.iter().filter(|&&w| w > 0.0).count() < 50);
+        let mut weights = Vec::new();
+        bag(&rows, 1, 3, &mut weights, 60);
+        assert_eq!(weights.iter().sum::<u32>(), 50);
+        assert!(weights[50..].iter().all(|&w| w == 0));
+        assert!(weights.iter().filter(|&&w| w > 0).count() < 50);
     }
 
     /// A class decided by a nominal attribute and a numeric threshold is learned exactly.

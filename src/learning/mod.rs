@@ -89,9 +89,8 @@ pub fn cross_validate<L: Learner + Sync>(
 
 /// [`cross_validate`], giving up (`Ok(None)`) before the next fold once `cancelled` turns true.
 ///
-/// The folds run on up to [`std::thread::available_parallelism`] scoped threads (fold `i` on
-/// thread `i mod threads`); each fold's model depends only on its rows and the seed, and the counts
-/// are summed as integers, so the result does not depend on the number of threads.
+/// The folds run on up to [`std::thread::available_parallelism`] scoped threads
+/// ([`cross_validate_on`]).
 pub fn cross_validate_unless<L: Learner + Sync>(
     learner: &L,
     data: &Dataset,
@@ -100,10 +99,25 @@ pub fn cross_validate_unless<L: Learner + Sync>(
     seed: u64,
     cancelled: &AtomicBool,
 ) -> Result<Option<Accuracy>, LearningError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cross_validate_on(learner, data, class, folds, seed, threads, cancelled)
+}
+
+/// [`cross_validate_unless`] on up to `threads` scoped threads (fold `i` on thread `i mod
+/// threads`; 0 counts as 1), for a caller that shares a thread budget among several
+/// cross-validations. Each fold's model depends only on its rows and the seed, and the counts are
+/// summed as integers, so the result does not depend on the number of threads.
+pub fn cross_validate_on<L: Learner + Sync>(
+    learner: &L,
+    data: &Dataset,
+    class: usize,
+    folds: usize,
+    seed: u64,
+    threads: usize,
+    cancelled: &AtomicBool,
+) -> Result<Option<Accuracy>, LearningError> {
     let split = stratified_folds(data, class, folds, seed)?;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(split.folds());
+    let threads = threads.clamp(1, split.folds());
     let run = |thread: usize| -> Option<Accuracy> {
         let labels = data.nominal_codes(class);
         let mut accuracy = Accuracy {

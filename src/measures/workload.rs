@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::learning::dataset::Column;
 use crate::learning::{
-    Attribute, AttributeKind, Dataset, J48, LearningError, NaiveBayes, RandomForest,
-    cross_validate_unless,
+    Accuracy, Attribute, AttributeKind, Dataset, J48, Learner, LearningError, NaiveBayes,
+    RandomForest, cross_validate_on,
 };
 use crate::relational::release::{Release, ReleasedColumn, ReleasedRole};
 use crate::relational::table::{ColumnSlot, QuasiAttribute, Table};
@@ -95,6 +95,10 @@ pub struct WorkloadOptions {
     pub classifiers: Vec<Classifier>,
     pub folds: usize,
     pub seed: u64,
+    /// Threads one cross-validation's folds run on; 0 is the machine's parallelism. A caller that
+    /// measures several releases at once on its own threads sets 1, so that the threads it starts
+    /// are the whole budget. No accuracy depends on it.
+    pub threads: usize,
 }
 
 impl WorkloadOptions {
@@ -105,6 +109,7 @@ impl WorkloadOptions {
             classifiers: Classifier::ALL.to_vec(),
             folds: 10,
             seed: 1,
+            threads: 0,
         }
     }
 
@@ -128,6 +133,7 @@ impl WorkloadOptions {
             },
             folds: folds.unwrap_or(defaults.folds),
             seed: seed.unwrap_or(defaults.seed),
+            threads: defaults.threads,
             attribute: defaults.attribute,
         };
         options.validate()?;
@@ -496,24 +502,39 @@ fn accuracy(
     options: &WorkloadOptions,
     cancelled: &AtomicBool,
 ) -> Result<Option<f64>, WorkloadError> {
-    let (folds, seed) = (options.folds, options.seed);
     let run = match classifier {
-        Classifier::J48 => {
-            cross_validate_unless(&J48::default(), data, class, folds, seed, cancelled)?
+        Classifier::J48 => cross_validate_with(&J48::default(), data, class, options, cancelled)?,
+        Classifier::RandomForest => {
+            cross_validate_with(&RandomForest::default(), data, class, options, cancelled)?
         }
-        Classifier::RandomForest => cross_validate_unless(
-            &RandomForest::default(),
-            data,
-            class,
-            folds,
-            seed,
-            cancelled,
-        )?,
         Classifier::NaiveBayes => {
-            cross_validate_unless(&NaiveBayes, data, class, folds, seed, cancelled)?
+            cross_validate_with(&NaiveBayes, data, class, options, cancelled)?
         }
     };
     Ok(run.map(|a| a.rate()))
+}
+
+/// `learner`'s cross-validation with the options' folds, seed and threads.
+fn cross_validate_with<L: Learner + Sync>(
+    learner: &L,
+    data: &Dataset,
+    class: usize,
+    options: &WorkloadOptions,
+    cancelled: &AtomicBool,
+) -> Result<Option<Accuracy>, LearningError> {
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    cross_validate_on(
+        learner,
+        data,
+        class,
+        options.folds,
+        options.seed,
+        threads,
+        cancelled,
+    )
 }
 
 fn class_index(
@@ -688,6 +709,7 @@ mod tests {
             classifiers: vec![Classifier::NaiveBayes, Classifier::RandomForest],
             folds: 10,
             seed: 1,
+            threads: 0,
         }
     }
 

@@ -103,15 +103,28 @@ fn researcher(
         classifiers,
         folds: args.folds,
         seed: args.learning_seed,
+        threads: 0,
     };
     let never = AtomicBool::new(false);
-    let baseline = WorkloadBaseline::new_unless(table, options, DEFAULT_MAX_MODEL_CELLS, &never)
-        .with_context(|| format!("Figure {}: U_base", spec.number))?
-        .expect("a workload that cannot be cancelled completes");
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, measured.len().max(1));
+        .max(1);
+    // U_base's cross-validations run one after the other, each on the whole thread budget.
+    let mut baseline = WorkloadBaseline::new_unless(
+        table,
+        WorkloadOptions { threads, ..options },
+        DEFAULT_MAX_MODEL_CELLS,
+        &never,
+    )
+    .with_context(|| format!("Figure {}: U_base", spec.number))?
+    .expect("a workload that cannot be cancelled completes");
+    // The releases run at once, one per thread, each cross-validation on its thread alone: the
+    // budget is not multiplied by the folds' threads.
+    let threads = threads.min(measured.len().max(1));
+    if threads > 1 {
+        baseline.options.threads = 1;
+    }
     let next = AtomicUsize::new(0);
     let results = Mutex::new(vec![None; measured.len()]);
     std::thread::scope(|scope| {

@@ -185,6 +185,14 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, items.len());
+    // The releases run one per thread; each one's cross-validations then run on that thread
+    // alone, so the threads started are the whole budget.
+    let learning = learning.map(|mut learning| {
+        if threads > 1 {
+            learning.options.threads = 1;
+        }
+        learning
+    });
     let progress =
         ProgressBar::with_draw_target(Some(items.len() as u64), ProgressDrawTarget::stderr());
     progress.set_style(

@@ -8,7 +8,7 @@
 pub mod evaluate;
 pub mod figures;
 pub mod frontier;
-mod input;
+pub mod input;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

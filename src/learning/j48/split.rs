@@ -7,9 +7,10 @@
 //! Weka's `logFunc` over the counts), and compared with Weka's tolerances ([`gr`], [`eq`], ... at
 //! 1e-6), so a tie between attributes or thresholds is broken where Weka breaks it: the first
 //! attribute (in dataset order) whose gain ratio is more than 1e-6 above the others', the first
-//! threshold whose gain is more than 1e-6 above the earlier ones'. Rows are never copied: a numeric
-//! attribute is scanned through a per-node histogram over its distinct training values (or a sort of
-//! the node's value ranks when the node has fewer rows than distinct values).
+//! threshold whose gain is more than 1e-6 above the earlier ones'. A node's rows are seen as cells
+//! ([`cell`]), one attribute at a time, in node order: a numeric attribute is scanned through a
+//! per-node histogram over its distinct training values (or a sort of the node's cells when the node
+//! has fewer rows than distinct values).
 
 /// Weka's `Utils.SMALL`.
 const SMALL: f64 = 1e-6;
@@ -129,6 +130,43 @@ pub struct Scratch {
     pub pairs: Vec<u64>,
     pub left: Vec<u32>,
     pub groups: Vec<(u32, usize)>,
+    /// Four partial histograms (see [`histogram`]).
+    pub wide: Vec<u32>,
+    /// A numeric split's two bags.
+    pub bags: Vec<u32>,
+}
+
+/// The number of each cell below `width` among `cells`, into `counts`. Consecutive equal cells
+/// would make each increment wait for the last; a long run of cells is counted into four partial
+/// histograms, summed at the end (whole numbers, so the counts are the same).
+pub fn histogram(cells: &[u32], width: usize, counts: &mut Vec<u32>, wide: &mut Vec<u32>) {
+    counts.clear();
+    counts.resize(width, 0);
+    if cells.len() < 8 * width.max(8) {
+        for &cell in cells {
+            counts[cell as usize] += 1;
+        }
+        return;
+    }
+    wide.clear();
+    wide.resize(4 * width, 0);
+    let (parts, rest) = wide.split_at_mut(3 * width);
+    let (one, parts) = parts.split_at_mut(width);
+    let (two, three) = parts.split_at_mut(width);
+    let four = &mut rest[..width];
+    let mut quads = cells.chunks_exact(4);
+    for quad in &mut quads {
+        one[quad[0] as usize] += 1;
+        two[quad[1] as usize] += 1;
+        three[quad[2] as usize] += 1;
+        four[quad[3] as usize] += 1;
+    }
+    for &cell in quads.remainder() {
+        one[cell as usize] += 1;
+    }
+    for (i, count) in counts.iter_mut().enumerate() {
+        *count = one[i] + two[i] + three[i] + four[i];
+    }
 }
 
 /// What an evaluation needs to know about the node.
@@ -144,24 +182,20 @@ pub struct NodeStats<'a> {
 pub fn nominal(
     entropy: &Entropy,
     node: &NodeStats,
-    rows: &[u32],
-    codes: &[u32],
+    cells: &[u32],
     values: usize,
-    labels: &[u32],
     scratch: &mut Scratch,
 ) -> Option<Candidate> {
     let classes = node.class_counts.len();
     let counts = &mut scratch.counts;
-    counts.clear();
-    counts.resize(values * classes, 0);
+    histogram(cells, values * classes, counts, &mut scratch.wide);
     let totals = &mut scratch.totals;
     totals.clear();
-    totals.resize(values, 0);
-    for &row in rows {
-        let value = codes[row as usize] as usize;
-        counts[value * classes + labels[row as usize] as usize] += 1;
-        totals[value] += 1;
-    }
+    totals.extend(
+        counts
+            .chunks_exact(classes)
+            .map(|bag| bag.iter().sum::<u32>()),
+    );
     let big = totals
         .iter()
         .filter(|&&t| gr_or_eq(f64::from(t), node.min_leaf))
@@ -176,6 +210,12 @@ pub fn nominal(
         gain_ratio,
         split_point: f64::MAX,
     })
+}
+
+/// A row's cell in a value x class table: its value's code (nominal) or rank (numeric) times the
+/// number of classes, plus its class. A node's rows are scanned as cells.
+pub fn cell(value: u32, class: u32, classes: usize) -> u32 {
+    value * classes as u32 + class
 }
 
 /// A numeric attribute's training values: distinct, ascending, and each row's rank among them.
@@ -218,9 +258,8 @@ impl NumericColumn {
 pub fn numeric(
     entropy: &Entropy,
     node: &NodeStats,
-    rows: &[u32],
+    cells: &[u32],
     column: &NumericColumn,
-    labels: &[u32],
     scratch: &mut Scratch,
 ) -> Option<Candidate> {
     let classes = node.class_counts.len();
@@ -242,19 +281,16 @@ pub fn numeric(
         pairs,
         left,
         groups,
+        wide,
+        bags,
         ..
     } = scratch;
     left.clear();
     left.resize(classes, 0);
     // (rank, offset of its class counts in `counts`), ascending.
     groups.clear();
-    if distinct <= rows.len() * 2 {
-        counts.clear();
-        counts.resize(distinct * classes, 0);
-        for &row in rows {
-            let r = column.rank[row as usize] as usize;
-            counts[r * classes + labels[row as usize] as usize] += 1;
-        }
+    if distinct <= cells.len() * 2 {
+        histogram(cells, distinct * classes, counts, wide);
         for r in 0..distinct {
             let group = &counts[r * classes..(r + 1) * classes];
             if group.iter().any(|&c| c > 0) {
@@ -263,25 +299,24 @@ pub fn numeric(
         }
     } else {
         pairs.clear();
-        pairs.extend(rows.iter().map(|&row| {
-            (u64::from(column.rank[row as usize]) << 32) | u64::from(labels[row as usize])
-        }));
+        pairs.extend(cells.iter().map(|&cell| u64::from(cell)));
         pairs.sort_unstable();
         counts.clear();
         let mut previous = u32::MAX;
-        for &pair in pairs.iter() {
-            let r = (pair >> 32) as u32;
+        for &cell in pairs.iter() {
+            let r = (cell / classes as u64) as u32;
             if r != previous {
                 groups.push((r, counts.len()));
                 counts.resize(counts.len() + classes, 0);
                 previous = r;
             }
             let offset = groups.last().expect("pushed above").1;
-            counts[offset + (pair & 0xffff_ffff) as usize] += 1;
+            counts[offset + (cell % classes as u64) as usize] += 1;
         }
     }
 
-    let mut bags = vec![0u32; 2 * classes];
+    bags.clear();
+    bags.resize(2 * classes, 0);
     let mut bag_totals = [0u32; 2];
     let mut left_total = 0u32;
     let mut best_gain = 0.0;
@@ -317,7 +352,7 @@ pub fn numeric(
         }
         bag_totals[0] = left_total;
         bag_totals[1] = right_total;
-        let gain = entropy.info_gain(node.old_ent, &bags, &bag_totals, classes, node.total);
+        let gain = entropy.info_gain(node.old_ent, bags, &bag_totals, classes, node.total);
         if gr(gain, best_gain) {
             best_gain = gain;
             best = Some(g);

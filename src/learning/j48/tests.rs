@@ -147,8 +147,11 @@ fn numeric_split_takes_the_best_threshold_less_the_mdl_correction() {
         min_leaf: 2.0,
     };
     let mut scratch = split::Scratch::default();
-    let rows = all_rows(&data);
-    let best = split::numeric(&entropy, &node, &rows, &column, labels, &mut scratch).unwrap();
+    let cells: Vec<u32> = all_rows(&data)
+        .iter()
+        .map(|&r| split::cell(column.rank[r as usize], labels[r as usize], 2))
+        .collect();
+    let best = split::numeric(&entropy, &node, &cells, &column, &mut scratch).unwrap();
     assert_eq!(best.split_point, 6.5);
     // Gain of x <= 6.5: H(5/12) - 6/12 H(1/6) - 0; 9 thresholds leave two rows on both sides.
     let h = |p: f64| -(p * p.log2() + (1.0 - p) * (1.0 - p).log2());

@@ -11,7 +11,8 @@
 //! order). A node's distribution is a bag x class count table: one bag for a leaf, one bag per
 //! branch for a test.
 use super::split::{
-    self, Candidate, Entropy, NodeStats, NumericColumn, Scratch, eq, gr, gr_or_eq, sm, sm_or_eq,
+    self, Candidate, Entropy, NodeStats, NumericColumn, Scratch, cell, eq, gr, gr_or_eq, sm,
+    sm_or_eq,
 };
 use super::stats::add_errs;
 use crate::learning::Dataset;
@@ -41,6 +42,24 @@ impl Test {
                 data.numeric_values(attribute)[row as usize],
                 point,
             )),
+        }
+    }
+
+    /// [`Test::branch`] of each of `rows`, into `out`.
+    fn branches_of(&self, data: &Dataset, rows: &[u32], out: &mut Vec<u32>) {
+        out.clear();
+        match *self {
+            Test::Nominal { attribute, .. } => {
+                let codes = data.nominal_codes(attribute);
+                out.extend(rows.iter().map(|&r| codes[r as usize]));
+            }
+            Test::Numeric { attribute, point } => {
+                let values = data.numeric_values(attribute);
+                out.extend(
+                    rows.iter()
+                        .map(|&r| u32::from(!sm_or_eq(values[r as usize], point))),
+                );
+            }
         }
     }
 }
@@ -85,8 +104,19 @@ pub struct Grower<'a> {
     pub entropy: Entropy,
     pub rows: Vec<u32>,
     pub nodes: Vec<Node>,
+    /// While growing: per column of `columns`, the cell ([`cell`]) of the row at each position of
+    /// `rows`, in two buffers. A node at even depth finds its columns in buffer 0, at odd depth in
+    /// buffer 1; splitting it moves its range, stably by branch, into the other buffer at the same
+    /// positions, which no node still to be grown uses (their ranges are disjoint from it).
+    cells: [Vec<u32>; 2],
     scratch: Scratch,
     buffer: Vec<u32>,
+    moved: Vec<u32>,
+    counts: Vec<u32>,
+    /// While growing: per column, whether the node or an ancestor splits on it (nominal columns
+    /// only). Such a column is neither evaluated nor moved below the split: its cells there are
+    /// stale.
+    fixed: Vec<bool>,
     candidates: Vec<Option<Candidate>>,
 }
 
@@ -118,6 +148,26 @@ impl<'a> Grower<'a> {
                 }
             })
             .collect();
+        let width = columns.len();
+        let mut cells = Vec::with_capacity(width * all);
+        for column in &columns {
+            match column {
+                Column::Nominal { codes, .. } => cells.extend(rows.iter().map(|&r| {
+                    cell(
+                        codes[r as usize],
+                        labels[r as usize],
+                        data.attribute(class).values(),
+                    )
+                })),
+                Column::Numeric { column, .. } => cells.extend(rows.iter().map(|&r| {
+                    cell(
+                        column.rank[r as usize],
+                        labels[r as usize],
+                        data.attribute(class).values(),
+                    )
+                })),
+            }
+        }
         let multi_val = columns.iter().all(|c| match c {
             Column::Nominal { values, .. } => !sm(*values as f64, 0.3 * all as f64),
             Column::Numeric { .. } => false,
@@ -134,8 +184,15 @@ impl<'a> Grower<'a> {
             entropy: Entropy::new(all),
             rows: rows.to_vec(),
             nodes: Vec::new(),
+            cells: {
+                let other = vec![0; cells.len()];
+                [cells, other]
+            },
             scratch: Scratch::default(),
             buffer: Vec::new(),
+            moved: Vec::new(),
+            counts: Vec::new(),
+            fixed: vec![false; width],
             candidates: Vec::new(),
         }
     }
@@ -152,37 +209,48 @@ impl<'a> Grower<'a> {
     /// Sorts the rows in `lo..hi` by branch of `test` (stably) and returns the branch bounds and
     /// the bag x class counts.
     fn partition(&mut self, test: &Test, lo: usize, hi: usize) -> (Vec<usize>, Vec<u32>) {
-        let branches = test.branches();
-        let mut dist = vec![0u32; branches * self.classes];
+        test.branches_of(self.data, &self.rows[lo..hi], &mut self.buffer);
+        self.place(test.branches(), lo, hi)
+    }
+
+    /// Sorts the rows in `lo..hi` (stably) by their branches, in `buffer`, and returns the branch
+    /// bounds and the bag x class counts; `buffer` is left holding each row's new position in the
+    /// range.
+    fn place(&mut self, branches: usize, lo: usize, hi: usize) -> (Vec<usize>, Vec<u32>) {
+        let classes = self.classes;
+        let mut dist = vec![0u32; branches * classes];
         let mut starts = vec![0usize; branches + 1];
-        self.buffer.clear();
-        self.buffer.extend(
-            self.rows[lo..hi]
-                .iter()
-                .map(|&r| test.branch(self.data, r) as u32),
-        );
-        for (i, &row) in self.rows[lo..hi].iter().enumerate() {
-            let b = self.buffer[i] as usize;
-            starts[b + 1] += 1;
-            dist[b * self.classes + self.labels[row as usize] as usize] += 1;
+        for (&b, &row) in self.buffer.iter().zip(&self.rows[lo..hi]) {
+            starts[b as usize + 1] += 1;
+            dist[b as usize * classes + self.labels[row as usize] as usize] += 1;
         }
         for b in 0..branches {
             starts[b + 1] += starts[b];
         }
         let mut next: Vec<usize> = starts[..branches].to_vec();
-        let mut sorted = vec![0u32; hi - lo];
-        for (i, &row) in self.rows[lo..hi].iter().enumerate() {
-            let b = self.buffer[i] as usize;
-            sorted[next[b]] = row;
-            next[b] += 1;
+        for b in self.buffer.iter_mut() {
+            let slot = &mut next[*b as usize];
+            *b = *slot as u32;
+            *slot += 1;
         }
-        self.rows[lo..hi].copy_from_slice(&sorted);
+        self.moved.clear();
+        self.moved.resize(hi - lo, 0);
+        for (&p, &row) in self.buffer.iter().zip(&self.rows[lo..hi]) {
+            self.moved[p as usize] = row;
+        }
+        self.rows[lo..hi].copy_from_slice(&self.moved);
         let bounds = starts.iter().map(|s| lo + s).collect();
         (bounds, dist)
     }
 
     /// `C45ModelSelection.selectModel`: the test for the rows in `lo..hi`, if any.
-    fn select(&mut self, lo: usize, hi: usize, class_counts: &[u32]) -> Option<Test> {
+    fn select(
+        &mut self,
+        lo: usize,
+        hi: usize,
+        parity: usize,
+        class_counts: &[u32],
+    ) -> Option<(Test, usize)> {
         let total = (hi - lo) as u32;
         let max = class_counts.iter().copied().max().unwrap_or(0);
         if sm(f64::from(total), 2.0 * self.min_leaf) || eq(f64::from(total), f64::from(max)) {
@@ -194,29 +262,21 @@ impl<'a> Grower<'a> {
             old_ent: self.entropy.old_ent(class_counts, total),
             min_leaf: self.min_leaf,
         };
-        let rows = &self.rows[lo..hi];
+        let n = self.rows.len();
         self.candidates.clear();
         let mut sum = 0.0;
         let mut valid = 0usize;
-        for column in &self.columns {
+        for (j, column) in self.columns.iter().enumerate() {
+            let cells = &self.cells[parity][j * n + lo..j * n + hi];
             let candidate = match column {
-                Column::Nominal { codes, values, .. } => split::nominal(
-                    &self.entropy,
-                    &node,
-                    rows,
-                    codes,
-                    *values,
-                    self.labels,
-                    &mut self.scratch,
-                ),
-                Column::Numeric { column, .. } => split::numeric(
-                    &self.entropy,
-                    &node,
-                    rows,
-                    column,
-                    self.labels,
-                    &mut self.scratch,
-                ),
+                // An ancestor splits on it: every row has the same value, no two branches get rows.
+                Column::Nominal { .. } if self.fixed[j] => None,
+                Column::Nominal { values, .. } => {
+                    split::nominal(&self.entropy, &node, cells, *values, &mut self.scratch)
+                }
+                Column::Numeric { column, .. } => {
+                    split::numeric(&self.entropy, &node, cells, column, &mut self.scratch)
+                }
             };
             if let Some(c) = candidate {
                 let counts = match column {
@@ -250,7 +310,7 @@ impl<'a> Grower<'a> {
         }
         let i = best?;
         let candidate = self.candidates[i].expect("the best is a candidate");
-        Some(match &self.columns[i] {
+        let test = match &self.columns[i] {
             Column::Nominal {
                 attribute, values, ..
             } => Test::Nominal {
@@ -261,12 +321,66 @@ impl<'a> Grower<'a> {
                 attribute: *attribute,
                 point: column.actual_split_point(candidate.split_point),
             },
-        })
+        };
+        Some((test, i))
+    }
+
+    /// [`Grower::partition`] while growing, by the cells of column `j` (the test's) in buffer
+    /// `parity`, every column's range moved into the other buffer alike.
+    fn split_rows(
+        &mut self,
+        test: &Test,
+        j: usize,
+        lo: usize,
+        hi: usize,
+        parity: usize,
+    ) -> (Vec<usize>, Vec<u32>) {
+        let n = self.rows.len();
+        let classes = self.classes;
+        let cells = &self.cells[parity][j * n + lo..j * n + hi];
+        self.buffer.clear();
+        match (test, &self.columns[j]) {
+            (Test::Numeric { point, .. }, Column::Numeric { column, .. }) => {
+                self.buffer.extend(cells.iter().map(|&c| {
+                    let value = column.distinct[c as usize / classes];
+                    u32::from(!sm_or_eq(value, *point))
+                }))
+            }
+            _ => self
+                .buffer
+                .extend(cells.iter().map(|&c| c / classes as u32)),
+        }
+        let (bounds, dist) = self.place(test.branches(), lo, hi);
+        let [zero, one] = &mut self.cells;
+        let (from, to) = if parity == 0 {
+            (&*zero, one)
+        } else {
+            (&*one, zero)
+        };
+        for column in 0..self.columns.len() {
+            if self.fixed[column] {
+                continue;
+            }
+            let offset = column * n + lo;
+            let to = &mut to[offset..offset + (hi - lo)];
+            for (&p, &c) in self.buffer.iter().zip(&from[offset..offset + (hi - lo)]) {
+                to[p as usize] = c;
+            }
+        }
+        (bounds, dist)
     }
 
     /// Grows the tree over the rows in `lo..hi` (`buildTree`) and returns its root.
     pub fn grow(&mut self, lo: usize, hi: usize) -> usize {
         let class_counts = self.class_counts(lo, hi);
+        let root = self.grow_at(lo, hi, 0, class_counts);
+        self.cells = [Vec::new(), Vec::new()];
+        root
+    }
+
+    /// [`Grower::grow`] for a node whose columns are in buffer `parity` and whose rows have the
+    /// class counts `class_counts`.
+    fn grow_at(&mut self, lo: usize, hi: usize, parity: usize, class_counts: Vec<u32>) -> usize {
         let id = self.nodes.len();
         self.nodes.push(Node {
             test: None,
@@ -276,11 +390,17 @@ impl<'a> Grower<'a> {
             hi,
             empty: hi == lo,
         });
-        if let Some(test) = self.select(lo, hi, &class_counts) {
-            let (bounds, dist) = self.partition(&test, lo, hi);
+        if let Some((test, j)) = self.select(lo, hi, parity, &class_counts) {
+            let was_fixed =
+                std::mem::replace(&mut self.fixed[j], matches!(test, Test::Nominal { .. }));
+            let (bounds, dist) = self.split_rows(&test, j, lo, hi, parity);
             let children = (0..test.branches())
-                .map(|b| self.grow(bounds[b], bounds[b + 1]))
+                .map(|b| {
+                    let counts = dist[b * self.classes..(b + 1) * self.classes].to_vec();
+                    self.grow_at(bounds[b], bounds[b + 1], 1 - parity, counts)
+                })
                 .collect();
+            self.fixed[j] = was_fixed;
             let node = &mut self.nodes[id];
             node.test = Some(test);
             node.dist = dist;
@@ -291,10 +411,12 @@ impl<'a> Grower<'a> {
 
     /// `numIncorrect` of a bag x class table: its rows not of its (first) majority class.
     fn incorrect(&self, dist: &[u32]) -> (f64, f64) {
-        let merged = merge(dist, self.classes);
-        let total: u32 = merged.iter().sum();
+        let classes = self.classes;
+        let mut total = 0u32;
         let mut best = 0u32;
-        for &c in &merged {
+        for j in 0..classes {
+            let c: u32 = dist.iter().skip(j).step_by(classes).sum();
+            total += c;
             if gr(f64::from(c), f64::from(best)) {
                 best = c;
             }
@@ -302,13 +424,17 @@ impl<'a> Grower<'a> {
         (f64::from(total), f64::from(total - best))
     }
 
-    fn training_errors(&self, id: usize) -> f64 {
+    /// The training errors of every node's subtree (its leaves' errors, summed), into `errors`.
+    fn training_errors(&self, id: usize, errors: &mut [f64]) {
         let node = &self.nodes[id];
-        if node.test.is_none() {
+        errors[id] = if node.test.is_none() {
             self.incorrect(&node.dist).1
         } else {
-            node.children.iter().map(|&c| self.training_errors(c)).sum()
-        }
+            for &c in &node.children {
+                self.training_errors(c, errors);
+            }
+            node.children.iter().map(|&c| errors[c]).sum()
+        };
     }
 
     fn make_leaf(&mut self, id: usize) {
@@ -320,17 +446,23 @@ impl<'a> Grower<'a> {
     }
 
     /// `collapse`: a subtree that does not make fewer training errors than its root becomes a leaf.
+    /// Top-down, so a subtree's training errors are those of the grown tree when it is visited.
     pub fn collapse(&mut self, id: usize) {
+        let mut errors = vec![0.0; self.nodes.len()];
+        self.training_errors(id, &mut errors);
+        self.collapse_by(id, &errors);
+    }
+
+    fn collapse_by(&mut self, id: usize, errors: &[f64]) {
         if self.nodes[id].test.is_none() {
             return;
         }
-        let subtree = self.training_errors(id);
         let tree = self.incorrect(&self.nodes[id].dist).1;
-        if subtree >= tree - 1e-3 {
+        if errors[id] >= tree - 1e-3 {
             self.make_leaf(id);
         } else {
             for c in self.nodes[id].children.clone() {
-                self.collapse(c);
+                self.collapse_by(c, errors);
             }
         }
     }
@@ -359,16 +491,23 @@ impl<'a> Grower<'a> {
     fn estimated_for_branch(&mut self, id: usize, lo: usize, hi: usize) -> f64 {
         match self.nodes[id].test {
             None => {
-                let counts = self.class_counts(lo, hi);
-                self.estimated_for(&counts)
+                let mut counts = std::mem::take(&mut self.counts);
+                counts.clear();
+                counts.resize(self.classes, 0);
+                for &row in &self.rows[lo..hi] {
+                    counts[self.labels[row as usize] as usize] += 1;
+                }
+                let estimate = self.estimated_for(&counts);
+                self.counts = counts;
+                estimate
             }
             Some(test) => {
                 let (bounds, _) = self.partition(&test, lo, hi);
-                let children = self.nodes[id].children.clone();
-                children
-                    .iter()
-                    .enumerate()
-                    .map(|(b, &c)| self.estimated_for_branch(c, bounds[b], bounds[b + 1]))
+                (0..test.branches())
+                    .map(|b| {
+                        let child = self.nodes[id].children[b];
+                        self.estimated_for_branch(child, bounds[b], bounds[b + 1])
+                    })
                     .sum()
             }
         }
