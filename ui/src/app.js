@@ -435,7 +435,7 @@ function drawFrontier() {
         { dataset: data, class: p.efficient ? "efficient" : "" },
         el("td", {}, el("button", { type: "button", class: "link", "aria-label": `Open release ${pointLabel(p)}`, onclick: () => openRelease(p.release) }, `#${p.release}`)),
         el("td", {}, p.model),
-        num(p.parameter),
+        el("td", { class: "num" }, String(p.parameter)),
         el("td", {}, p.method),
         el("td", {}, p.algorithm),
         num(p.ploss),
@@ -488,6 +488,7 @@ async function openRelease(n) {
   renderPreview(r.preview);
   $("release-job").textContent = r.job;
   show("step-release");
+  $("step-release").scrollIntoView({ block: "start" });
   status(`Release #${n} open.`);
   if (r.classes > 0) showClass(0);
 }
