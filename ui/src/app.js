@@ -341,6 +341,12 @@ async function pollSweep() {
     s = await api(`/api/v1/sweeps/${sweep.id}`);
   } catch (e) {
     showError("sweep-error", e);
+    if (e instanceof ApiError && e.status >= 400 && e.status < 500) {
+      // Gone (evicted), or the token no longer admits us: stop following this sweep.
+      $("cancel").disabled = true;
+      document.body.dataset.sweep = "failed";
+      return;
+    }
     state.poll = setTimeout(pollSweep, POLL_MS * 5);
     return;
   }
