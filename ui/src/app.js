@@ -264,6 +264,7 @@ function sweepRequest() {
     delta: parseList($("sweep-delta").value, "delta"),
     methods: checked("method", ["generalization", "bucketization"]),
     algorithms: checked("algorithm", ["mondrian", "kaca", "ola"]),
+    t_distance: $("sweep-t-distance").value,
     metric: $("sweep-metric").value,
     max_suppression: Number($("sweep-suppression").value || 0),
     seed: Number($("sweep-seed").value || 0),
@@ -355,6 +356,9 @@ async function pollSweep() {
   sweep.total = s.total;
   if (s.points.length > 0 && sweep.points.length === 0) performance.mark("wb-first-point");
   sweep.points = s.points;
+  const leftOut = $("left-out");
+  leftOut.replaceChildren(...(s.left_out || []).map((x) => el("li", {}, `Release #${x.release} left out: ${x.reason}`)));
+  leftOut.hidden = leftOut.children.length === 0;
   $("progress").max = s.total || 1;
   $("progress").value = s.done;
   $("progress-text").textContent = `${s.done} / ${s.total} releases`;
@@ -435,7 +439,9 @@ function drawFrontier() {
     const data = { release: String(p.release), model: p.model, parameter: String(p.parameter), method: p.method, algorithm: p.algorithm, efficient: String(Boolean(p.efficient)) };
     for (const [k, v] of Object.entries(p)) if (typeof v === "number" && !(k in data)) data[k.replace(/_([a-z])/g, (_, c) => c.toUpperCase())] = String(v);
     const num = (v) => el("td", { class: "num" }, fmt(v));
-    body.append(
+    // In release order, whatever order the releases finish in.
+    const next = [...body.children].find((r) => Number(r.dataset.release) > p.release) || null;
+    body.insertBefore(
       el(
         "tr",
         { dataset: data, class: p.efficient ? "efficient" : "" },
@@ -451,6 +457,7 @@ function drawFrontier() {
         num(gain(p)),
         el("td", { class: "eff" }, p.efficient ? "★" : ""),
       ),
+      next,
     );
   }
 }

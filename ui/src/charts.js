@@ -229,6 +229,7 @@ export class DistributionChart {
   constructor(canvas) {
     this.chart = bars(canvas, "y");
     this.chart.options.scales.x.title.text = "share of rows";
+    this.chart.options.scales.y.ticks = { autoSkip: false };
   }
 
   update(sensitive) {

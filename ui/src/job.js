@@ -95,7 +95,7 @@ export function buildJob(table, choices, sweep) {
   const first = [
     ["k", sweep.k, (v) => String(Math.max(1, Math.round(v)))],
     ["l", sweep.l, (v) => tomlString(`probabilistic:${v}`)],
-    ["t", sweep.t, (v) => tomlString(`js:${v}`)],
+    ["t", sweep.t, (v) => tomlString(`${sweep.t_distance || "js"}:${v}`)],
     ["delta", sweep.delta, (v) => String(v)],
   ].find(([, values]) => values.length > 0);
   if (first) lines.push(`${first[0]} = ${first[2](first[1][0])}`);
@@ -136,6 +136,7 @@ export function cliCommand(sweep, jobFile = "job.toml") {
     list("l", sweep.l),
     list("t", sweep.t),
     list("delta", sweep.delta),
+    `--t-distance ${sweep.t_distance || "js"}`,
     `--methods ${sweep.methods.join(",")}`,
     `--algorithms ${sweep.algorithms.join(",")}`,
     `--metric ${sweep.metric}`,
