@@ -5,8 +5,9 @@
 //! The main path: load the Adult example, assign roles, run a small sweep, read the frontier's points
 //! from the page's release list and compare them with `cloakd table frontier` (the real binary) run
 //! on the job the page exports with the command the page shows; open one release, download its CSV
-//! through the page (Chromium's download directory) and check it with the independent relational
-//! checker (`tests/relational_checker`). With `auth.required`: no token → the token prompt and the
+//! through the page (Chromium's download directory), check it with the independent relational
+//! checker (`tests/relational_checker`) and against `cloakd table anonymize` on the release's
+//! job.toml downloaded from the page. With `auth.required`: no token → the token prompt and the
 //! API refuses, a consumer's token → refused in the page, an analyst's token → works. Keyboard only:
 //! the main path with Tab/Enter/Space presses, visible focus, and an accessible label on every
 //! control. Screenshots of each step go to `target/workbench-screenshots/`.
@@ -275,7 +276,7 @@ impl Browser {
         let path = self.downloads.path().join(name);
         let partial = self.downloads.path().join(format!("{name}.crdownload"));
         let started = Instant::now();
-        while !(path.is_file() && !partial.exists()) {
+        while !path.is_file() || partial.exists() {
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "{name} was not downloaded within 60 s (directory holds {:?})",
@@ -418,12 +419,7 @@ async fn mark(browser: &Browser, name: &str) -> Option<f64> {
 
 /// `frontier.csv` of `cloakd table frontier` run with the page's command on the page's exported job.
 fn cli_frontier(command: &str, job: &[u8]) -> Vec<HashMap<String, String>> {
-    let dir = tempfile::tempdir().unwrap();
-    // The exported job names the table's files relative to the example's directory.
-    let job_path = repo()
-        .join("examples")
-        .join(format!(".workbench-test-{}.toml", std::process::id()));
-    std::fs::write(&job_path, job).unwrap();
+    let (dir, job_path) = job_dir(job);
     let out = dir.path().join("frontier");
     let words: Vec<&str> = command.split_whitespace().collect();
     assert_eq!(&words[..3], ["cloakd", "table", "frontier"], "{command}");
@@ -444,7 +440,6 @@ fn cli_frontier(command: &str, job: &[u8]) -> Vec<HashMap<String, String>> {
         .args(&args)
         .output()
         .unwrap();
-    let _ = std::fs::remove_file(&job_path);
     assert!(
         output.status.success(),
         "cloakd {args:?}: {}",
@@ -462,6 +457,35 @@ fn cli_frontier(command: &str, job: &[u8]) -> Vec<HashMap<String, String>> {
                 .collect()
         })
         .collect()
+}
+
+/// A directory where a job exported by the page runs: it names the table's files as
+/// examples/adult.toml does (`data/...`), so it runs beside a link to examples/data.
+fn job_dir(job: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo().join("examples/data"), dir.path().join("data")).unwrap();
+    let job_path = dir.path().join("job.toml");
+    std::fs::write(&job_path, job).unwrap();
+    (dir, job_path)
+}
+
+/// The release `cloakd table anonymize` writes for `job`.
+fn cli_anonymize(job: &[u8]) -> Vec<u8> {
+    let (dir, job_path) = job_dir(job);
+    let out = dir.path().join("release.csv");
+    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        .args(["table", "anonymize"])
+        .arg(&job_path)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cloakd table anonymize: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::read(out).unwrap()
 }
 
 /// The Adult example as the checker reads it: QIs age (numeric) and the five hierarchies of
@@ -515,6 +539,47 @@ fn spec_of(model: &str, parameter: f64) -> PrivacySpec {
 // The tests
 // ------------------------------------------------------------------------------------------------
 
+/// The daemon (with `config`) and a browser on its workbench page, or `None` (after a SKIP line)
+/// without Chromium.
+async fn open(test: &str, config: Config) -> Option<(Workbench, Browser)> {
+    let tools = browser_tools(test)?;
+    let workbench = Workbench::start(config).await;
+    let browser = Browser::start(&tools).await;
+    browser.client.goto(&workbench.url()).await.unwrap();
+    Some((workbench, browser))
+}
+
+/// Waits for the page's first step (session and examples loaded).
+async fn wait_ready(browser: &Browser) {
+    browser
+        .wait_until("document.body.dataset.ready === '1'", 30)
+        .await;
+}
+
+/// Waits for the loaded table's columns.
+async fn wait_columns(browser: &Browser) {
+    browser
+        .wait_until(
+            "document.querySelectorAll('#columns tbody tr').length > 0",
+            60,
+        )
+        .await;
+}
+
+/// Waits for the sweep to end and asserts it is done.
+async fn wait_sweep_done(browser: &Browser) {
+    browser
+        .wait_until(
+            "['done', 'cancelled', 'failed'].includes(document.body.dataset.sweep)",
+            900,
+        )
+        .await;
+    assert_eq!(
+        browser.js("return document.body.dataset.sweep;").await,
+        "done"
+    );
+}
+
 /// Which columns of the Adult example take which role (examples/adult.toml).
 const ADULT_ROLES: [(&str, &str, &str); 7] = [
     ("age", "quasi", ""),
@@ -556,29 +621,22 @@ async fn assign_adult_roles(browser: &Browser) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adult_sweep_matches_the_cli_and_the_download_passes_the_checker() {
-    let Some(tools) =
-        browser_tools("adult_sweep_matches_the_cli_and_the_download_passes_the_checker")
+    let Some((workbench, browser)) = open(
+        "adult_sweep_matches_the_cli_and_the_download_passes_the_checker",
+        Config::embedded_defaults(),
+    )
+    .await
     else {
         return;
     };
-    let workbench = Workbench::start(Config::embedded_defaults()).await;
-    let browser = Browser::start(&tools).await;
-    browser.client.goto(&workbench.url()).await.unwrap();
-    browser
-        .wait_until("document.body.dataset.ready === '1'", 30)
-        .await;
+    wait_ready(&browser).await;
     let interactive = mark(&browser, "wb-interactive").await.unwrap();
     println!("time to interactive: {interactive:.0} ms after navigation start");
     browser.screenshot("1-start", None).await;
 
     // Step 1: the Adult example and its roles.
     browser.click("#example-adult").await;
-    browser
-        .wait_until(
-            "document.querySelectorAll('#columns tbody tr').length > 0",
-            60,
-        )
-        .await;
+    wait_columns(&browser).await;
     assign_adult_roles(&browser).await;
     browser.screenshot("2-table", Some("#step-load")).await;
 
@@ -588,16 +646,7 @@ async fn adult_sweep_matches_the_cli_and_the_download_passes_the_checker() {
     browser.fill("#sweep-t", "0.2").await;
     browser.fill("#sweep-delta", "").await;
     browser.click("#run").await;
-    browser
-        .wait_until(
-            "['done', 'cancelled', 'failed'].includes(document.body.dataset.sweep)",
-            600,
-        )
-        .await;
-    assert_eq!(
-        browser.js("return document.body.dataset.sweep;").await,
-        "done"
-    );
+    wait_sweep_done(&browser).await;
     browser.screenshot("3-sweep", Some("#step-sweep")).await;
     browser
         .screenshot("4-frontier", Some("#step-frontier"))
@@ -676,6 +725,15 @@ async fn adult_sweep_matches_the_cli_and_the_download_passes_the_checker() {
     browser.click("#download-report").await;
     let report: Value = serde_json::from_slice(&browser.downloaded("report.json").await).unwrap();
     assert_eq!(report["rows"], 45_222);
+    // The release's job, downloaded through the page, run by `cloakd table anonymize`: the same
+    // bytes as the page's download.
+    browser.click("#download-job").await;
+    let release_job = browser.downloaded("job.toml").await;
+    assert_eq!(
+        cli_anonymize(&release_job),
+        csv,
+        "cloakd table anonymize on the page's job.toml"
+    );
 
     browser.close().await;
     workbench.shutdown().await;
@@ -683,13 +741,14 @@ async fn adult_sweep_matches_the_cli_and_the_download_passes_the_checker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_auth_the_page_asks_for_a_token_and_refuses_a_consumer() {
-    let Some(tools) = browser_tools("with_auth_the_page_asks_for_a_token_and_refuses_a_consumer")
+    let Some((workbench, browser)) = open(
+        "with_auth_the_page_asks_for_a_token_and_refuses_a_consumer",
+        security_support::secured_config(),
+    )
+    .await
     else {
         return;
     };
-    let workbench = Workbench::start(security_support::secured_config()).await;
-    let browser = Browser::start(&tools).await;
-    browser.client.goto(&workbench.url()).await.unwrap();
 
     // No token: the page shows the token prompt, and the API refuses a call without one.
     browser
@@ -745,16 +804,9 @@ async fn with_auth_the_page_asks_for_a_token_and_refuses_a_consumer() {
         .fill("#token", &security_support::token_of("analyst"))
         .await;
     browser.click("#token-submit").await;
-    browser
-        .wait_until("document.body.dataset.ready === '1'", 30)
-        .await;
+    wait_ready(&browser).await;
     browser.click("#example-adult").await;
-    browser
-        .wait_until(
-            "document.querySelectorAll('#columns tbody tr').length > 0",
-            60,
-        )
-        .await;
+    wait_columns(&browser).await;
     let who = browser
         .js("return document.getElementById('who').textContent;")
         .await;
@@ -774,25 +826,20 @@ async fn with_auth_the_page_asks_for_a_token_and_refuses_a_consumer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_main_path_works_by_keyboard_alone() {
-    let Some(tools) = browser_tools("the_main_path_works_by_keyboard_alone") else {
+    let Some((workbench, browser)) = open(
+        "the_main_path_works_by_keyboard_alone",
+        Config::embedded_defaults(),
+    )
+    .await
+    else {
         return;
     };
-    let workbench = Workbench::start(Config::embedded_defaults()).await;
-    let browser = Browser::start(&tools).await;
-    browser.client.goto(&workbench.url()).await.unwrap();
-    browser
-        .wait_until("document.body.dataset.ready === '1'", 30)
-        .await;
+    wait_ready(&browser).await;
 
     // Load the example: Tab to its button, Enter.
     browser.tab_to("example-adult").await;
     browser.press(Key::Enter).await;
-    browser
-        .wait_until(
-            "document.querySelectorAll('#columns tbody tr').length > 0",
-            60,
-        )
-        .await;
+    wait_columns(&browser).await;
     // A role by keyboard: native-country (dropped, the last role) becomes insensitive with the
     // select's ArrowUp.
     let index = browser
@@ -830,16 +877,7 @@ async fn the_main_path_works_by_keyboard_alone() {
     browser.press_char(' ').await;
     browser.tab_to("run").await;
     browser.press(Key::Enter).await;
-    browser
-        .wait_until(
-            "['done', 'cancelled', 'failed'].includes(document.body.dataset.sweep)",
-            600,
-        )
-        .await;
-    assert_eq!(
-        browser.js("return document.body.dataset.sweep;").await,
-        "done"
-    );
+    wait_sweep_done(&browser).await;
     let points = page_points(&browser).await;
     assert_eq!(points.len(), 2, "{points:?}");
     // Open the second release with Space on its list button (the keyboard's way to pick a point).
@@ -877,16 +915,14 @@ async fn the_main_path_works_by_keyboard_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; run by hand on a machine whose load you know"]
 async fn thirty_release_sweep_timings() {
-    let Some(tools) = browser_tools("thirty_release_sweep_timings") else {
+    let Some((workbench, browser)) =
+        open("thirty_release_sweep_timings", Config::embedded_defaults()).await
+    else {
         return;
     };
-    let workbench = Workbench::start(Config::embedded_defaults()).await;
-    let browser = Browser::start(&tools).await;
     for round in 0..3 {
         browser.client.goto(&workbench.url()).await.unwrap();
-        browser
-            .wait_until("document.body.dataset.ready === '1'", 30)
-            .await;
+        wait_ready(&browser).await;
         let interactive = mark(&browser, "wb-interactive").await.unwrap();
         let dom = browser
             .js("const n = performance.getEntriesByType('navigation')[0]; return n.domContentLoadedEventEnd;")
@@ -894,12 +930,7 @@ async fn thirty_release_sweep_timings() {
         println!("round {round}: interactive {interactive:.0} ms (DOMContentLoaded {dom} ms)");
     }
     browser.click("#example-adult").await;
-    browser
-        .wait_until(
-            "document.querySelectorAll('#columns tbody tr').length > 0",
-            60,
-        )
-        .await;
+    wait_columns(&browser).await;
     browser
         .fill("#sweep-k", "10,50,100,200,500,1000,2000,5000")
         .await;

@@ -30,6 +30,20 @@ pub struct Original {
     pub id: Option<usize>,
 }
 
+impl Original {
+    /// The table's sensitive multiset, the quasi-identifiers' names, the sensitive column's name.
+    fn names(&self) -> (Multiset, Vec<&str>, &String) {
+        (
+            multiset(self.rows.iter().map(|r| &r[self.sensitive])),
+            self.quasi
+                .iter()
+                .map(|(i, _)| self.header[*i].as_str())
+                .collect(),
+            &self.header[self.sensitive],
+        )
+    }
+}
+
 pub fn parse_csv(text: &[u8]) -> (Vec<String>, Vec<Vec<String>>) {
     let mut reader = csv::ReaderBuilder::new().from_reader(text);
     let header = reader.headers().unwrap().iter().map(String::from).collect();
@@ -187,14 +201,8 @@ pub fn check_generalized_csv(
     text: &[u8],
     strict: bool,
 ) {
-    let table_multiset = multiset(original.rows.iter().map(|r| &r[original.sensitive]));
-    let quasi_names: Vec<&str> = original
-        .quasi
-        .iter()
-        .map(|(i, _)| original.header[*i].as_str())
-        .collect();
-    let sensitive_name = &original.header[original.sensitive];
-    let (header, rows) = parse_csv(&text);
+    let (table_multiset, quasi_names, sensitive_name) = original.names();
+    let (header, rows) = parse_csv(text);
     assert_eq!(rows.len(), original.rows.len(), "row count");
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
     let qcols: Vec<usize> = quasi_names.iter().map(|n| col(n)).collect();
@@ -267,13 +275,7 @@ pub fn check_bucketized_csv(
     quasi_csv: &[u8],
     sensitive_csv: &[u8],
 ) {
-    let table_multiset = multiset(original.rows.iter().map(|r| &r[original.sensitive]));
-    let quasi_names: Vec<&str> = original
-        .quasi
-        .iter()
-        .map(|(i, _)| original.header[*i].as_str())
-        .collect();
-    let sensitive_name = &original.header[original.sensitive];
+    let (table_multiset, quasi_names, sensitive_name) = original.names();
     let (header, rows) = parse_csv(quasi_csv);
     let (_, sens_rows) = parse_csv(sensitive_csv);
     assert_eq!(rows.len(), original.rows.len());
