@@ -165,6 +165,13 @@ impl SweepPlan {
         ];
         for (model, values) in &parameters {
             for &value in values {
+                if *model == SweptModel::K && !(value >= 1.0 && value.fract() == 0.0) {
+                    return Err(SweepError {
+                        field: "k",
+                        value: Some(value.to_string()),
+                        rule: "k must be a whole number >= 1".into(),
+                    });
+                }
                 plan.privacy_of(*model, value)
                     .validate()
                     .map_err(|e| SweepError {
