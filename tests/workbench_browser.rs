@@ -21,6 +21,7 @@ mod security_support;
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -135,11 +136,13 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        // In a process group of its own, with the Chromium it starts: a failing test ends both.
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .arg("--allowed-ips=127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("start chromedriver");
         let profile = tempfile::tempdir().unwrap();
@@ -197,10 +200,9 @@ impl Browser {
         }
     }
 
-    async fn close(mut self) {
+    /// Closes the session (Chromium quits); dropping ends chromedriver.
+    async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
 
     async fn js(&self, script: &str) -> Value {
@@ -353,7 +355,13 @@ impl Browser {
 }
 
 impl Drop for Browser {
+    /// Ends chromedriver's process group (chromedriver and the Chromium it started), also when a
+    /// failing test never closed the session.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.driver.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
