@@ -1,6 +1,7 @@
 //! The daemon: wires the configuration, the engines' services, gRPC health checking and server
 //! reflection onto one listener, the Prometheus metrics onto their own (`telemetry.metrics_listen`),
-//! and shuts down gracefully.
+//! the analyst's workbench onto its own (`ui.listen`, [`crate::service::workbench`]), and shuts down
+//! gracefully.
 //!
 //! [`serve`] is a library function (tests call it on `127.0.0.1:0`); [`run`] adds the listener and
 //! SIGINT/SIGTERM handling for `cloakd serve`. Every service sits behind the one [`AuthLayer`]
@@ -31,7 +32,28 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_inner(config, None, listener, shutdown).await
+    serve_inner(config, None, listener, shutdown, None).await
+}
+
+/// The addresses the daemon bound besides its gRPC listener (what a test of
+/// `ui.listen = "127.0.0.1:0"` or `telemetry.metrics_listen = "127.0.0.1:0"` connects to).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bound {
+    /// The workbench's listener (`ui.listen`), when on.
+    pub ui: Option<SocketAddr>,
+    /// The metrics listener (`telemetry.metrics_listen`), when on.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// [`serve`], telling `bound` the addresses of the other listeners once they are bound (before
+/// anything is served on them); dropped unsent if the daemon fails before.
+pub async fn serve_reporting(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    bound: tokio::sync::oneshot::Sender<Bound>,
+) -> anyhow::Result<()> {
+    serve_inner(config, None, listener, shutdown, Some(bound)).await
 }
 
 /// [`serve`], and SIGHUP reloads the configuration from `reload.source` (see [`crate::reload`]):
@@ -42,7 +64,7 @@ pub async fn serve_reloadable(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_inner(config, Some(reload), listener, shutdown).await
+    serve_inner(config, Some(reload), listener, shutdown, None).await
 }
 
 async fn serve_inner(
@@ -50,6 +72,7 @@ async fn serve_inner(
     reload: Option<Reloadable>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    bound: Option<tokio::sync::oneshot::Sender<Bound>>,
 ) -> anyhow::Result<()> {
     let addr = listener
         .local_addr()
@@ -61,10 +84,12 @@ async fn serve_inner(
     };
     let auth = AuthLayer::new(std::sync::Arc::new(Authenticator::new(&config.auth)));
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut bound_addrs = Bound::default();
     let metrics = match config.telemetry.metrics_listen {
         Some(metrics_addr) => {
             crate::telemetry::handle();
             let metrics_listener = crate::telemetry::bind(metrics_addr).await?;
+            bound_addrs.metrics = metrics_listener.local_addr().ok();
             Some(tokio::spawn(crate::telemetry::serve(
                 metrics_listener,
                 stop_rx.clone(),
@@ -72,6 +97,28 @@ async fn serve_inner(
         }
         None => None,
     };
+    let table_jobs = crate::service::jobs::TableJobs::new(&config.tables);
+    let ui = match config.ui.listen {
+        Some(ui_addr) => {
+            let ui_listener = crate::service::workbench::bind(ui_addr).await?;
+            bound_addrs.ui = ui_listener.local_addr().ok();
+            let workbench = crate::service::workbench::Workbench::new(
+                &config.ui,
+                &config.tables,
+                std::sync::Arc::new(Authenticator::new(&config.auth)),
+                table_jobs.clone(),
+            );
+            Some(tokio::spawn(crate::service::workbench::serve(
+                ui_listener,
+                workbench,
+                stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
+    if let Some(bound) = bound {
+        let _ = bound.send(bound_addrs);
+    }
 
     let (health, health_service) = tonic_health::server::health_reporter();
     // Reflection in both versions: grpcurl and grpcui ask v1, Python's grpcio-reflection and older
@@ -124,13 +171,12 @@ async fn serve_inner(
         }
     };
     let transactions = transactions.with_max_message_bytes(max_message_bytes);
-    let table_jobs = crate::service::table::table_jobs(&config.tables);
     let table = crate::service::table::table_anonymizer(
         &config.tables,
         table_jobs.clone(),
         max_message_bytes,
     );
-    let evaluator = crate::service::evaluation::table_evaluator(&config.tables, table_jobs);
+    let evaluator = crate::service::evaluation::table_evaluator(&config.tables, table_jobs.clone());
     // Registered before the daemon says it listens, so a SIGHUP from then on never kills it.
     let reloader = reload.map(|reload| {
         Reloader::new(reload.source, reload.running)
@@ -254,6 +300,15 @@ async fn serve_inner(
             Ok(Ok(Err(err))) => tracing::warn!(error = %err, "metrics listener failed"),
             Ok(_) => {}
             Err(_) => tracing::warn!("metrics listener still open after server.shutdown_grace_ms"),
+        }
+    }
+    if let Some(ui) = ui {
+        match tokio::time::timeout(grace, ui).await {
+            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "workbench listener failed"),
+            Ok(_) => {}
+            Err(_) => {
+                tracing::warn!("workbench listener still open after server.shutdown_grace_ms")
+            }
         }
     }
     if let Some(registration) = registration {

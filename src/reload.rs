@@ -82,17 +82,24 @@ pub struct ConfigSource {
     pub env: Vec<(String, String)>,
     /// `--listen`, which overrides `server.listen`.
     pub listen: Option<SocketAddr>,
+    /// `--ui`, which overrides `ui.listen`.
+    pub ui: Option<SocketAddr>,
 }
 
 impl ConfigSource {
     /// The file and overrides of this process, with its `CLOAKD_*` environment captured now.
-    pub fn of_process(file: Option<PathBuf>, listen: Option<SocketAddr>) -> ConfigSource {
+    pub fn of_process(
+        file: Option<PathBuf>,
+        listen: Option<SocketAddr>,
+        ui: Option<SocketAddr>,
+    ) -> ConfigSource {
         ConfigSource {
             file,
             env: std::env::vars()
                 .filter(|(name, _)| name.starts_with(ENV_PREFIX))
                 .collect(),
             listen,
+            ui,
         }
     }
 
@@ -103,6 +110,11 @@ impl ConfigSource {
             && let Some(toml::Value::Table(server)) = doc.get_mut("server")
         {
             server.insert("listen".into(), toml::Value::String(listen.to_string()));
+        }
+        if let Some(ui) = self.ui
+            && let Some(toml::Value::Table(section)) = doc.get_mut("ui")
+        {
+            section.insert("listen".into(), toml::Value::String(ui.to_string()));
         }
         Ok(doc)
     }
@@ -404,6 +416,7 @@ mod tests {
             file: Some(file.clone()),
             env: vec![("CLOAKD_LOCATION__DEFAULT_K".into(), "4".into())],
             listen: Some("127.0.0.1:0".parse().unwrap()),
+            ui: None,
         };
         let (running, config) = source.load().unwrap();
         assert_eq!(config.location.default_k, 4);

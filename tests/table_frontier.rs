@@ -39,7 +39,7 @@ fn frontier_writes_csv_and_plots() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "model,parameter,method,ploss,uloss,a_know,a_acc,query_error,seconds,efficient,algorithm,u_base,gain_j48,gain_rf,gain_nb"
+        "model,parameter,method,ploss,uloss,a_know,a_acc,query_error,seconds,efficient,algorithm,u_base,gain_j48,gain_rf,gain_nb,whd,dm"
     );
     let rows: Vec<Vec<String>> = lines
         .map(|l| l.split(',').map(str::to_string).collect())

@@ -24,7 +24,8 @@ enum Rule {
     Roles(&'static [Role]),
 }
 
-const ANALYSTS: &[Role] = &[Role::Analyst, Role::Operator];
+/// The roles of table work (TableAnonymizer, TableEvaluator and the workbench's API).
+pub const ANALYSTS: &[Role] = &[Role::Analyst, Role::Operator];
 
 /// The cloakd services the daemon serves (health and reflection aside), each with the roles that
 /// may call it: the one list, which the daemon also reports health for. Names come from the
@@ -159,7 +160,8 @@ fn connection_of<B>(
     (peer, None)
 }
 
-fn role_denial(principal: &Principal, service: &str, roles: &[Role]) -> Denial {
+/// The denial of a principal outside `roles` calling `service`.
+pub fn role_denial(principal: &Principal, service: &str, roles: &[Role]) -> Denial {
     let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     Denial {
         principal: principal.name.clone(),

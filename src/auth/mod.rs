@@ -30,8 +30,9 @@ use tonic::Status;
 
 /// The principal vocabulary is configuration ([`crate::config::auth`]); this module adds the checks.
 pub use crate::config::auth::{ANONYMOUS, Principal, Role, StreamPattern};
+pub use credentials::AuthFailure;
 pub use credentials::{Authenticator, hash_token};
-pub use layer::{AuthLayer, AuthService, SERVED};
+pub use layer::{ANALYSTS, AuthLayer, AuthService, SERVED, role_denial};
 
 /// The principal of a call, as the auth layer put it into the request's extensions.
 #[derive(Debug, Clone)]

@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// Address to listen on, overriding server.listen.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Turn on the analyst's workbench in the browser on this (loopback) address, overriding
+    /// ui.listen: `cloakd serve --ui 127.0.0.1:8080`, then open http://127.0.0.1:8080/.
+    #[arg(long, value_name = "ADDR")]
+    pub ui: Option<std::net::SocketAddr>,
 }
 
 /// Logging to stderr in the chosen format, filtered by `--log-filter` / `RUST_LOG` (default `info`).
@@ -177,7 +181,7 @@ fn hash_token(input: impl std::io::Read, mut output: impl std::io::Write) -> any
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // The same sources, read the same way, again on every SIGHUP.
-    let source = crate::reload::ConfigSource::of_process(args.config, args.listen);
+    let source = crate::reload::ConfigSource::of_process(args.config, args.listen, args.ui);
     let (running, config) = source.load()?;
     let reload = crate::daemon::Reloadable { source, running };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -6,7 +6,7 @@
 //! typed [`Config`] with messages that name the key and the rule.
 //!
 //! One file per section: [`server`], [`location`], [`transactions`], [`tables`], [`telemetry`],
-//! [`auth`] and [`cluster`]; each holds its raw struct (as written), its typed struct and the
+//! [`auth`], [`cluster`] and [`ui`]; each holds its raw struct (as written), its typed struct and the
 //! `validate` between them. This file holds the loading and [`RawConfig::validate`], which calls
 //! each section's and checks the rules that span sections.
 pub mod auth;
@@ -16,6 +16,7 @@ pub mod server;
 pub mod tables;
 pub mod telemetry;
 pub mod transactions;
+pub mod ui;
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,7 @@ pub use telemetry::{RawTelemetry, TelemetryConfig};
 pub use transactions::{
     Mode, RawStreamOverride, RawStreamSettings, RawTransactions, StreamSettings, TransactionsConfig,
 };
+pub use ui::{RawUi, UiConfig};
 
 /// The embedded default configuration (the file `config/default.toml`).
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
@@ -73,6 +75,7 @@ pub struct RawConfig {
     pub telemetry: RawTelemetry,
     pub auth: RawAuth,
     pub cluster: RawCluster,
+    pub ui: RawUi,
 }
 
 /// The validated configuration of the whole daemon.
@@ -86,6 +89,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[cluster]`: replicas sharing NATS JetStream, or standalone.
     pub cluster: ClusterConfig,
+    /// `[ui]`: the workbench's HTTP listener.
+    pub ui: UiConfig,
 }
 
 impl Config {
@@ -235,8 +240,10 @@ impl RawConfig {
                 "must be 0 with [cluster] nats_url set: memorized anonymity sets are kept per replica, so a user whose requests reach different cell owners would not be protected against query tracking",
             ));
         }
+        let server = self.server.validate()?;
         Ok(Config {
-            server: self.server.validate()?,
+            ui: self.ui.validate(server.tls.is_some())?,
+            server,
             auth: self.auth.validate(&location.services)?,
             location,
             transactions: self.transactions.validate()?,

@@ -18,6 +18,7 @@ use std::io::Write;
 use crate::measures::evaluate::Evaluation;
 use crate::measures::workload::{Classifier, WorkloadEvaluation};
 use crate::relational::Algorithm;
+use crate::relational::distortion::Distortion;
 use crate::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
 use crate::relational::release::ReleaseMethod;
 
@@ -28,7 +29,7 @@ pub enum SweptModel {
     K,
     /// Probabilistic l-diversity (max_s P(s) <= 1/l), Li & Li's l-diversity.
     L,
-    /// t-closeness with the JS divergence, as Li & Li.
+    /// t-closeness with the JS divergence, as Li & Li (or the EMD: [`SweptModel::spec_with`]).
     T,
     /// delta-disclosure (Brickell & Shmatikov's semantic privacy).
     Delta,
@@ -62,8 +63,13 @@ impl SweptModel {
         }
     }
 
-    /// The privacy requirement of one parameter value.
+    /// The privacy requirement of one parameter value (t-closeness with the JS divergence).
     pub fn spec(self, parameter: f64) -> PrivacySpec {
+        self.spec_with(parameter, Distance::Js)
+    }
+
+    /// The privacy requirement of one parameter value, t-closeness measured by `t_distance`.
+    pub fn spec_with(self, parameter: f64, t_distance: Distance) -> PrivacySpec {
         let mut spec = PrivacySpec::default();
         match self {
             SweptModel::K => spec.k = Some(parameter.round().max(1.0) as u64),
@@ -71,7 +77,7 @@ impl SweptModel {
             SweptModel::T => {
                 spec.t = Some(TCloseness {
                     t: parameter,
-                    distance: Distance::Js,
+                    distance: t_distance,
                 })
             }
             SweptModel::Delta => spec.delta = Some(parameter),
@@ -128,6 +134,8 @@ pub struct FrontierPoint {
     pub efficient: bool,
     /// The learning workload on the release, when the sweep learns one.
     pub workload: Option<WorkloadEvaluation>,
+    /// The release's distortion (its report's): `whd` (uniform weights) and `dm` in frontier.csv.
+    pub distortion: Option<Distortion>,
 }
 
 impl FrontierPoint {
@@ -179,12 +187,10 @@ pub fn efficient_set(points: &[(f64, f64)]) -> Vec<bool> {
     efficient
 }
 
-/// Writes `frontier.csv`; the workload columns (`u_base`, `gain_<classifier>`) are empty for a
-/// classifier not run or a sweep without a workload.
-pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()> {
-    let mut csv = csv::Writer::from_writer(writer);
-    let gains = Classifier::ALL.map(|c| format!("gain_{}", c.name()));
-    let mut header = vec![
+/// The header of `frontier.csv`: the names of [`csv_record`]'s fields (the workbench's points carry
+/// the same names).
+pub fn csv_header() -> Vec<String> {
+    let mut header: Vec<String> = [
         "model",
         "parameter",
         "method",
@@ -197,38 +203,57 @@ pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()
         "efficient",
         "algorithm",
         "u_base",
+    ]
+    .map(String::from)
+    .to_vec();
+    header.extend(Classifier::ALL.map(|c| format!("gain_{}", c.name())));
+    header.extend(["whd", "dm"].map(String::from));
+    header
+}
+
+/// One line of `frontier.csv`, as text: the workload columns (`u_base`, `gain_<classifier>`) are
+/// empty for a classifier not run or a sweep without a workload; `whd` (uniform weights) and `dm`
+/// (discernibility) are the release's distortion.
+pub fn csv_record(p: &FrontierPoint) -> Vec<String> {
+    let e = &p.evaluation;
+    let mut record = vec![
+        p.item.model.name().to_string(),
+        p.item.parameter.to_string(),
+        p.item.method.to_string(),
+        format!("{:.6}", e.ploss),
+        format!("{:.6}", e.uloss),
+        format!("{:.6}", e.a_know),
+        format!("{:.6}", e.a_acc),
+        format!("{:.6}", e.query_error),
+        format!("{:.3}", p.seconds),
+        p.efficient.to_string(),
+        p.item.algorithm.to_string(),
+        p.workload
+            .as_ref()
+            .map(|w| format!("{:.6}", w.u_base))
+            .unwrap_or_default(),
     ];
-    header.extend(gains.iter().map(String::as_str));
-    csv.write_record(&header)?;
-    for p in points {
-        let e = &p.evaluation;
-        let mut record = vec![
-            p.item.model.name().to_string(),
-            p.item.parameter.to_string(),
-            p.item.method.to_string(),
-            format!("{:.6}", e.ploss),
-            format!("{:.6}", e.uloss),
-            format!("{:.6}", e.a_know),
-            format!("{:.6}", e.a_acc),
-            format!("{:.6}", e.query_error),
-            format!("{:.3}", p.seconds),
-            p.efficient.to_string(),
-            p.item.algorithm.to_string(),
+    for c in Classifier::ALL {
+        record.push(
             p.workload
                 .as_ref()
-                .map(|w| format!("{:.6}", w.u_base))
+                .and_then(|w| w.classifiers.iter().find(|x| x.classifier == c))
+                .map(|x| format!("{:.6}", x.u_san_minus_u_base))
                 .unwrap_or_default(),
-        ];
-        for c in Classifier::ALL {
-            record.push(
-                p.workload
-                    .as_ref()
-                    .and_then(|w| w.classifiers.iter().find(|x| x.classifier == c))
-                    .map(|x| format!("{:.6}", x.u_san_minus_u_base))
-                    .unwrap_or_default(),
-            );
-        }
-        csv.write_record(&record)?;
+        );
+    }
+    let distortion = p.distortion.as_ref();
+    record.push(distortion.map_or_else(String::new, |d| format!("{:.6}", d.whd_uniform)));
+    record.push(distortion.map_or_else(String::new, |d| format!("{:.1}", d.discernibility)));
+    record
+}
+
+/// Writes `frontier.csv`: [`csv_header`], then [`csv_record`] per point.
+pub fn write_csv(points: &[FrontierPoint], writer: impl Write) -> csv::Result<()> {
+    let mut csv = csv::Writer::from_writer(writer);
+    csv.write_record(csv_header())?;
+    for p in points {
+        csv.write_record(csv_record(p))?;
     }
     csv.flush()?;
     Ok(())

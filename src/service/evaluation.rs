@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use tonic::Status;
 
@@ -33,8 +32,8 @@ use crate::proto::{ClassifierWorkload, EvaluateRequest, EvaluateResponse, Worklo
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::read_csv;
-use crate::service::{JobStopped, LimitExceeded, StreamLimit, run_job};
-use crate::telemetry::TableJobRecord;
+use crate::service::jobs::{JobRecord, Outcome, TableJobs};
+use crate::service::{JobStopped, LimitExceeded};
 use crate::text::quote;
 
 /// Why an evaluation was refused or failed.
@@ -107,21 +106,16 @@ pub struct Evaluator {
     max_rows: usize,
     max_bytes: usize,
     max_queries: usize,
-    max_job: Duration,
-    jobs: StreamLimit,
+    jobs: TableJobs,
 }
 
 /// The `TableEvaluator` server with the limits of `config`; `jobs` is the table-job limiter shared
-/// with TableAnonymizer ([`crate::service::table::table_jobs`]).
-pub fn table_evaluator(
-    config: &TablesConfig,
-    jobs: StreamLimit,
-) -> TableEvaluatorServer<Evaluator> {
+/// with TableAnonymizer and the workbench ([`TableJobs`]).
+pub fn table_evaluator(config: &TablesConfig, jobs: TableJobs) -> TableEvaluatorServer<Evaluator> {
     TableEvaluatorServer::new(Evaluator {
         max_rows: config.max_rows,
         max_bytes: config.max_bytes,
         max_queries: config.max_queries,
-        max_job: config.max_job,
         jobs,
     })
     .max_decoding_message_size(config.max_bytes.saturating_add(1 << 20))
@@ -327,14 +321,13 @@ impl Evaluator {
         let workload = workload_options(&request)?;
         let slot = self.jobs.acquire()?;
         let evaluator = self.clone();
-        let (evaluation, _slot) = run_job(slot, self.max_job, move |cancelled| {
-            let evaluation = evaluator.run(request, options, workload, cancelled);
-            if let Err(EvaluationError::Cancelled) = evaluation {
-                crate::telemetry::record_table_job_stopped("evaluate");
-            }
-            evaluation
-        })
-        .await?;
+        let stopped = |e: &EvaluationError| matches!(e, EvaluationError::Cancelled);
+        let (evaluation, _slot) = self
+            .jobs
+            .run("evaluate", slot, stopped, move |cancelled| {
+                evaluator.run(request, options, workload, cancelled)
+            })
+            .await?;
         evaluation
     }
 }
@@ -346,13 +339,13 @@ impl TableEvaluator for Evaluator {
         request: tonic::Request<EvaluateRequest>,
     ) -> Result<tonic::Response<EvaluateResponse>, Status> {
         // Dropped unfinished (counted as cancelled) when tonic drops this future.
-        let record = TableJobRecord::start("evaluate");
+        let record = JobRecord::start("evaluate");
         let result = self
             .evaluate_request(request.into_inner())
             .await
             .map(tonic::Response::new)
             .map_err(Status::from);
-        record.finish(&result);
+        record.finish(Outcome::of_status(&result));
         result
     }
 }

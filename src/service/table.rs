@@ -12,7 +12,6 @@
 //! unsatisfiable model FAILED_PRECONDITION with the reason; nothing is released on any error.
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::time::Instant;
 
 use futures::Stream;
 use tokio::sync::mpsc;
@@ -27,6 +26,7 @@ use crate::proto::{
     AnonymizeRequest, AnonymizeResponse, ReleasedHeader, Row, RowChunk, SensitiveChunk,
     SensitiveRow, TableJob, TableReport,
 };
+use crate::relational::AnonymizeError;
 use crate::relational::hierarchy::{Hierarchy, HierarchyError};
 use crate::relational::job::{
     AlgorithmField, AlgorithmOverrides, ColumnSpec, JobError, JobSpec, RoleSpec,
@@ -36,9 +36,8 @@ use crate::relational::ola::OlaError;
 use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
-use crate::relational::{AnonymizeError, anonymize_with};
-use crate::service::{InboundError, JobStopped, LimitExceeded, StreamLimit, drain, run_job};
-use crate::telemetry::TableJobRecord;
+use crate::service::jobs::{JobRecord, Outcome, TableJobs, anonymize_job};
+use crate::service::{InboundError, JobStopped, LimitExceeded, drain};
 
 /// Why a table job was refused.
 #[derive(Debug, thiserror::Error)]
@@ -116,22 +115,15 @@ fn invalid(field: &str, rule: impl Into<String>) -> TableServiceError {
 #[derive(Debug, Clone)]
 pub struct TableService {
     limits: TablesConfig,
-    jobs: StreamLimit,
+    jobs: TableJobs,
     max_message_bytes: usize,
 }
 
-/// The one limiter of all table work (`tables.max_concurrent_jobs`), shared by TableAnonymizer and
-/// TableEvaluator; its places in use show on `cloakd_table_jobs_running`.
-pub fn table_jobs(config: &TablesConfig) -> StreamLimit {
-    StreamLimit::new("tables.max_concurrent_jobs", config.max_concurrent_jobs)
-        .with_gauge(crate::telemetry::catalog::TABLE_JOBS_RUNNING)
-}
-
-/// The service, ready to mount in the daemon's tonic server; `jobs` is [`table_jobs`], shared with
-/// the evaluator.
+/// The service, ready to mount in the daemon's tonic server; `jobs` is the daemon's one
+/// [`TableJobs`], shared with the evaluator and the workbench.
 pub fn table_anonymizer(
     config: &TablesConfig,
-    jobs: StreamLimit,
+    jobs: TableJobs,
     max_message_bytes: usize,
 ) -> TableAnonymizerServer<TableService> {
     TableAnonymizerServer::new(TableService {
@@ -459,9 +451,9 @@ impl TableAnonymizer for TableService {
         request: Request<Streaming<AnonymizeRequest>>,
     ) -> Result<Response<AnonymizeStream>, Status> {
         // Dropped unfinished (counted as cancelled) when tonic drops this future.
-        let record = TableJobRecord::start("anonymize");
+        let record = JobRecord::start("anonymize");
         let result = self.run_job(request).await.map_err(Status::from);
-        record.finish(&result);
+        record.finish(Outcome::of_status(&result));
         result
     }
 }
@@ -482,25 +474,16 @@ impl TableService {
                     return Err(e);
                 }
             };
-        let (anonymized, slot) = run_job(slot, self.limits.max_job, move |cancelled| {
-            let table = builder.finish()?;
-            let started = Instant::now();
-            let anonymized = anonymize_with(
-                &table,
-                &spec.privacy,
-                spec.release,
-                spec.seed,
-                &spec.algorithm,
-                cancelled,
-            );
-            if let Err(AnonymizeError::Cancelled) = anonymized {
-                crate::telemetry::record_table_job_stopped("anonymize");
-            }
-            let (release, mut report) = anonymized?;
-            report.seconds = started.elapsed().as_secs_f64();
-            Ok::<_, TableServiceError>((release, report))
-        })
-        .await?;
+        let stopped = |e: &TableServiceError| {
+            matches!(e, TableServiceError::Anonymize(AnonymizeError::Cancelled))
+        };
+        let (anonymized, slot) = self
+            .jobs
+            .run("anonymize", slot, stopped, move |cancelled| {
+                let table = builder.finish()?;
+                Ok(anonymize_job(&table, &spec, cancelled)?)
+            })
+            .await?;
         let (release, report) = anonymized?;
         let (tx, rx) = mpsc::channel(4);
         let rows_per_chunk = self.limits.rows_per_chunk;
@@ -525,7 +508,7 @@ mod tests {
             tonic::transport::Server::builder()
                 .add_service(table_anonymizer(
                     &config,
-                    table_jobs(&config),
+                    TableJobs::new(&config),
                     crate::service::DEFAULT_MAX_MESSAGE_BYTES,
                 ))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),

@@ -134,6 +134,7 @@ pub const TABLE_JOBS: &str = "cloakd_table_jobs_total";
 pub const TABLE_JOB_SECONDS: &str = "cloakd_table_job_seconds";
 pub const TABLE_JOBS_RUNNING: &str = "cloakd_table_jobs_running";
 pub const TABLE_JOBS_STOPPED: &str = "cloakd_table_jobs_stopped_total";
+pub const UI_REQUESTS: &str = "cloakd_ui_requests_total";
 
 pub const AUTH_FAILURES: &str = "cloakd_auth_failures_total";
 pub const PERMISSION_DENIALS: &str = "cloakd_permission_denials_total";
@@ -317,7 +318,7 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TABLE_JOBS,
         &["kind", "outcome"],
-        "Table jobs (kind anonymize or evaluate) by outcome: ok, invalid, exhausted, cancelled (the caller went away, its deadline or tables.max_job_ms passed), failed.",
+        "Table jobs (kind anonymize or evaluate over gRPC; sweep or release from the workbench) by outcome: ok, invalid, exhausted, cancelled (the caller went away, its deadline or tables.max_job_ms passed), failed.",
     ),
     gauge(
         TABLE_JOBS_RUNNING,
@@ -334,6 +335,11 @@ pub const METRICS: &[MetricDef] = &[
         &["kind"],
         "Time of one table job, from its first message to its result.",
         CALL_SECONDS,
+    ),
+    counter(
+        UI_REQUESTS,
+        &["route", "status"],
+        "Requests of the workbench's HTTP listener ([ui] listen) by route pattern (like /api/v1/sweeps/{id}) and HTTP status.",
     ),
     counter(
         AUTH_FAILURES,

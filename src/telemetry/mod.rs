@@ -82,57 +82,18 @@ pub fn record_table_job_stopped(kind: &'static str) {
     metrics::counter!(catalog::TABLE_JOBS_STOPPED, "kind" => kind).increment(1);
 }
 
-/// One table job being timed: [`TableJobRecord::finish`] counts it by the status it ended with; a
-/// record dropped unfinished (tonic dropped the call's future: its client went away or its deadline
-/// passed) counts it as cancelled.
-#[derive(Debug)]
-pub struct TableJobRecord {
-    kind: &'static str,
-    started: std::time::Instant,
-    finished: bool,
+/// Counts one table job of `kind` by `outcome` and records its time
+/// (`cloakd_table_jobs_total`, `cloakd_table_job_seconds`); `crate::service::jobs::JobRecord` calls it.
+pub fn record_table_job(kind: &'static str, outcome: &'static str, elapsed: std::time::Duration) {
+    metrics::counter!(catalog::TABLE_JOBS, "kind" => kind, "outcome" => outcome).increment(1);
+    metrics::histogram!(catalog::TABLE_JOB_SECONDS, "kind" => kind).record(elapsed.as_secs_f64());
 }
 
-impl TableJobRecord {
-    /// Starts timing a job of `kind` (anonymize or evaluate).
-    pub fn start(kind: &'static str) -> TableJobRecord {
-        TableJobRecord {
-            kind,
-            started: std::time::Instant::now(),
-            finished: false,
-        }
-    }
-
-    /// Counts the job by the status it ended with, and times it.
-    pub fn finish<T>(mut self, result: &Result<T, tonic::Status>) {
-        self.finished = true;
-        let outcome = match result {
-            Ok(_) => "ok",
-            Err(status) => match status.code() {
-                tonic::Code::InvalidArgument
-                | tonic::Code::FailedPrecondition
-                | tonic::Code::OutOfRange => "invalid",
-                tonic::Code::ResourceExhausted => "exhausted",
-                tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => "cancelled",
-                _ => "failed",
-            },
-        };
-        self.record(outcome);
-    }
-
-    fn record(&self, outcome: &'static str) {
-        metrics::counter!(catalog::TABLE_JOBS, "kind" => self.kind, "outcome" => outcome)
-            .increment(1);
-        metrics::histogram!(catalog::TABLE_JOB_SECONDS, "kind" => self.kind)
-            .record(self.started.elapsed().as_secs_f64());
-    }
-}
-
-impl Drop for TableJobRecord {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.record("cancelled");
-        }
-    }
+/// Counts one request of the workbench's HTTP API (`cloakd_ui_requests_total{route,status}`);
+/// `route` is the route's pattern, never its path (which holds ids).
+pub fn record_ui_request(route: &'static str, status: u16) {
+    metrics::counter!(catalog::UI_REQUESTS, "route" => route, "status" => status.to_string())
+        .increment(1);
 }
 
 /// Binds the metrics listener (`telemetry.metrics_listen`).

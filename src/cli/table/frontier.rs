@@ -8,8 +8,7 @@
 //! baseline read-only; a progress bar on stderr counts finished releases. A model a parameter makes
 //! unsatisfiable is reported and left out.
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -17,14 +16,11 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::evaluate::{LearningArgs, MeasureArgs, read_job};
 use super::input::load_table;
-use crate::measures::evaluate::{Baseline, evaluate};
-use crate::measures::frontier::{
-    FrontierPoint, SweepItem, SweptModel, charts, mark_efficient, sweep, write_csv,
-};
+use crate::measures::evaluate::Baseline;
+use crate::measures::frontier::{charts, mark_efficient, write_csv};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline};
 use crate::plots::Format;
-use crate::relational::release::ReleaseMethod;
-use crate::relational::{Algorithm, AlgorithmOptions};
+use crate::service::frontier::{SweepOptions, SweepPlan, default_threads, run_sweep};
 
 #[derive(Debug, clap::Args)]
 pub struct FrontierArgs {
@@ -42,9 +38,12 @@ pub struct FrontierArgs {
     /// l values (probabilistic l-diversity).
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub l: Option<Vec<f64>>,
-    /// t values (t-closeness with the JS divergence).
+    /// t values (t-closeness, with the distance of --t-distance).
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub t: Option<Vec<f64>>,
+    /// The distance of t-closeness: js (Li & Li's) or emd.
+    #[arg(long, default_value = "js")]
+    pub t_distance: String,
     /// delta values (delta-disclosure).
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub delta: Option<Vec<f64>>,
@@ -84,65 +83,36 @@ pub struct FrontierArgs {
     pub learning_seed: u64,
 }
 
+/// The sweep the flags ask for ([`SweepOptions`], the same names and defaults as the workbench's).
+fn sweep_options(args: &FrontierArgs) -> SweepOptions {
+    SweepOptions {
+        k: args.k.clone(),
+        l: args.l.clone(),
+        t: args.t.clone(),
+        delta: args.delta.clone(),
+        t_distance: args.t_distance.clone(),
+        methods: args.methods.clone(),
+        algorithms: args.algorithms.clone(),
+        metric: args.metric.clone(),
+        max_suppression: args.max_suppression,
+        seed: args.seed,
+    }
+}
+
 pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let options = args.measures.options();
     options.validate()?;
     let workload_options = args.learning.options(args.learning_seed)?;
     let formats = formats(&args.format)?;
-    let methods: Vec<ReleaseMethod> = args
-        .methods
-        .iter()
-        .map(|m| m.parse::<ReleaseMethod>().map_err(anyhow::Error::msg))
-        .collect::<Result<_, _>>()
-        .context("--methods")?;
-    let chosen = |model: SweptModel, given: &Option<Vec<f64>>| {
-        (
-            model,
-            given.clone().unwrap_or_else(|| model.default_parameters()),
-        )
-    };
-    let parameters = vec![
-        chosen(SweptModel::K, &args.k),
-        chosen(SweptModel::L, &args.l),
-        chosen(SweptModel::T, &args.t),
-        chosen(SweptModel::Delta, &args.delta),
-    ];
-    let mut algorithms: Vec<Algorithm> = Vec::new();
-    for name in &args.algorithms {
-        let algorithm: Algorithm = name
-            .parse()
-            .map_err(anyhow::Error::msg)
-            .context("--algorithms")?;
-        options_for(algorithm, &args)?
-            .validate(ReleaseMethod::Generalization)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("--algorithms {algorithm}"))?;
-        if !algorithms.contains(&algorithm) {
-            algorithms.push(algorithm);
-        }
+    let plan = SweepPlan::new(&sweep_options(&args)).map_err(|e| {
+        let value = e.value.map(|v| format!(" {v}")).unwrap_or_default();
+        anyhow::anyhow!("--{}{value}: {}", e.field.replace('_', "-"), e.rule)
+    })?;
+    for (method, algorithm) in &plan.left_out {
+        eprintln!("cloakd: {algorithm} does not release by {method}: left out");
     }
-    let valid =
-        |method, algorithm| options_for(algorithm, &args).is_ok_and(|o| o.validate(method).is_ok());
-    for &method in &methods {
-        for &algorithm in &algorithms {
-            if !valid(method, algorithm) {
-                eprintln!("cloakd: {algorithm} does not release by {method}: left out");
-            }
-        }
-    }
-    let items = sweep(&parameters, &methods, &algorithms, valid);
-    if items.is_empty() {
-        bail!(
-            "the sweep is empty (rule: at least one parameter, one method and one algorithm that releases by it)"
-        );
-    }
-    for item in &items {
-        item.model
-            .spec(item.parameter)
-            .validate()
-            .with_context(|| format!("--{} {}", flag(item.model), item.parameter))?;
-    }
+    let items = &plan.items;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("{}: cannot create the output directory", args.out.display()))?;
     let job = read_job(&args.job)?;
@@ -183,7 +153,7 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     };
     let threads = args
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or_else(default_threads)
         .clamp(1, items.len());
     // The releases run one per thread; each one's cross-validations then run on that thread
     // alone, so the threads started are the whole budget.
@@ -199,36 +169,26 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         ProgressStyle::with_template("{elapsed_precise} {bar:30} {pos}/{len} releases  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<FrontierPoint, String>>>> =
-        Mutex::new(vec![None; items.len()]);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&item) = items.get(i) else { break };
-                    let outcome =
-                        measure(&table, &baseline, learning.as_ref(), item, args.seed, &args);
-                    progress.set_message(format!(
-                        "{} {} {} {}",
-                        item.model.name(),
-                        item.parameter,
-                        item.method,
-                        item.algorithm
-                    ));
-                    progress.inc(1);
-                    if let Ok(mut r) = results.lock() {
-                        r[i] = Some(outcome);
-                    }
-                }
-            });
-        }
-    });
+    let results = run_sweep(
+        &table,
+        &baseline,
+        learning.as_ref(),
+        &plan,
+        threads,
+        &never,
+        &|i, _| {
+            let item = &items[i];
+            progress.set_message(format!(
+                "{} {} {} {}",
+                item.model.name(),
+                item.parameter,
+                item.method,
+                item.algorithm
+            ));
+            progress.inc(1);
+        },
+    );
     progress.finish_and_clear();
-    let results = results
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("a worker thread panicked"))?;
     let mut points = Vec::new();
     for (item, outcome) in items.iter().zip(results) {
         match outcome {
@@ -336,69 +296,4 @@ pub fn write_plot(
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())
-}
-
-fn flag(model: SweptModel) -> &'static str {
-    match model {
-        SweptModel::K => "k",
-        SweptModel::L => "l",
-        SweptModel::T => "t",
-        SweptModel::Delta => "delta",
-    }
-}
-
-/// The algorithm options of one algorithm of the sweep: `--metric` and `--max-suppression` apply to
-/// OLA only.
-fn options_for(algorithm: Algorithm, args: &FrontierArgs) -> anyhow::Result<AlgorithmOptions> {
-    Ok(AlgorithmOptions {
-        algorithm,
-        metric: args
-            .metric
-            .parse()
-            .map_err(anyhow::Error::msg)
-            .context("--metric")?,
-        max_suppression: if algorithm == Algorithm::Ola {
-            args.max_suppression
-        } else {
-            0.0
-        },
-        ..AlgorithmOptions::default()
-    })
-}
-
-/// Anonymizes and measures one release of the sweep (and learns its workload, when given).
-fn measure(
-    table: &crate::relational::table::Table,
-    baseline: &Baseline,
-    learning: Option<&WorkloadBaseline>,
-    item: SweepItem,
-    seed: u64,
-    args: &FrontierArgs,
-) -> Result<FrontierPoint, String> {
-    let started = Instant::now();
-    let options = options_for(item.algorithm, args).map_err(|e| format!("{e:#}"))?;
-    let (release, _) = crate::relational::anonymize_with(
-        table,
-        &item.model.spec(item.parameter),
-        item.method,
-        seed,
-        &options,
-        &AtomicBool::new(false),
-    )
-    .map_err(|e| e.to_string())?;
-    let evaluation = evaluate(table, baseline, &release).map_err(|e| e.to_string())?;
-    let never = AtomicBool::new(false);
-    let workload = match learning {
-        Some(learning) => learning
-            .measure_unless(table, &release, DEFAULT_MAX_MODEL_CELLS, &never)
-            .map_err(|e| format!("workload: {e}"))?,
-        None => None,
-    };
-    Ok(FrontierPoint {
-        item,
-        evaluation,
-        seconds: started.elapsed().as_secs_f64(),
-        efficient: false,
-        workload,
-    })
 }

@@ -224,16 +224,11 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     let job = load_job(&args)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
     let read_seconds = started.elapsed().as_secs_f64();
-    let engine_started = Instant::now();
-    let (released, mut report) = crate::relational::anonymize_with(
+    let (released, report) = crate::service::jobs::anonymize_job(
         &table,
-        &job.privacy,
-        job.release,
-        job.seed,
-        &job.algorithm,
+        &job,
         &std::sync::atomic::AtomicBool::new(false),
     )?;
-    report.seconds = engine_started.elapsed().as_secs_f64();
     drop(table);
     let write_started = Instant::now();
     write_release(&released, &args.output, args.report.as_deref(), &report)?;

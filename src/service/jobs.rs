@@ -1,0 +1,169 @@
+//! Table work, the one way: what `TableAnonymizer`, `TableEvaluator` and the workbench's HTTP API
+//! ([`crate::service::workbench`]) all do around the engines. A job takes a place of the one table-job
+//! limiter (`tables.max_concurrent_jobs`, shown on `cloakd_table_jobs_running`), runs on a blocking
+//! thread with a cancellation flag ([`crate::service::run_job`]) within `tables.max_job_ms`, is counted
+//! by kind and outcome ([`JobRecord`]), and an engine computation stopped by its flag is counted too.
+//!
+//! Invariants: every table job of the daemon, whatever its protocol, holds a place of the same
+//! [`TableJobs`] while it computes; a job whose flag turns true stops at the engine's next look and
+//! frees its place then; [`anonymize_job`] is the anonymization of a job (its timing in
+//! `report.seconds`), the same for the CLI, gRPC and HTTP.
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use crate::config::TablesConfig;
+use crate::relational::job::JobSpec;
+use crate::relational::release::Release;
+use crate::relational::report::Report;
+use crate::relational::table::Table;
+use crate::relational::{AnonymizeError, anonymize_with};
+use crate::service::{JobStopped, LimitExceeded, StreamLimit, StreamSlot, run_job};
+
+/// The daemon's table-job places and budget, shared by every protocol.
+#[derive(Debug, Clone)]
+pub struct TableJobs {
+    slots: StreamLimit,
+    max_job: Duration,
+}
+
+impl TableJobs {
+    /// `tables.max_concurrent_jobs` places and the `tables.max_job_ms` budget.
+    pub fn new(config: &TablesConfig) -> TableJobs {
+        TableJobs {
+            slots: StreamLimit::new("tables.max_concurrent_jobs", config.max_concurrent_jobs)
+                .with_gauge(crate::telemetry::catalog::TABLE_JOBS_RUNNING),
+            max_job: config.max_job,
+        }
+    }
+
+    /// Takes a place, or refuses naming `tables.max_concurrent_jobs`.
+    pub fn acquire(&self) -> Result<StreamSlot, LimitExceeded> {
+        self.slots.acquire()
+    }
+
+    /// Places in use.
+    pub fn in_use(&self) -> usize {
+        self.slots.in_use()
+    }
+
+    /// Runs `work` holding `slot` on a blocking thread within `tables.max_job_ms`; the flag it gets
+    /// turns true when the returned future is dropped or the budget passes. A result that `stopped`
+    /// says is the engine's cancellation is counted in `cloakd_table_jobs_stopped_total{kind}`. The
+    /// slot comes back with the result, for a job that still has something to send.
+    pub async fn run<T, E>(
+        &self,
+        kind: &'static str,
+        slot: StreamSlot,
+        stopped: fn(&E) -> bool,
+        work: impl FnOnce(&AtomicBool) -> Result<T, E> + Send + 'static,
+    ) -> Result<(Result<T, E>, StreamSlot), JobStopped>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        run_job(slot, self.max_job, move |cancelled| {
+            let result = work(cancelled);
+            if let Err(e) = &result
+                && stopped(e)
+            {
+                crate::telemetry::record_table_job_stopped(kind);
+            }
+            result
+        })
+        .await
+    }
+}
+
+/// How a table job ended, for `cloakd_table_jobs_total{outcome}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// Bad input or an unsatisfiable model.
+    Invalid,
+    /// A limit refused it.
+    Exhausted,
+    /// Its caller went away, it was cancelled, or a deadline passed.
+    Cancelled,
+    Failed,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Invalid => "invalid",
+            Outcome::Exhausted => "exhausted",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// The outcome of a gRPC status.
+    pub fn of_status<T>(result: &Result<T, tonic::Status>) -> Outcome {
+        match result {
+            Ok(_) => Outcome::Ok,
+            Err(status) => match status.code() {
+                tonic::Code::InvalidArgument
+                | tonic::Code::FailedPrecondition
+                | tonic::Code::OutOfRange => Outcome::Invalid,
+                tonic::Code::ResourceExhausted => Outcome::Exhausted,
+                tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => Outcome::Cancelled,
+                _ => Outcome::Failed,
+            },
+        }
+    }
+}
+
+/// One table job being timed and counted: [`JobRecord::finish`] counts it by its outcome; dropped
+/// unfinished (its future was dropped: the caller went away) it counts as cancelled.
+#[derive(Debug)]
+pub struct JobRecord {
+    kind: &'static str,
+    started: Instant,
+    finished: bool,
+}
+
+impl JobRecord {
+    /// Starts timing a job of `kind` (anonymize, evaluate, sweep, release).
+    pub fn start(kind: &'static str) -> JobRecord {
+        JobRecord {
+            kind,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    pub fn finish(mut self, outcome: Outcome) {
+        self.finished = true;
+        crate::telemetry::record_table_job(self.kind, outcome.label(), self.started.elapsed());
+    }
+}
+
+impl Drop for JobRecord {
+    fn drop(&mut self) {
+        if !self.finished {
+            crate::telemetry::record_table_job(self.kind, "cancelled", self.started.elapsed());
+        }
+    }
+}
+
+/// Anonymizes `table` as `job` says (privacy, release method, seed, algorithm), giving up when
+/// `cancelled` turns true; `report.seconds` is the engine's time. What `cloakd table anonymize`,
+/// `TableAnonymizer` and the workbench's releases run.
+pub fn anonymize_job(
+    table: &Table,
+    job: &JobSpec,
+    cancelled: &AtomicBool,
+) -> Result<(Release, Report), AnonymizeError> {
+    let started = Instant::now();
+    let (release, mut report) = anonymize_with(
+        table,
+        &job.privacy,
+        job.release,
+        job.seed,
+        &job.algorithm,
+        cancelled,
+    )?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok((release, report))
+}

@@ -1,0 +1,125 @@
+//! The workbench API's one error type and its one mapping to an HTTP response:
+//! `{"error":{"code":"...","field":"...","message":"..."}}` with the status of the code.
+//!
+//! Invariants: every refusal of an `/api/` route goes through [`ApiError`]'s `IntoResponse`; the
+//! message names the field and the rule, quotes input through [`crate::text::quote`] and never holds
+//! a token; every response of this mapping carries `Cache-Control: no-store` (the router adds the
+//! security headers).
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+
+/// The code of an API error (gRPC's names, so both protocols say the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    InvalidArgument,
+    Unauthenticated,
+    PermissionDenied,
+    NotFound,
+    /// A body past `tables.max_bytes`: 413.
+    TooLarge,
+    /// No job place free, or another limit: 429.
+    ResourceExhausted,
+    FailedPrecondition,
+    Cancelled,
+    DeadlineExceeded,
+    Internal,
+}
+
+impl Code {
+    fn name(self) -> &'static str {
+        match self {
+            Code::InvalidArgument => "invalid_argument",
+            Code::Unauthenticated => "unauthenticated",
+            Code::PermissionDenied => "permission_denied",
+            Code::NotFound => "not_found",
+            Code::TooLarge | Code::ResourceExhausted => "resource_exhausted",
+            Code::FailedPrecondition => "failed_precondition",
+            Code::Cancelled => "cancelled",
+            Code::DeadlineExceeded => "deadline_exceeded",
+            Code::Internal => "internal",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            Code::FailedPrecondition => StatusCode::CONFLICT,
+            // nginx's "client closed request": the sweep was cancelled.
+            Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::CONFLICT),
+            Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// A refused or failed API call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub code: Code,
+    /// The request field at fault, when one is.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: Code, field: Option<&str>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            field: field.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    /// Bad input in `field`: the message names the field and the rule.
+    pub fn invalid(field: &str, rule: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            Code::InvalidArgument,
+            Some(field),
+            format!("{field}: {rule}"),
+        )
+    }
+
+    pub fn not_found(field: &str, what: &str, id: &str) -> ApiError {
+        ApiError::new(
+            Code::NotFound,
+            Some(field),
+            format!(
+                "{field}: no {what} {} (rule: ids are those this principal created and still kept; see ui.max_tables)",
+                crate::text::quote(id)
+            ),
+        )
+    }
+
+    pub fn internal(message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(Code::Internal, None, format!("internal error: {message}"))
+    }
+
+    /// The error as the JSON value of a response body (also a sweep's `error`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut error = serde_json::json!({
+            "code": self.code.name(),
+            "message": self.message,
+        });
+        if let Some(field) = &self.field {
+            error["field"] = serde_json::Value::String(field.clone());
+        }
+        error
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.code.status()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.to_json() });
+        super::json_response(self.status(), &body)
+    }
+}

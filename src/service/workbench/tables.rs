@@ -1,0 +1,398 @@
+//! The workbench's tables: an uploaded CSV with its hierarchies, or an example shipped in the repo
+//! (embedded in the binary), kept in memory under a random id; and the job resolver that reads a
+//! job's `input` and `hierarchy` paths from the table's files instead of the disk.
+//!
+//! Invariants: an upload is bounded by `tables.max_bytes` (once decompressed too) and
+//! `tables.max_rows` before it is kept; a table's files are the only files a job can name (a job
+//! naming another is refused, naming the path); the suggested job of an example is the example's own
+//! job file (`examples/adult.toml`), so an exported job saved in `examples/` runs as is.
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+
+use serde::Deserialize;
+
+use super::error::ApiError;
+use crate::relational::hierarchy::Hierarchy;
+use crate::relational::job::JobSpec;
+use crate::relational::table::{Table, read_csv};
+use crate::text::quote;
+
+/// An example shipped in the repository, embedded in the binary.
+pub struct Example {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// The example's job file (its `input` and hierarchy paths name `files`).
+    pub job: &'static str,
+    /// The table: its path as the job names it, and its bytes (gzip or plain).
+    pub input: (&'static str, &'static [u8]),
+    pub hierarchies: &'static [(&'static str, &'static str)],
+}
+
+macro_rules! hierarchy {
+    ($name:literal) => {
+        (
+            concat!("data/hierarchies/", $name, ".csv"),
+            include_str!(concat!(
+                "../../../examples/data/hierarchies/",
+                $name,
+                ".csv"
+            )),
+        )
+    };
+}
+
+/// The examples of `GET /api/v1/examples`.
+pub const EXAMPLES: &[Example] = &[Example {
+    name: "adult",
+    description: "UCI Adult (45,222 rows without missing values): Li & Li's setup, quasi-identifiers age, workclass, education, marital-status, race, sex; sensitive occupation (examples/adult.toml)",
+    job: include_str!("../../../examples/adult.toml"),
+    input: (
+        "data/adult.csv.gz",
+        include_bytes!("../../../examples/data/adult.csv.gz"),
+    ),
+    hierarchies: &[
+        hierarchy!("age"),
+        hierarchy!("education"),
+        hierarchy!("income"),
+        hierarchy!("marital-status"),
+        hierarchy!("native-country"),
+        hierarchy!("occupation"),
+        hierarchy!("race"),
+        hierarchy!("sex"),
+        hierarchy!("workclass"),
+    ],
+}];
+
+/// The body of `POST /api/v1/tables`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableRequest {
+    pub example: Option<String>,
+    pub name: Option<String>,
+    pub csv: Option<String>,
+    #[serde(default)]
+    pub hierarchies: BTreeMap<String, String>,
+}
+
+/// A column as the page shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ColumnInfo {
+    pub name: String,
+    /// `numeric` when every value parses as a number, else `categorical`.
+    pub kind: &'static str,
+    pub distinct: usize,
+    /// The table's hierarchy files whose name is the column's (`hierarchies/age.csv` for `age`).
+    pub hierarchies: Vec<String>,
+}
+
+/// A kept table: its files and what the page shows of it.
+#[derive(Debug)]
+pub struct StoredTable {
+    /// The CSV's path as the job's `input` names it.
+    pub name: String,
+    /// The CSV, decompressed.
+    pub csv: Vec<u8>,
+    /// Hierarchy path (as a job names it) → CSV text.
+    pub hierarchies: BTreeMap<String, String>,
+    pub rows: usize,
+    pub columns: Vec<ColumnInfo>,
+    /// The suggested job (TOML).
+    pub job: String,
+}
+
+impl StoredTable {
+    /// Every file a job can name: the CSV, then the hierarchies.
+    pub fn files(&self) -> Vec<String> {
+        std::iter::once(self.name.clone())
+            .chain(self.hierarchies.keys().cloned())
+            .collect()
+    }
+
+    /// The job's table, read from this table's files (the job resolver): `input` must name the
+    /// CSV (or be absent), every hierarchy path one of the hierarchies.
+    pub fn load(&self, job: &JobSpec) -> Result<Table, ApiError> {
+        if let Some(input) = &job.input
+            && *input != self.name
+        {
+            return Err(ApiError::invalid(
+                "job",
+                format!(
+                    "input = {} is not this table's file {} (rule: a job names the files of its table)",
+                    quote(input),
+                    quote(&self.name)
+                ),
+            ));
+        }
+        let schema = job.schema(|path, column| -> Result<Hierarchy, ApiError> {
+            let text = self.hierarchies.get(path).ok_or_else(|| {
+                ApiError::invalid(
+                    "job",
+                    format!(
+                        "hierarchy {} of column {} is not a file of this table (files: {})",
+                        quote(path),
+                        quote(column),
+                        self.hierarchies
+                            .keys()
+                            .map(|k| quote(k))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?;
+            Hierarchy::parse(path, text).map_err(|e| ApiError::invalid("hierarchies", e))
+        })?;
+        let reader =
+            crate::lines::BoundedLines::new(self.csv.as_slice(), crate::lines::Records::Csv);
+        read_csv(schema, reader, &self.name, job.delimiter).map_err(|e| ApiError::invalid("job", e))
+    }
+}
+
+/// Decompresses `bytes` when gzip, refusing more than `max_bytes` once decompressed.
+fn plain(field: &str, bytes: &[u8], max_bytes: usize) -> Result<Vec<u8>, ApiError> {
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes.to_vec());
+    }
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(bytes)
+        .take((max_bytes as u64).saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| ApiError::invalid(field, format!("not valid gzip: {e}")))?;
+    if out.len() > max_bytes {
+        return Err(too_large(field, max_bytes));
+    }
+    Ok(out)
+}
+
+pub fn too_large(field: &str, max_bytes: usize) -> ApiError {
+    ApiError::new(
+        super::error::Code::TooLarge,
+        Some(field),
+        format!("{field}: larger than tables.max_bytes = {max_bytes} bytes"),
+    )
+}
+
+/// Reads the CSV's header, rows and per-column kinds and distinct counts, within `max_rows`.
+fn survey(
+    name: &str,
+    csv: &[u8],
+    hierarchies: &BTreeMap<String, String>,
+    max_rows: usize,
+) -> Result<(usize, Vec<ColumnInfo>), ApiError> {
+    let mut reader =
+        csv::ReaderBuilder::new()
+            .flexible(false)
+            .from_reader(crate::lines::BoundedLines::new(
+                csv,
+                crate::lines::Records::Csv,
+            ));
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| ApiError::invalid("csv", format!("{}: {e}", quote(name))))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    if header.is_empty() || header.iter().all(String::is_empty) {
+        return Err(ApiError::invalid(
+            "csv",
+            "the first line must name the columns (rule: a CSV with a header line)",
+        ));
+    }
+    let mut distinct: Vec<HashSet<String>> = vec![HashSet::new(); header.len()];
+    let mut numeric = vec![true; header.len()];
+    let mut rows = 0usize;
+    for record in reader.records() {
+        let record =
+            record.map_err(|e| ApiError::invalid("csv", format!("{}: {e}", quote(name))))?;
+        rows += 1;
+        if rows > max_rows {
+            return Err(ApiError::new(
+                super::error::Code::TooLarge,
+                Some("csv"),
+                format!("csv: more than tables.max_rows = {max_rows} rows"),
+            ));
+        }
+        for (i, value) in record.iter().enumerate() {
+            let value = value.trim();
+            numeric[i] &= value.parse::<f64>().is_ok_and(f64::is_finite);
+            if !distinct[i].contains(value) {
+                distinct[i].insert(value.to_string());
+            }
+        }
+    }
+    let columns = header
+        .iter()
+        .enumerate()
+        .map(|(i, column)| ColumnInfo {
+            name: column.clone(),
+            kind: if numeric[i] && rows > 0 {
+                "numeric"
+            } else {
+                "categorical"
+            },
+            distinct: distinct[i].len(),
+            hierarchies: hierarchies
+                .keys()
+                .filter(|path| {
+                    let file = path.rsplit('/').next().unwrap_or(path);
+                    file.strip_suffix(".csv").unwrap_or(file) == column
+                })
+                .cloned()
+                .collect(),
+        })
+        .collect();
+    Ok((rows, columns))
+}
+
+/// The suggested job of an upload: the table as input and every column commented out (dropped),
+/// with its kind and hierarchy, for the page (or the analyst) to assign roles.
+fn suggested_job(name: &str, columns: &[ColumnInfo]) -> String {
+    let mut job = format!(
+        "# The workbench's suggested job for {}: give columns a role (quasi, sensitive, identifier,\n# insensitive); columns not listed are dropped.\ninput = {}\nunlisted = \"drop\"\n\n[columns]\n",
+        name,
+        toml_string(name)
+    );
+    for c in columns {
+        let entry = match (c.kind, c.hierarchies.first()) {
+            ("numeric", _) => "{ role = \"quasi\", kind = \"numeric\" }".to_string(),
+            (_, Some(h)) => format!("{{ role = \"quasi\", hierarchy = {} }}", toml_string(h)),
+            _ => "{ role = \"sensitive\" }".to_string(),
+        };
+        job.push_str(&format!("# {} = {entry}\n", toml_key(&c.name)));
+    }
+    job.push_str("\n[privacy]\nk = 10\n\n[release]\nmethod = \"generalization\"\nseed = 7\n");
+    job
+}
+
+/// A TOML basic string.
+pub fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// A TOML key: bare when it can be, else quoted.
+pub fn toml_key(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        s.to_string()
+    } else {
+        toml_string(s)
+    }
+}
+
+/// Builds a kept table from a request, within the limits.
+pub fn build(
+    request: TableRequest,
+    max_rows: usize,
+    max_bytes: usize,
+) -> Result<StoredTable, ApiError> {
+    match (&request.example, &request.csv) {
+        (Some(example), None) => {
+            if request.name.is_some() || !request.hierarchies.is_empty() {
+                return Err(ApiError::invalid(
+                    "example",
+                    "given with name or hierarchies (rule: either an example, or name, csv and hierarchies)",
+                ));
+            }
+            let Some(e) = EXAMPLES.iter().find(|e| e.name == example) else {
+                return Err(ApiError::invalid(
+                    "example",
+                    format!(
+                        "no example {} (known: {})",
+                        quote(example),
+                        EXAMPLES
+                            .iter()
+                            .map(|e| e.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            };
+            let csv = plain("example", e.input.1, max_bytes)?;
+            let hierarchies: BTreeMap<String, String> = e
+                .hierarchies
+                .iter()
+                .map(|(p, t)| (p.to_string(), t.to_string()))
+                .collect();
+            let (rows, columns) = survey(e.input.0, &csv, &hierarchies, max_rows)?;
+            Ok(StoredTable {
+                name: e.input.0.to_string(),
+                csv,
+                hierarchies,
+                rows,
+                columns,
+                job: e.job.to_string(),
+            })
+        }
+        (None, Some(text)) => {
+            let name = request.name.clone().unwrap_or_else(|| "table.csv".into());
+            if name.is_empty() || name.len() > 255 || name.contains(['\n', '\r', '\0']) {
+                return Err(ApiError::invalid(
+                    "name",
+                    "must be a file name of 1 to 255 bytes without line breaks",
+                ));
+            }
+            for path in request.hierarchies.keys() {
+                if path.is_empty()
+                    || path.len() > 255
+                    || path == &name
+                    || path.contains(['\n', '\r', '\0'])
+                {
+                    return Err(ApiError::invalid(
+                        "hierarchies",
+                        format!(
+                            "{}: a hierarchy's name must be a file name of 1 to 255 bytes, not the table's",
+                            quote(path)
+                        ),
+                    ));
+                }
+                Hierarchy::parse(path, &request.hierarchies[path])
+                    .map_err(|e| ApiError::invalid("hierarchies", e))?;
+            }
+            let csv = text.as_bytes().to_vec();
+            let (rows, columns) = survey(&name, &csv, &request.hierarchies, max_rows)?;
+            let job = suggested_job(&name, &columns);
+            Ok(StoredTable {
+                name,
+                csv,
+                hierarchies: request.hierarchies,
+                rows,
+                columns,
+                job,
+            })
+        }
+        _ => Err(ApiError::invalid(
+            "example",
+            "give either example, or csv (with name and hierarchies), not both nor neither",
+        )),
+    }
+}
+
+/// The body of `GET /api/v1/examples`: each example with its row count (counted once).
+pub fn examples_json() -> serde_json::Value {
+    static ROWS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    let rows = ROWS.get_or_init(|| {
+        EXAMPLES
+            .iter()
+            .map(|e| {
+                plain("example", e.input.1, usize::MAX)
+                    .map(|csv| {
+                        csv.iter()
+                            .filter(|&&b| b == b'\n')
+                            .count()
+                            .saturating_sub(1)
+                    })
+                    .unwrap_or(0)
+            })
+            .collect()
+    });
+    serde_json::Value::Array(
+        EXAMPLES
+            .iter()
+            .zip(rows)
+            .map(|(e, rows)| {
+                serde_json::json!({"name": e.name, "description": e.description, "rows": rows})
+            })
+            .collect(),
+    )
+}

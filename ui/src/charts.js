@@ -1,0 +1,249 @@
+// The workbench's charts, all drawn by Chart.js (bundled from npm): the frontier scatter, Li & Li's
+// Uloss-against-Ploss view, Brickell & Shmatikov's A_acc beside U_san − U_base, the class-size histogram
+// and a class's sensitive distribution against the table's. Pure presentation: the points come from
+// the API; only the Pareto set of the chosen axes is computed here (what the chart marks).
+import {
+  BarController,
+  BarElement,
+  CategoryScale,
+  Chart,
+  Legend,
+  LinearScale,
+  LineController,
+  LineElement,
+  PointElement,
+  ScatterController,
+  Tooltip,
+} from "chart.js";
+
+Chart.register(ScatterController, LineController, BarController, PointElement, LineElement, BarElement, LinearScale, CategoryScale, Tooltip, Legend);
+Chart.defaults.animation = false;
+Chart.defaults.maintainAspectRatio = false;
+Chart.defaults.font.family = "system-ui, 'DejaVu Sans', sans-serif";
+
+const PALETTE = ["#1a5fb4", "#c64600", "#26a269", "#9141ac", "#a51d2d", "#986a44", "#3d9fd4", "#e5a50a", "#613583", "#2ec27e"];
+
+export function color(i) {
+  return PALETTE[i % PALETTE.length];
+}
+
+/** Axis label of a point field. */
+export const FIELD_LABELS = {
+  ploss: "Ploss",
+  a_know: "A_know",
+  a_acc: "A_acc",
+  uloss: "Uloss",
+  whd: "WHD",
+  dm: "DM",
+  gain: "workload gain (U_san − U_base)",
+};
+
+/** Higher is better for the workload gain; lower for every loss. */
+export function lowerIsBetter(field) {
+  return field !== "gain";
+}
+
+/**
+ * For each (x, y): whether no other point is strictly better on both axes (lower x; lower y, or higher
+ * y when `yLower` is false). Quadratic: a sweep has tens to hundreds of releases.
+ */
+export function paretoSet(points, yLower) {
+  const better = (a, b) => a.x < b.x && (yLower ? a.y < b.y : a.y > b.y);
+  return points.map((p) => !points.some((q) => q !== p && better(q, p)));
+}
+
+function scatter(canvas, onPick) {
+  return new Chart(canvas, {
+    type: "scatter",
+    data: { datasets: [] },
+    options: {
+      parsing: false,
+      plugins: {
+        legend: { position: "bottom" },
+        tooltip: {
+          callbacks: {
+            label: (ctx) => {
+              const d = ctx.raw;
+              return d && d.label ? `${d.label}: (${fmt(d.x)}, ${fmt(d.y)})` : `(${fmt(ctx.parsed.x)}, ${fmt(ctx.parsed.y)})`;
+            },
+          },
+        },
+      },
+      scales: { x: { title: { display: true, text: "" } }, y: { title: { display: true, text: "" } } },
+      onClick: (_event, elements, chart) => {
+        if (!onPick || elements.length === 0) return;
+        const e = elements[0];
+        const d = chart.data.datasets[e.datasetIndex].data[e.index];
+        if (d && d.release !== undefined) onPick(d.release);
+      },
+    },
+  });
+}
+
+export function fmt(v) {
+  if (v === null || v === undefined || Number.isNaN(v)) return "–";
+  if (typeof v !== "number") return String(v);
+  if (Number.isInteger(v)) return String(v);
+  return Math.abs(v) >= 1000 ? v.toFixed(0) : v.toFixed(4);
+}
+
+/** The frontier scatter: one series per algorithm and method, the Pareto set of the axes ringed. */
+export class FrontierChart {
+  constructor(canvas, onPick) {
+    this.chart = scatter(canvas, onPick);
+  }
+
+  update(points, xField, yField, value, label) {
+    const series = new Map();
+    const placed = [];
+    for (const p of points) {
+      const x = value(p, xField);
+      const y = value(p, yField);
+      if (x === null || y === null) continue;
+      const key = `${p.algorithm} · ${p.method}`;
+      if (!series.has(key)) series.set(key, []);
+      const d = { x, y, release: p.release, label: label(p) };
+      series.get(key).push(d);
+      placed.push(d);
+    }
+    const efficient = paretoSet(placed, lowerIsBetter(yField));
+    const datasets = [...series.entries()].map(([name, data], i) => ({
+      label: name,
+      data,
+      backgroundColor: color(i),
+      borderColor: color(i),
+      pointRadius: 4,
+      pointHoverRadius: 6,
+    }));
+    datasets.push({
+      label: "Pareto-efficient on these axes",
+      data: placed.filter((_, i) => efficient[i]).sort((a, b) => a.x - b.x),
+      showLine: true,
+      borderDash: [6, 4],
+      borderColor: "#000",
+      backgroundColor: "rgba(0,0,0,0)",
+      pointRadius: 8,
+      pointBorderWidth: 2,
+      pointHoverRadius: 9,
+    });
+    this.chart.data.datasets = datasets;
+    this.chart.options.scales.x.title.text = FIELD_LABELS[xField] || xField;
+    this.chart.options.scales.y.title.text = FIELD_LABELS[yField] || yField;
+    this.chart.update("none");
+    return placed.length;
+  }
+}
+
+/** Li & Li's view: Uloss against Ploss, one line per model, method and algorithm, efficient frontier dashed. */
+export class LiLiChart {
+  constructor(canvas, onPick) {
+    this.chart = scatter(canvas, onPick);
+    this.chart.options.scales.x.title.text = "Ploss";
+    this.chart.options.scales.y.title.text = "Uloss";
+  }
+
+  update(points, label) {
+    const series = new Map();
+    for (const p of points) {
+      if (typeof p.ploss !== "number" || typeof p.uloss !== "number") continue;
+      const key = `${p.model} · ${p.method} · ${p.algorithm}`;
+      if (!series.has(key)) series.set(key, []);
+      series.get(key).push({ x: p.ploss, y: p.uloss, release: p.release, label: label(p), parameter: p.parameter });
+    }
+    const datasets = [...series.entries()].map(([name, data], i) => ({
+      label: name,
+      data: data.sort((a, b) => a.parameter - b.parameter),
+      showLine: true,
+      borderColor: color(i),
+      backgroundColor: color(i),
+      pointRadius: 3,
+    }));
+    datasets.push({
+      label: "efficient frontier",
+      data: points
+        .filter((p) => p.efficient)
+        .map((p) => ({ x: p.ploss, y: p.uloss, release: p.release, label: label(p) }))
+        .sort((a, b) => a.x - b.x),
+      showLine: true,
+      borderDash: [6, 4],
+      borderColor: "#000",
+      backgroundColor: "rgba(0,0,0,0)",
+      pointRadius: 0,
+      pointHitRadius: 6,
+    });
+    this.chart.data.datasets = datasets;
+    this.chart.update("none");
+  }
+}
+
+function bars(canvas, indexAxis = "x") {
+  return new Chart(canvas, {
+    type: "bar",
+    data: { labels: [], datasets: [] },
+    options: {
+      indexAxis,
+      plugins: { legend: { position: "bottom" } },
+      scales: { x: { title: { display: true, text: "" } }, y: { title: { display: true, text: "" } } },
+    },
+  });
+}
+
+/** Brickell & Shmatikov's view: per release, the adversary's A_acc beside the researcher's gain. */
+export class BrickellShmatikovChart {
+  constructor(canvas) {
+    this.chart = bars(canvas);
+    this.chart.options.scales.y.title.text = "accuracy gain";
+  }
+
+  /** Returns whether any point carried a workload gain. */
+  update(points, label, gain) {
+    const shown = points.filter((p) => typeof p.a_acc === "number");
+    const gains = shown.map((p) => gain(p));
+    this.chart.data.labels = shown.map(label);
+    this.chart.data.datasets = [{ label: "A_acc (adversary)", data: shown.map((p) => p.a_acc), backgroundColor: color(4) }];
+    const any = gains.some((g) => g !== null);
+    if (any) this.chart.data.datasets.push({ label: "U_san − U_base (researcher, best classifier)", data: gains, backgroundColor: color(2) });
+    this.chart.update("none");
+    return any;
+  }
+}
+
+export class HistogramChart {
+  constructor(canvas) {
+    this.chart = bars(canvas);
+    this.chart.options.scales.x.title.text = "class size (rows)";
+    this.chart.options.scales.y.title.text = "classes";
+    this.chart.options.plugins.legend.display = false;
+  }
+
+  update(classSizes) {
+    const sorted = [...classSizes].sort((a, b) => a.size - b.size);
+    this.chart.data.labels = sorted.map((c) => String(c.size));
+    this.chart.data.datasets = [{ label: "classes", data: sorted.map((c) => c.count), backgroundColor: color(0) }];
+    this.chart.update("none");
+  }
+}
+
+/** A class's sensitive distribution (shares) against the table's. */
+export class DistributionChart {
+  constructor(canvas) {
+    this.chart = bars(canvas, "y");
+    this.chart.options.scales.x.title.text = "share of rows";
+    this.chart.options.scales.y.ticks = { autoSkip: false };
+  }
+
+  update(sensitive) {
+    const total = (m) => Object.values(m).reduce((a, b) => a + b, 0) || 1;
+    const values = Object.keys(sensitive.table).sort((a, b) => sensitive.table[b] - sensitive.table[a]);
+    for (const v of Object.keys(sensitive.class)) if (!values.includes(v)) values.push(v);
+    const ct = total(sensitive.class);
+    const tt = total(sensitive.table);
+    this.chart.data.labels = values;
+    this.chart.data.datasets = [
+      { label: "this class", data: values.map((v) => (sensitive.class[v] || 0) / ct), backgroundColor: color(1) },
+      { label: "whole table", data: values.map((v) => (sensitive.table[v] || 0) / tt), backgroundColor: color(0) },
+    ];
+    this.chart.options.scales.y.title.text = sensitive.attribute;
+    this.chart.update("none");
+  }
+}
