@@ -9,7 +9,7 @@ mod security_support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
