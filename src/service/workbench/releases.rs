@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 
 use super::error::{ApiError, Code};
-use super::sweeps::{Sweep, find};
+use super::sweeps::{Computed, Sweep, find};
 use super::tables::toml_string;
 use super::{Caller, Workbench, json_response};
 use crate::relational::AnonymizeError;
@@ -26,13 +26,6 @@ use crate::service::jobs::{JobRecord, Outcome, anonymize_job};
 
 /// Rows of a release's preview.
 pub const PREVIEW_ROWS: usize = 100;
-
-/// A computed release.
-pub struct Computed {
-    pub job_toml: String,
-    pub release: Release,
-    pub report: Report,
-}
 
 /// `[privacy]` of a release, as TOML lines.
 fn privacy_toml(privacy: &PrivacySpec) -> String {

@@ -91,6 +91,14 @@ struct Progress {
     error: Option<ApiError>,
 }
 
+/// One release of a sweep, computed ([`super::releases`] computes it on demand).
+pub struct Computed {
+    /// Its job (TOML), runnable by `cloakd table anonymize`.
+    pub job_toml: String,
+    pub release: crate::relational::release::Release,
+    pub report: crate::relational::report::Report,
+}
+
 /// A sweep, running or finished: what it was asked and what it found so far.
 pub struct Sweep {
     /// The job's table (read under the job's roles), shared with the releases.
@@ -104,7 +112,7 @@ pub struct Sweep {
     progress: Mutex<Progress>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
     /// The last release computed (the page asks for the same one several times).
-    pub last: Mutex<Option<(usize, Arc<super::releases::Computed>)>>,
+    pub last: Mutex<Option<(usize, Arc<Computed>)>>,
 }
 
 impl Sweep {
