@@ -712,7 +712,7 @@ async fn auth_roles_scopes_and_security_headers() {
         assert_eq!(reply.header("x-frame-options"), "DENY");
     }
     let index = String::from_utf8(get(ui, "/").await.body).unwrap();
-    assert!(index.contains("/app.js") && index.contains("/app.css"));
+    assert!(index.contains("app.js") && index.contains("app.css"));
 
     let none = get(ui, "/api/v1/session").await;
     none.error(401, "unauthenticated", Some("authorization"));
