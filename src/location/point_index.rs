@@ -4,9 +4,9 @@
 //! this point" (the candidates of the constraint graph's edges of a new request).
 //!
 //! One small trait, [`PointIndex`], and two implementations chosen by `location.index`:
-//! [`rtree::RTreeIndex`] (an `rstar` R*-tree, the default) and [`grid::GridIndex`] (a uniform grid of
-//! 0.005° cells). [`SpatialIndex`] is the engine's choice between them, an enum so that the hot
-//! path is a branch, not a virtual call.
+//! [`rtree::RTreeIndex`] (`rstar` R*-trees of the points by reach class, the default) and
+//! [`grid::GridIndex`] (a uniform grid of 0.005° cells). [`SpatialIndex`] is the engine's choice
+//! between them, an enum so that the hot path is a branch, not a virtual call.
 //!
 //! Invariants every implementation keeps (checked against a linear scan in the tests below): a
 //! query returns exactly the slots of the live points inside the closed box (and, for
@@ -53,7 +53,7 @@ pub trait PointIndex {
 /// Which index the engine keeps its pending requests in (`location.index`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IndexKind {
-    /// An `rstar` R*-tree: adapts to any tolerance and density.
+    /// `rstar` R*-trees of the points, one per reach class: adapt to any tolerance and density.
     #[default]
     RTree,
     /// A uniform grid of 0.005° cells: fastest when boxes are about a cell wide.
