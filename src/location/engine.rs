@@ -1,5 +1,6 @@
-//! The CliqueCloak engine (Gedik & Liu, TMC 2008): pending requests in a spatial grid, the constraint graph
-//! implied by their constraint boxes, a deadline heap, and local-k / nbr-k clique search on each arrival.
+//! The CliqueCloak engine (Gedik & Liu, TMC 2008): pending requests in a spatial index
+//! ([`super::point_index`]), the constraint graph implied by their constraint boxes, a deadline
+//! heap, and local-k / nbr-k clique search on each arrival.
 //!
 //! Data structures:
 //! - `pending`: a slab of pending requests (slot = index), with `slot_of` mapping request ids to slots;
