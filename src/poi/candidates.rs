@@ -27,7 +27,7 @@
 //!   every segment whose ball holds it.
 use std::collections::HashMap;
 
-use super::sphere::{self, Extreme, SphBox, Vec3};
+use super::sphere::{self, EdgePiece, SphBox, Vec3};
 use super::{Limits, PoiIndex, Query, QueryError};
 
 /// Ties finer than this angle (radians, about 0.06 mm on the Earth) between a point and the bisector of
@@ -200,7 +200,7 @@ impl PoiIndex {
             return Ok(out);
         }
         // The POIs inside the box, each decided at its own place.
-        let mut verdicts: HashMap<u32, Decision> = HashMap::new();
+        let mut verdicts: HashMap<u32, Decision, foldhash::fast::FixedState> = HashMap::default();
         let mut kept = 0;
         for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), 1e-12)) {
             let poi = &self.pois[entry.data as usize];
@@ -218,36 +218,49 @@ impl PoiIndex {
         }
         // The POIs outside: decided on the boundary, segment by segment.
         let mut stack = vec![
-            SphBox { lat1: b.lat0, ..*b },
-            SphBox { lat0: b.lat1, ..*b },
-            SphBox { lon1: b.lon0, ..*b },
-            SphBox { lon0: b.lon1, ..*b },
+            EdgePiece::parallel(b.lat0, b.lon0, b.lon1),
+            EdgePiece::parallel(b.lat1, b.lon0, b.lon1),
+            EdgePiece::meridian(b.lon0, b.lat0, b.lat1),
+            EdgePiece::meridian(b.lon1, b.lat0, b.lat1),
         ];
         let mut segments = 0;
+        // The ball of the segment, nearest to its centre first.
+        let mut near: Vec<u32> = Vec::new();
         while let Some(segment) = stack.pop() {
             let (clat, clon) = segment.centre();
             let centre = sphere::unit_of_rad(clat, clon);
-            let Some((_, d2)) = tree
-                .nearest_neighbor_iter_with_distance_2(centre)
-                .nth(n - 1)
-            else {
-                continue;
-            };
-            let d_n = sphere::m_of_chord(d2.sqrt());
             let far_m = segment.radius_rad() * sphere::EARTH_RADIUS_M;
-            if far_m > d_n && far_m > MIN_SEGMENT_M && segments + stack.len() + 2 <= SEGMENT_BUDGET
-            {
+            near.clear();
+            let mut reach2 = f64::INFINITY;
+            let mut split = false;
+            for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(centre) {
+                if d2 > reach2 {
+                    break;
+                }
+                near.push(entry.data);
+                if near.len() == n {
+                    let d_n = sphere::m_of_chord(d2.sqrt());
+                    if far_m > d_n
+                        && far_m > MIN_SEGMENT_M
+                        && segments + stack.len() + 2 <= SEGMENT_BUDGET
+                    {
+                        split = true;
+                        break;
+                    }
+                    // Every point x of the segment has its n nearest within d_n + far of x, so
+                    // within d_n + 2 far of the centre.
+                    let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
+                    reach2 = reach * reach;
+                }
+            }
+            if split {
                 stack.extend(segment.split());
                 continue;
             }
+            if near.len() < n {
+                continue;
+            }
             segments += 1;
-            // Every point x of the segment has its n nearest within d_n + far of x, so within
-            // d_n + 2 far of the centre.
-            let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
-            let near: Vec<u32> = tree
-                .locate_within_distance(centre, reach * reach)
-                .map(|e| e.data)
-                .collect();
             for &p in &near {
                 let known = verdicts.get(&p);
                 if matches!(known, Some(Decision::Witness(_)))
@@ -314,10 +327,10 @@ impl PoiIndex {
         if at_centre - spread > tie {
             return Relation::After;
         }
-        let (min, max): (Extreme, Extreme) = cell.b.linear_extremes(&w);
-        if max.value < -tie {
+        let (min, max) = cell.piece.linear_range(&w);
+        if max < -tie {
             Relation::Before
-        } else if min.value > tie {
+        } else if min > tie {
             Relation::After
         } else {
             Relation::Crossing
@@ -366,13 +379,13 @@ impl PoiIndex {
         true
     }
 
-    /// Decides p on a sub-box `b` of the box (a segment of its boundary) given `near`, a set that
-    /// holds the n nearest POIs of every point of `b` (p may be in it; it is skipped).
-    fn decide_on(&self, p: u32, near: &[u32], n: usize, b: &SphBox) -> Decision {
+    /// Decides p on a segment of the box's boundary given `near`, a set that holds the n nearest
+    /// POIs of every point of the segment (p may be in it; it is skipped).
+    fn decide_on(&self, p: u32, near: &[u32], n: usize, segment: &EdgePiece) -> Decision {
         let pu = self.units[p as usize];
-        let poi = &self.pois[p as usize];
-        // The point of `b` closest to p: p's best chance.
-        let (_, at) = b.closest_point_m(&pu, (poi.lat, poi.lon));
+        // The point of the segment closest to p: p's best chance.
+        let (lat, lon) = segment.closest_to(&pu);
+        let at = deg(lat, lon);
         let x = sphere::unit(at.0, at.1);
         let preceding = near
             .iter()
@@ -383,7 +396,7 @@ impl PoiIndex {
             return Decision::Witness(at);
         }
         let others: Vec<u32> = near.iter().copied().filter(|&q| q != p).collect();
-        let mut stack = vec![(Cell::new(*b), others, 0usize)];
+        let mut stack = vec![(Cell::new(*segment), others, 0usize)];
         let mut nodes = 0;
         let mut undecided = false;
         while let Some((cell, crossing, before)) = stack.pop() {
@@ -403,7 +416,7 @@ impl PoiIndex {
             if before >= n {
                 continue;
             }
-            let (clat, clon) = cell.b.centre();
+            let (clat, clon) = cell.piece.centre();
             if before + still.len() < n {
                 return Decision::Witness(deg(clat, clon));
             }
@@ -416,12 +429,12 @@ impl PoiIndex {
             if at_centre < n {
                 return Decision::Witness(deg(clat, clon));
             }
-            if cell.b.extent() < MIN_EXTENT_RAD || nodes >= NODE_BUDGET {
+            if cell.piece.extent() < MIN_EXTENT_RAD || nodes >= NODE_BUDGET {
                 undecided = true;
                 continue;
             }
             // Depth first, the half nearer p first (pushed last).
-            let [a, c] = cell.b.split().map(Cell::new);
+            let [a, c] = cell.piece.split().map(Cell::new);
             let (near, far) = if sphere::dot(&a.centre, &pu) >= sphere::dot(&c.centre, &pu) {
                 (a, c)
             } else {
@@ -499,20 +512,20 @@ fn too_many(limits: &Limits) -> QueryError {
     }
 }
 
-/// A sub-box with its centre's unit vector and a bound of its radius, for the cheap test.
+/// A piece of a segment with its centre's unit vector and a bound of its radius, for the cheap test.
 struct Cell {
-    b: SphBox,
+    piece: EdgePiece,
     centre: Vec3,
     radius: f64,
 }
 
 impl Cell {
-    fn new(b: SphBox) -> Cell {
-        let (clat, clon) = b.centre();
+    fn new(piece: EdgePiece) -> Cell {
+        let (clat, clon) = piece.centre();
         Cell {
-            b,
+            piece,
             centre: sphere::unit_of_rad(clat, clon),
-            radius: b.radius_rad(),
+            radius: piece.radius_rad(),
         }
     }
 }
