@@ -345,7 +345,9 @@ impl PoiIndex {
             return self.id_rank[q as usize] < self.id_rank[p as usize];
         }
         let w = sphere::sub(pu, qu);
-        sphere::dot(x, &w) <= TIE_RAD * sphere::norm(&w)
+        // x · w <= TIE_RAD |w|, without the square root.
+        let d = sphere::dot(x, &w);
+        d <= 0.0 || d * d <= TIE_RAD * TIE_RAD * sphere::dot(&w, &w)
     }
 
     /// Whether fewer than n POIs may precede p at x, walking the R-tree outwards from x until
@@ -383,20 +385,45 @@ impl PoiIndex {
     /// POIs of every point of the segment (p may be in it; it is skipped).
     fn decide_on(&self, p: u32, near: &[u32], n: usize, segment: &EdgePiece) -> Decision {
         let pu = self.units[p as usize];
-        // The point of the segment closest to p: p's best chance.
+        // First the whole segment: most POIs of the ball have n others closer everywhere on it (the
+        // ball is nearest to the centre first, so those come first). No allocation on that path.
+        let root = Cell::new(*segment);
+        let mut before = 0;
+        let mut crossing = Vec::new();
+        for &q in near {
+            if q == p {
+                continue;
+            }
+            match self.relation(p, q, &root) {
+                Relation::Before => {
+                    before += 1;
+                    if before >= n {
+                        return Decision::Out;
+                    }
+                }
+                Relation::After => {}
+                Relation::Crossing => crossing.push(q),
+            }
+        }
+        if before + crossing.len() < n {
+            let (clat, clon) = root.piece.centre();
+            return Decision::Witness(deg(clat, clon));
+        }
+        // The point of the segment closest to p: p's best chance. The POIs before p on the whole
+        // segment precede it there, those after it never do.
         let (lat, lon) = segment.closest_to(&pu);
         let at = deg(lat, lon);
         let x = sphere::unit(at.0, at.1);
-        let preceding = near
-            .iter()
-            .filter(|&&q| q != p && self.may_precede(p, q, &x))
-            .take(n)
-            .count();
+        let preceding = before
+            + crossing
+                .iter()
+                .filter(|&&q| self.may_precede(p, q, &x))
+                .take(n - before)
+                .count();
         if preceding < n {
             return Decision::Witness(at);
         }
-        let others: Vec<u32> = near.iter().copied().filter(|&q| q != p).collect();
-        let mut stack = vec![(Cell::new(*segment), others, 0usize)];
+        let mut stack = vec![(root, crossing, before)];
         let mut nodes = 0;
         let mut undecided = false;
         while let Some((cell, crossing, before)) = stack.pop() {
