@@ -216,8 +216,8 @@ impl PoiIndex {
             }
             verdicts.insert(entry.data, verdict);
         }
-        // The POIs outside: decided on the boundary, segment by segment.
-        let mut stack = vec![
+        // The POIs outside: decided on the boundary, segment by segment, edge by edge.
+        let edges = [
             EdgePiece::parallel(b.lat0, b.lon0, b.lon1),
             EdgePiece::parallel(b.lat1, b.lon0, b.lon1),
             EdgePiece::meridian(b.lon0, b.lat0, b.lat1),
@@ -226,63 +226,65 @@ impl PoiIndex {
         let mut segments = 0;
         // The ball of the segment, nearest to its centre first.
         let mut near: Vec<u32> = Vec::new();
-        while let Some(segment) = stack.pop() {
-            let (clat, clon) = segment.centre();
-            let centre = sphere::unit_of_rad(clat, clon);
-            let far_m = segment.radius_rad() * sphere::EARTH_RADIUS_M;
-            near.clear();
-            let mut reach2 = f64::INFINITY;
-            let mut split = false;
-            for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(centre) {
-                if d2 > reach2 {
-                    break;
-                }
-                near.push(entry.data);
-                if near.len() == n {
-                    let d_n = sphere::m_of_chord(d2.sqrt());
-                    if far_m > d_n
-                        && far_m > MIN_SEGMENT_M
-                        && segments + stack.len() + 2 <= SEGMENT_BUDGET
-                    {
-                        split = true;
-                        break;
-                    }
-                    // Every point x of the segment has its n nearest within d_n + far of x, so
-                    // within d_n + 2 far of the centre.
-                    let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
-                    reach2 = reach * reach;
-                }
-            }
-            if split {
-                stack.extend(segment.split());
-                continue;
-            }
-            if near.len() < n {
-                continue;
-            }
-            segments += 1;
-            for &p in &near {
-                let known = verdicts.get(&p);
-                if matches!(known, Some(Decision::Witness(_)))
-                    || (known.is_some() && {
-                        let poi = &self.pois[p as usize];
-                        b.contains(poi.lat.to_radians(), poi.lon.to_radians())
-                    })
-                {
+        let mut scratch: Vec<(f64, u32)> = Vec::new();
+        for (e, edge) in edges.iter().enumerate() {
+            let hood = Neighbourhood::new(self, tree, edge, n);
+            let mut stack = vec![*edge];
+            while let Some(segment) = stack.pop() {
+                let (clat, clon) = segment.centre();
+                let centre = sphere::unit_of_rad(clat, clon);
+                let far_m = segment.radius_rad() * sphere::EARTH_RADIUS_M;
+                let Some(d_n2) = hood.nth_nearest_2(&centre, n, &mut scratch).or_else(|| {
+                    tree.nearest_neighbor_iter_with_distance_2(centre)
+                        .nth(n - 1)
+                        .map(|(_, d2)| d2)
+                }) else {
+                    continue;
+                };
+                let d_n = sphere::m_of_chord(d_n2.sqrt());
+                let pending = segments + stack.len() + (edges.len() - e) + 1;
+                if far_m > d_n && far_m > MIN_SEGMENT_M && pending <= SEGMENT_BUDGET {
+                    stack.extend(segment.split());
                     continue;
                 }
-                let verdict = self.decide_on(p, &near, n, &segment);
-                match (verdict, known) {
-                    (Decision::Witness(at), _) => {
-                        verdicts.insert(p, Decision::Witness(at));
+                // Every point x of the segment has its n nearest within d_n + far of x, so
+                // within d_n + 2 far of the centre.
+                let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
+                if !hood.within(&centre, reach, &mut scratch) {
+                    scratch.clear();
+                    for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(centre) {
+                        if d2 > reach * reach {
+                            break;
+                        }
+                        scratch.push((d2, entry.data));
                     }
-                    (Decision::Undecided, _) => {
-                        verdicts.insert(p, Decision::Undecided);
+                }
+                near.clear();
+                near.extend(scratch.iter().map(|s| s.1));
+                segments += 1;
+                for &p in &near {
+                    let known = verdicts.get(&p);
+                    if matches!(known, Some(Decision::Witness(_)))
+                        || (known.is_some() && {
+                            let poi = &self.pois[p as usize];
+                            b.contains(poi.lat.to_radians(), poi.lon.to_radians())
+                        })
+                    {
+                        continue;
                     }
-                    (Decision::Out, None) => {
-                        verdicts.insert(p, Decision::Out);
+                    let verdict = self.decide_on(p, &near, n, &segment);
+                    match (verdict, known) {
+                        (Decision::Witness(at), _) => {
+                            verdicts.insert(p, Decision::Witness(at));
+                        }
+                        (Decision::Undecided, _) => {
+                            verdicts.insert(p, Decision::Undecided);
+                        }
+                        (Decision::Out, None) => {
+                            verdicts.insert(p, Decision::Out);
+                        }
+                        (Decision::Out, Some(_)) => {}
                     }
-                    (Decision::Out, Some(_)) => {}
                 }
             }
         }
@@ -554,6 +556,106 @@ impl Cell {
             centre: sphere::unit_of_rad(clat, clon),
             radius: piece.radius_rad(),
         }
+    }
+}
+
+/// The POIs near one edge of the box, fetched from the R-tree once for all of the edge's segments:
+/// every POI of the category within the chord `reach` of the edge (the edge's 3D envelope grown by
+/// it), sorted by their coordinate along `axis`, a unit vector. The POIs within a chord r of a point
+/// x are among those whose coordinate is within r of x's (`|(q − x) · axis| <= |q − x|`), and for x on
+/// the edge and r <= `reach` they are all here; past `reach` the caller asks the R-tree.
+struct Neighbourhood {
+    axis: Vec3,
+    reach: f64,
+    /// (coordinate along `axis`, unit vector, POI), ascending.
+    pois: Vec<(f64, Vec3, u32)>,
+}
+
+impl Neighbourhood {
+    /// How far the neighbourhood reaches, in units of the distance from the edge's middle to its
+    /// n-th nearest POI (a segment's ball reaches about 3 of its own).
+    const SPAN: f64 = 4.0;
+
+    fn new(
+        index: &PoiIndex,
+        tree: &rstar::RTree<super::Entry>,
+        edge: &EdgePiece,
+        n: usize,
+    ) -> Self {
+        let axis = edge.axis();
+        let (clat, clon) = edge.centre();
+        let centre = sphere::unit_of_rad(clat, clon);
+        let reach = match tree
+            .nearest_neighbor_iter_with_distance_2(centre)
+            .nth(n - 1)
+        {
+            Some((_, d2)) => Self::SPAN * d2.sqrt(),
+            None => 0.0,
+        };
+        let mut pois: Vec<(f64, Vec3, u32)> = tree
+            .locate_in_envelope_intersecting(expand(edge.as_box().envelope(), reach + 1e-12))
+            .map(|e| {
+                let u = index.units[e.data as usize];
+                (sphere::dot(&u, &axis), u, e.data)
+            })
+            .collect();
+        pois.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        Neighbourhood { axis, reach, pois }
+    }
+
+    /// The range of `pois` whose coordinate is within `r` of x's.
+    fn window(&self, x: &Vec3, r: f64) -> &[(f64, Vec3, u32)] {
+        let key = sphere::dot(x, &self.axis);
+        let lo = self.pois.partition_point(|p| p.0 < key - r);
+        let hi = self.pois.partition_point(|p| p.0 <= key + r);
+        &self.pois[lo..hi.max(lo)]
+    }
+
+    /// The squared chord from x (a point of the edge) to its n-th nearest POI, when that POI is
+    /// within `reach` (else `None`: farther POIs are not all here). `scratch` is overwritten.
+    fn nth_nearest_2(&self, x: &Vec3, n: usize, scratch: &mut Vec<(f64, u32)>) -> Option<f64> {
+        let reach2 = self.reach * self.reach;
+        // The n smallest squared chords within reach, ascending (n is small).
+        scratch.clear();
+        for (_, u, q) in self.window(x, self.reach) {
+            let d = sphere::sub(u, x);
+            let d2 = sphere::dot(&d, &d);
+            let bound = if scratch.len() == n {
+                scratch[n - 1].0
+            } else {
+                reach2
+            };
+            if d2 > bound {
+                continue;
+            }
+            let at = scratch.partition_point(|s| s.0 <= d2);
+            if at >= n {
+                continue;
+            }
+            if scratch.len() == n {
+                scratch.pop();
+            }
+            scratch.insert(at, (d2, *q));
+        }
+        (scratch.len() == n).then(|| scratch[n - 1].0)
+    }
+
+    /// Whether every POI within the chord r of x (a point of the edge) is here; if so, `scratch`
+    /// gets them (squared chord, POI), nearest first.
+    fn within(&self, x: &Vec3, r: f64, scratch: &mut Vec<(f64, u32)>) -> bool {
+        if r > self.reach {
+            return false;
+        }
+        scratch.clear();
+        for (_, u, q) in self.window(x, r) {
+            let d = sphere::sub(u, x);
+            let d2 = sphere::dot(&d, &d);
+            if d2 <= r * r {
+                scratch.push((d2, *q));
+            }
+        }
+        scratch.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        true
     }
 }
 

@@ -341,6 +341,17 @@ impl EdgePiece {
         }
     }
 
+    /// A unit vector along the piece (from its start to its end; any unit vector when it is a point).
+    pub fn axis(&self) -> Vec3 {
+        let d = sub(&self.ends[1], &self.ends[0]);
+        let len = norm(&d);
+        if len > 0.0 {
+            [d[0] / len, d[1] / len, d[2] / len]
+        } else {
+            [1.0, 0.0, 0.0]
+        }
+    }
+
     /// The two halves (the middle's vectors computed once).
     pub fn split(&self) -> [EdgePiece; 2] {
         let mid = 0.5 * (self.t0 + self.t1);
