@@ -13,16 +13,22 @@
 //!   distance 0; a POI with another one within [`CROWD_CHORD`] is searched from its place in the tree;
 //! - a POI outside the box is a candidate exactly when its region meets the box's boundary (the arc
 //!   from it to any point of the box crosses the boundary). The four edges are split into segments
-//!   until a segment's radius bound `far` (centre to any point, [`SphBox::radius_rad`]) is at most
+//!   until a segment's radius bound `far` (centre to any point, [`EdgePiece::radius_rad`]) is at most
 //!   d_n(c), the distance from the segment's centre c to its n-th nearest POI. Every point x of the
 //!   segment has its n nearest within d_n(c) + d(x, c) of x, so within d_n(c) + 2 far of c: that ball,
-//!   N, holds the n nearest of every point of the segment, and counting within N decides exactly. Each
-//!   p of N outside the box is decided on the segment: first at the segment's point closest to p (a
-//!   witness when fewer than n of N may precede p there), then by a branch and bound over sub-segments:
-//!   with unit vectors, "x is closer to q than to p" is `x · (p − q) < 0`, linear in x; per sub-segment
-//!   a cheap bound (`c · w ± |w| far`) settles most q, and the exact extremes over the sub-box
-//!   ([`SphBox::linear_extremes`]) the rest. The q closer than p everywhere (by more than [`TIE_RAD`])
-//!   are counted (p is out there once they reach n) and those whose bisector with p crosses it kept
+//!   N, holds the n nearest of every point of the segment, and counting within N decides exactly.
+//!   d_n(c) and N come from the edge's *neighbourhood*, every POI within a chord `reach` of the edge
+//!   (one R-tree query per edge, sorted along the edge): for c on the edge, every POI within `reach`
+//!   of c is in it, so a d_n(c) or a ball no larger than `reach` is exact there, and a larger one is
+//!   asked of the R-tree. Segments are [`EdgePiece`]s (a meridian or a parallel arc), whose extremes
+//!   of a linear function need no trigonometry. Each p of N outside the box is decided on the
+//!   segment: with unit vectors, "x is closer to q than to p" is `x · (p − q) < 0`, linear in x; first
+//!   over the whole segment (p is out there at once when n POIs of N are closer everywhere on it),
+//!   then at the segment's point closest to p (a witness when fewer than n of N may precede p there),
+//!   then by a branch and bound over sub-segments: per sub-segment a cheap bound (`c · w ± |w| far`)
+//!   settles most q, and the exact extremes over the sub-segment ([`EdgePiece::linear_range`]) the
+//!   rest. The q closer than p everywhere (by more than [`TIE_RAD`]) are counted (p is out there once
+//!   they reach n) and those whose bisector with p crosses it kept
 //!   (the centre is a witness when both together stay below n). p is out of the list when it is out on
 //!   every segment whose ball holds it.
 use std::collections::HashMap;
