@@ -13,21 +13,27 @@
 //!   distance 0; a POI with another one within [`CROWD_CHORD`] is searched from its place in the tree;
 //! - a POI outside the box is a candidate exactly when its region meets the box's boundary (the arc
 //!   from it to any point of the box crosses the boundary). The four edges are split into segments
-//!   until a segment's radius bound `far` (centre to any point, [`SphBox::radius_rad`]) is at most
+//!   until a segment's radius bound `far` (centre to any point, [`EdgePiece::radius_rad`]) is at most
 //!   d_n(c), the distance from the segment's centre c to its n-th nearest POI. Every point x of the
 //!   segment has its n nearest within d_n(c) + d(x, c) of x, so within d_n(c) + 2 far of c: that ball,
-//!   N, holds the n nearest of every point of the segment, and counting within N decides exactly. Each
-//!   p of N outside the box is decided on the segment: first at the segment's point closest to p (a
-//!   witness when fewer than n of N may precede p there), then by a branch and bound over sub-segments:
-//!   with unit vectors, "x is closer to q than to p" is `x · (p − q) < 0`, linear in x; per sub-segment
-//!   a cheap bound (`c · w ± |w| far`) settles most q, and the exact extremes over the sub-box
-//!   ([`SphBox::linear_extremes`]) the rest. The q closer than p everywhere (by more than [`TIE_RAD`])
-//!   are counted (p is out there once they reach n) and those whose bisector with p crosses it kept
+//!   N, holds the n nearest of every point of the segment, and counting within N decides exactly.
+//!   d_n(c) and N come from the edge's *neighbourhood*, every POI within a chord `reach` of the edge
+//!   (one R-tree query per edge, sorted along the edge): for c on the edge, every POI within `reach`
+//!   of c is in it, so a d_n(c) or a ball no larger than `reach` is exact there, and a larger one is
+//!   asked of the R-tree. Segments are [`EdgePiece`]s (a meridian or a parallel arc), whose extremes
+//!   of a linear function need no trigonometry. Each p of N outside the box is decided on the
+//!   segment: with unit vectors, "x is closer to q than to p" is `x · (p − q) < 0`, linear in x; first
+//!   over the whole segment (p is out there at once when n POIs of N are closer everywhere on it),
+//!   then at the segment's point closest to p (a witness when fewer than n of N may precede p there),
+//!   then by a branch and bound over sub-segments: per sub-segment a cheap bound (`c · w ± |w| far`)
+//!   settles most q, and the exact extremes over the sub-segment ([`EdgePiece::linear_range`]) the
+//!   rest. The q closer than p everywhere (by more than [`TIE_RAD`]) are counted (p is out there once
+//!   they reach n) and those whose bisector with p crosses it kept
 //!   (the centre is a witness when both together stay below n). p is out of the list when it is out on
 //!   every segment whose ball holds it.
 use std::collections::HashMap;
 
-use super::sphere::{self, Extreme, SphBox, Vec3};
+use super::sphere::{self, EdgePiece, SphBox, Vec3};
 use super::{Limits, PoiIndex, Query, QueryError};
 
 /// Ties finer than this angle (radians, about 0.06 mm on the Earth) between a point and the bisector of
@@ -200,7 +206,7 @@ impl PoiIndex {
             return Ok(out);
         }
         // The POIs inside the box, each decided at its own place.
-        let mut verdicts: HashMap<u32, Decision> = HashMap::new();
+        let mut verdicts: HashMap<u32, Decision, foldhash::fast::FixedState> = HashMap::default();
         let mut kept = 0;
         for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), 1e-12)) {
             let poi = &self.pois[entry.data as usize];
@@ -216,60 +222,75 @@ impl PoiIndex {
             }
             verdicts.insert(entry.data, verdict);
         }
-        // The POIs outside: decided on the boundary, segment by segment.
-        let mut stack = vec![
-            SphBox { lat1: b.lat0, ..*b },
-            SphBox { lat0: b.lat1, ..*b },
-            SphBox { lon1: b.lon0, ..*b },
-            SphBox { lon0: b.lon1, ..*b },
+        // The POIs outside: decided on the boundary, segment by segment, edge by edge.
+        let edges = [
+            EdgePiece::parallel(b.lat0, b.lon0, b.lon1),
+            EdgePiece::parallel(b.lat1, b.lon0, b.lon1),
+            EdgePiece::meridian(b.lon0, b.lat0, b.lat1),
+            EdgePiece::meridian(b.lon1, b.lat0, b.lat1),
         ];
         let mut segments = 0;
-        while let Some(segment) = stack.pop() {
-            let (clat, clon) = segment.centre();
-            let centre = sphere::unit_of_rad(clat, clon);
-            let Some((_, d2)) = tree
-                .nearest_neighbor_iter_with_distance_2(centre)
-                .nth(n - 1)
-            else {
-                continue;
-            };
-            let d_n = sphere::m_of_chord(d2.sqrt());
-            let far_m = segment.radius_rad() * sphere::EARTH_RADIUS_M;
-            if far_m > d_n && far_m > MIN_SEGMENT_M && segments + stack.len() + 2 <= SEGMENT_BUDGET
-            {
-                stack.extend(segment.split());
-                continue;
-            }
-            segments += 1;
-            // Every point x of the segment has its n nearest within d_n + far of x, so within
-            // d_n + 2 far of the centre.
-            let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
-            let near: Vec<u32> = tree
-                .locate_within_distance(centre, reach * reach)
-                .map(|e| e.data)
-                .collect();
-            for &p in &near {
-                let known = verdicts.get(&p);
-                if matches!(known, Some(Decision::Witness(_)))
-                    || (known.is_some() && {
-                        let poi = &self.pois[p as usize];
-                        b.contains(poi.lat.to_radians(), poi.lon.to_radians())
-                    })
-                {
+        // The ball of the segment, nearest to its centre first.
+        let mut near: Vec<u32> = Vec::new();
+        let mut scratch: Vec<(f64, u32)> = Vec::new();
+        for (e, edge) in edges.iter().enumerate() {
+            let hood = Neighbourhood::new(self, tree, edge, n);
+            let mut stack = vec![*edge];
+            while let Some(segment) = stack.pop() {
+                let (clat, clon) = segment.centre();
+                let centre = sphere::unit_of_rad(clat, clon);
+                let far_m = segment.radius_rad() * sphere::EARTH_RADIUS_M;
+                let Some(d_n2) = hood.nth_nearest_2(&centre, n, &mut scratch).or_else(|| {
+                    tree.nearest_neighbor_iter_with_distance_2(centre)
+                        .nth(n - 1)
+                        .map(|(_, d2)| d2)
+                }) else {
+                    continue;
+                };
+                let d_n = sphere::m_of_chord(d_n2.sqrt());
+                let pending = segments + stack.len() + (edges.len() - e) + 1;
+                if far_m > d_n && far_m > MIN_SEGMENT_M && pending <= SEGMENT_BUDGET {
+                    stack.extend(segment.split());
                     continue;
                 }
-                let verdict = self.decide_on(p, &near, n, &segment);
-                match (verdict, known) {
-                    (Decision::Witness(at), _) => {
-                        verdicts.insert(p, Decision::Witness(at));
+                // Every point x of the segment has its n nearest within d_n + far of x, so
+                // within d_n + 2 far of the centre.
+                let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
+                if !hood.within(&centre, reach, &mut scratch) {
+                    scratch.clear();
+                    for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(centre) {
+                        if d2 > reach * reach {
+                            break;
+                        }
+                        scratch.push((d2, entry.data));
                     }
-                    (Decision::Undecided, _) => {
-                        verdicts.insert(p, Decision::Undecided);
+                }
+                near.clear();
+                near.extend(scratch.iter().map(|s| s.1));
+                segments += 1;
+                for &p in &near {
+                    let known = verdicts.get(&p);
+                    if matches!(known, Some(Decision::Witness(_)))
+                        || (known.is_some() && {
+                            let poi = &self.pois[p as usize];
+                            b.contains(poi.lat.to_radians(), poi.lon.to_radians())
+                        })
+                    {
+                        continue;
                     }
-                    (Decision::Out, None) => {
-                        verdicts.insert(p, Decision::Out);
+                    let verdict = self.decide_on(p, &near, n, &segment);
+                    match (verdict, known) {
+                        (Decision::Witness(at), _) => {
+                            verdicts.insert(p, Decision::Witness(at));
+                        }
+                        (Decision::Undecided, _) => {
+                            verdicts.insert(p, Decision::Undecided);
+                        }
+                        (Decision::Out, None) => {
+                            verdicts.insert(p, Decision::Out);
+                        }
+                        (Decision::Out, Some(_)) => {}
                     }
-                    (Decision::Out, Some(_)) => {}
                 }
             }
         }
@@ -314,10 +335,10 @@ impl PoiIndex {
         if at_centre - spread > tie {
             return Relation::After;
         }
-        let (min, max): (Extreme, Extreme) = cell.b.linear_extremes(&w);
-        if max.value < -tie {
+        let (min, max) = cell.piece.linear_range(&w);
+        if max < -tie {
             Relation::Before
-        } else if min.value > tie {
+        } else if min > tie {
             Relation::After
         } else {
             Relation::Crossing
@@ -332,7 +353,9 @@ impl PoiIndex {
             return self.id_rank[q as usize] < self.id_rank[p as usize];
         }
         let w = sphere::sub(pu, qu);
-        sphere::dot(x, &w) <= TIE_RAD * sphere::norm(&w)
+        // x · w <= TIE_RAD |w|, without the square root.
+        let d = sphere::dot(x, &w);
+        d <= 0.0 || d * d <= TIE_RAD * TIE_RAD * sphere::dot(&w, &w)
     }
 
     /// Whether fewer than n POIs may precede p at x, walking the R-tree outwards from x until
@@ -366,24 +389,49 @@ impl PoiIndex {
         true
     }
 
-    /// Decides p on a sub-box `b` of the box (a segment of its boundary) given `near`, a set that
-    /// holds the n nearest POIs of every point of `b` (p may be in it; it is skipped).
-    fn decide_on(&self, p: u32, near: &[u32], n: usize, b: &SphBox) -> Decision {
+    /// Decides p on a segment of the box's boundary given `near`, a set that holds the n nearest
+    /// POIs of every point of the segment (p may be in it; it is skipped).
+    fn decide_on(&self, p: u32, near: &[u32], n: usize, segment: &EdgePiece) -> Decision {
         let pu = self.units[p as usize];
-        let poi = &self.pois[p as usize];
-        // The point of `b` closest to p: p's best chance.
-        let (_, at) = b.closest_point_m(&pu, (poi.lat, poi.lon));
+        // First the whole segment: most POIs of the ball have n others closer everywhere on it (the
+        // ball is nearest to the centre first, so those come first). No allocation on that path.
+        let root = Cell::new(*segment);
+        let mut before = 0;
+        let mut crossing = Vec::new();
+        for &q in near {
+            if q == p {
+                continue;
+            }
+            match self.relation(p, q, &root) {
+                Relation::Before => {
+                    before += 1;
+                    if before >= n {
+                        return Decision::Out;
+                    }
+                }
+                Relation::After => {}
+                Relation::Crossing => crossing.push(q),
+            }
+        }
+        if before + crossing.len() < n {
+            let (clat, clon) = root.piece.centre();
+            return Decision::Witness(deg(clat, clon));
+        }
+        // The point of the segment closest to p: p's best chance. The POIs before p on the whole
+        // segment precede it there, those after it never do.
+        let (lat, lon) = segment.closest_to(&pu);
+        let at = deg(lat, lon);
         let x = sphere::unit(at.0, at.1);
-        let preceding = near
-            .iter()
-            .filter(|&&q| q != p && self.may_precede(p, q, &x))
-            .take(n)
-            .count();
+        let preceding = before
+            + crossing
+                .iter()
+                .filter(|&&q| self.may_precede(p, q, &x))
+                .take(n - before)
+                .count();
         if preceding < n {
             return Decision::Witness(at);
         }
-        let others: Vec<u32> = near.iter().copied().filter(|&q| q != p).collect();
-        let mut stack = vec![(Cell::new(*b), others, 0usize)];
+        let mut stack = vec![(root, crossing, before)];
         let mut nodes = 0;
         let mut undecided = false;
         while let Some((cell, crossing, before)) = stack.pop() {
@@ -403,7 +451,7 @@ impl PoiIndex {
             if before >= n {
                 continue;
             }
-            let (clat, clon) = cell.b.centre();
+            let (clat, clon) = cell.piece.centre();
             if before + still.len() < n {
                 return Decision::Witness(deg(clat, clon));
             }
@@ -416,12 +464,12 @@ impl PoiIndex {
             if at_centre < n {
                 return Decision::Witness(deg(clat, clon));
             }
-            if cell.b.extent() < MIN_EXTENT_RAD || nodes >= NODE_BUDGET {
+            if cell.piece.extent() < MIN_EXTENT_RAD || nodes >= NODE_BUDGET {
                 undecided = true;
                 continue;
             }
             // Depth first, the half nearer p first (pushed last).
-            let [a, c] = cell.b.split().map(Cell::new);
+            let [a, c] = cell.piece.split().map(Cell::new);
             let (near, far) = if sphere::dot(&a.centre, &pu) >= sphere::dot(&c.centre, &pu) {
                 (a, c)
             } else {
@@ -499,21 +547,121 @@ fn too_many(limits: &Limits) -> QueryError {
     }
 }
 
-/// A sub-box with its centre's unit vector and a bound of its radius, for the cheap test.
+/// A piece of a segment with its centre's unit vector and a bound of its radius, for the cheap test.
 struct Cell {
-    b: SphBox,
+    piece: EdgePiece,
     centre: Vec3,
     radius: f64,
 }
 
 impl Cell {
-    fn new(b: SphBox) -> Cell {
-        let (clat, clon) = b.centre();
+    fn new(piece: EdgePiece) -> Cell {
+        let (clat, clon) = piece.centre();
         Cell {
-            b,
+            piece,
             centre: sphere::unit_of_rad(clat, clon),
-            radius: b.radius_rad(),
+            radius: piece.radius_rad(),
         }
+    }
+}
+
+/// The POIs near one edge of the box, fetched from the R-tree once for all of the edge's segments:
+/// every POI of the category within the chord `reach` of the edge (the edge's 3D envelope grown by
+/// it), sorted by their coordinate along `axis`, a unit vector. The POIs within a chord r of a point
+/// x are among those whose coordinate is within r of x's (`|(q − x) · axis| <= |q − x|`), and for x on
+/// the edge and r <= `reach` they are all here; past `reach` the caller asks the R-tree.
+struct Neighbourhood {
+    axis: Vec3,
+    reach: f64,
+    /// (coordinate along `axis`, unit vector, POI), ascending.
+    pois: Vec<(f64, Vec3, u32)>,
+}
+
+impl Neighbourhood {
+    /// How far the neighbourhood reaches, in units of the distance from the edge's middle to its
+    /// n-th nearest POI (a segment's ball reaches about 3 of its own).
+    const SPAN: f64 = 4.0;
+
+    fn new(
+        index: &PoiIndex,
+        tree: &rstar::RTree<super::Entry>,
+        edge: &EdgePiece,
+        n: usize,
+    ) -> Self {
+        let axis = edge.axis();
+        let (clat, clon) = edge.centre();
+        let centre = sphere::unit_of_rad(clat, clon);
+        let reach = match tree
+            .nearest_neighbor_iter_with_distance_2(centre)
+            .nth(n - 1)
+        {
+            Some((_, d2)) => Self::SPAN * d2.sqrt(),
+            None => 0.0,
+        };
+        let mut pois: Vec<(f64, Vec3, u32)> = tree
+            .locate_in_envelope_intersecting(expand(edge.as_box().envelope(), reach + 1e-12))
+            .map(|e| {
+                let u = index.units[e.data as usize];
+                (sphere::dot(&u, &axis), u, e.data)
+            })
+            .collect();
+        pois.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        Neighbourhood { axis, reach, pois }
+    }
+
+    /// The range of `pois` whose coordinate is within `r` of x's.
+    fn window(&self, x: &Vec3, r: f64) -> &[(f64, Vec3, u32)] {
+        let key = sphere::dot(x, &self.axis);
+        let lo = self.pois.partition_point(|p| p.0 < key - r);
+        let hi = self.pois.partition_point(|p| p.0 <= key + r);
+        &self.pois[lo..hi.max(lo)]
+    }
+
+    /// The squared chord from x (a point of the edge) to its n-th nearest POI, when that POI is
+    /// within `reach` (else `None`: farther POIs are not all here). `scratch` is overwritten.
+    fn nth_nearest_2(&self, x: &Vec3, n: usize, scratch: &mut Vec<(f64, u32)>) -> Option<f64> {
+        let reach2 = self.reach * self.reach;
+        // The n smallest squared chords within reach, ascending (n is small).
+        scratch.clear();
+        for (_, u, q) in self.window(x, self.reach) {
+            let d = sphere::sub(u, x);
+            let d2 = sphere::dot(&d, &d);
+            let bound = if scratch.len() == n {
+                scratch[n - 1].0
+            } else {
+                reach2
+            };
+            if d2 > bound {
+                continue;
+            }
+            let at = scratch.partition_point(|s| s.0 <= d2);
+            if at >= n {
+                continue;
+            }
+            if scratch.len() == n {
+                scratch.pop();
+            }
+            scratch.insert(at, (d2, *q));
+        }
+        (scratch.len() == n).then(|| scratch[n - 1].0)
+    }
+
+    /// Whether every POI within the chord r of x (a point of the edge) is here; if so, `scratch`
+    /// gets them (squared chord, POI), nearest first.
+    fn within(&self, x: &Vec3, r: f64, scratch: &mut Vec<(f64, u32)>) -> bool {
+        if r > self.reach {
+            return false;
+        }
+        scratch.clear();
+        for (_, u, q) in self.window(x, r) {
+            let d = sphere::sub(u, x);
+            let d2 = sphere::dot(&d, &d);
+            if d2 <= r * r {
+                scratch.push((d2, *q));
+            }
+        }
+        scratch.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        true
     }
 }
 

@@ -270,6 +270,189 @@ pub fn unit_of_rad(lat: f64, lon: f64) -> Vec3 {
     unit_rad(lat, lon)
 }
 
+/// A piece of a box's edge: a meridian arc (fixed longitude, latitude `t` in `[t0, t1]`) or a parallel
+/// arc (fixed latitude, longitude `t` in `[t0, t1]`), `t1 − t0` in `[0, π)`. It keeps its end points'
+/// unit vectors and the directions in which `t` grows there, so [`EdgePiece::linear_range`] and
+/// [`EdgePiece::closest_to`] need no trigonometry beyond one `hypot` or `atan2`: along a meridian `w · x`
+/// is `a cos φ + b sin φ`, along a parallel `cos φ ρ cos(λ − α) + w_z sin φ`, both sinusoids of `t`
+/// over less than half a period, so each has at most one critical point inside, where its slope
+/// changes sign between the ends, and it is a maximum when the slope goes from positive to negative.
+#[derive(Debug, Clone, Copy)]
+pub struct EdgePiece {
+    meridian: bool,
+    /// The fixed angle's (cos, sin).
+    fixed_cs: (f64, f64),
+    fixed: f64,
+    t0: f64,
+    t1: f64,
+    ends: [Vec3; 2],
+    slopes: [Vec3; 2],
+}
+
+impl EdgePiece {
+    /// The meridian arc at longitude `lon` from `lat0` to `lat1` (radians, `lat0 <= lat1`).
+    pub fn meridian(lon: f64, lat0: f64, lat1: f64) -> EdgePiece {
+        Self::new(true, lon, lat0, lat1)
+    }
+
+    /// The parallel arc at latitude `lat` from `lon0` to `lon1` (radians, `lon0 <= lon1`).
+    pub fn parallel(lat: f64, lon0: f64, lon1: f64) -> EdgePiece {
+        Self::new(false, lat, lon0, lon1)
+    }
+
+    fn new(meridian: bool, fixed: f64, t0: f64, t1: f64) -> EdgePiece {
+        let (sin, cos) = fixed.sin_cos();
+        let mut piece = EdgePiece {
+            meridian,
+            fixed_cs: (cos, sin),
+            fixed,
+            t0,
+            t1,
+            ends: [[0.0; 3]; 2],
+            slopes: [[0.0; 3]; 2],
+        };
+        let (e0, s0) = piece.at(t0);
+        let (e1, s1) = piece.at(t1);
+        piece.ends = [e0, e1];
+        piece.slopes = [s0, s1];
+        piece
+    }
+
+    /// The unit vector at parameter `t` and the direction in which `t` grows there.
+    fn at(&self, t: f64) -> (Vec3, Vec3) {
+        let (sin_t, cos_t) = t.sin_cos();
+        let (cos_f, sin_f) = self.fixed_cs;
+        if self.meridian {
+            (
+                [cos_t * cos_f, cos_t * sin_f, sin_t],
+                [-sin_t * cos_f, -sin_t * sin_f, cos_t],
+            )
+        } else {
+            ([cos_f * cos_t, cos_f * sin_t, sin_f], [-sin_t, cos_t, 0.0])
+        }
+    }
+
+    /// The point (latitude, longitude) in radians at parameter `t`.
+    fn point(&self, t: f64) -> (f64, f64) {
+        if self.meridian {
+            (t, self.fixed)
+        } else {
+            (self.fixed, t)
+        }
+    }
+
+    /// A unit vector along the piece (from its start to its end; any unit vector when it is a point).
+    pub fn axis(&self) -> Vec3 {
+        let d = sub(&self.ends[1], &self.ends[0]);
+        let len = norm(&d);
+        if len > 0.0 {
+            [d[0] / len, d[1] / len, d[2] / len]
+        } else {
+            [1.0, 0.0, 0.0]
+        }
+    }
+
+    /// The two halves (the middle's vectors computed once).
+    pub fn split(&self) -> [EdgePiece; 2] {
+        let mid = 0.5 * (self.t0 + self.t1);
+        let (e, s) = self.at(mid);
+        [
+            EdgePiece {
+                t1: mid,
+                ends: [self.ends[0], e],
+                slopes: [self.slopes[0], s],
+                ..*self
+            },
+            EdgePiece {
+                t0: mid,
+                ends: [e, self.ends[1]],
+                slopes: [s, self.slopes[1]],
+                ..*self
+            },
+        ]
+    }
+
+    /// The middle point (latitude, longitude) in radians.
+    pub fn centre(&self) -> (f64, f64) {
+        self.point(0.5 * (self.t0 + self.t1))
+    }
+
+    /// The piece as a (degenerate) box.
+    pub fn as_box(&self) -> SphBox {
+        let (lat0, lat1, lon0, lon1) = if self.meridian {
+            (self.t0, self.t1, self.fixed, self.fixed)
+        } else {
+            (self.fixed, self.fixed, self.t0, self.t1)
+        };
+        SphBox {
+            lat0,
+            lat1,
+            lon0,
+            lon1,
+        }
+    }
+
+    /// An upper bound of the great-circle angle (and the chord) from the middle point to any point of
+    /// the piece: half its length along the edge.
+    pub fn radius_rad(&self) -> f64 {
+        0.5 * self.extent() * (1.0 + 1e-9) + 1e-15
+    }
+
+    /// The length of the parameter interval in radians of arc (an upper bound of the diameter).
+    pub fn extent(&self) -> f64 {
+        let scale = if self.meridian { 1.0 } else { self.fixed_cs.0 };
+        (self.t1 - self.t0) * scale
+    }
+
+    /// The minimum and maximum of `w · x` over the points `x` of the piece.
+    pub fn linear_range(&self, w: &Vec3) -> (f64, f64) {
+        let v0 = dot(w, &self.ends[0]);
+        let v1 = dot(w, &self.ends[1]);
+        let s0 = dot(w, &self.slopes[0]);
+        let s1 = dot(w, &self.slopes[1]);
+        let (mut min, mut max) = if v0 <= v1 { (v0, v1) } else { (v1, v0) };
+        if (s0 > 0.0 && s1 < 0.0) || (s0 < 0.0 && s1 > 0.0) {
+            let (cos_f, sin_f) = self.fixed_cs;
+            let extreme = |sign: f64| {
+                if self.meridian {
+                    sign * (w[0] * cos_f + w[1] * sin_f).hypot(w[2])
+                } else {
+                    sign * cos_f * w[0].hypot(w[1]) + w[2] * sin_f
+                }
+            };
+            if s0 > 0.0 {
+                max = max.max(extreme(1.0));
+            } else {
+                min = min.min(extreme(-1.0));
+            }
+        }
+        (min, max)
+    }
+
+    /// The point (latitude, longitude, radians) of the piece where `w · x` is largest: for a unit
+    /// vector `w`, the point of the piece closest to it.
+    pub fn closest_to(&self, w: &Vec3) -> (f64, f64) {
+        let s0 = dot(w, &self.slopes[0]);
+        let s1 = dot(w, &self.slopes[1]);
+        if s0 > 0.0 && s1 < 0.0 {
+            let (cos_f, sin_f) = self.fixed_cs;
+            let t = if self.meridian {
+                w[2].atan2(w[0] * cos_f + w[1] * sin_f)
+            } else {
+                // The longitude of w, brought next to the piece.
+                let alpha = w[1].atan2(w[0]);
+                self.t0 + (alpha - self.t0).rem_euclid(TAU)
+            };
+            return self.point(t.clamp(self.t0, self.t1));
+        }
+        if dot(w, &self.ends[0]) >= dot(w, &self.ends[1]) {
+            self.point(self.t0)
+        } else {
+            self.point(self.t1)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +488,63 @@ mod tests {
                     let v = at(lat, lon);
                     assert!(v <= max.value + 1e-12 && v >= min.value - 1e-12);
                 }
+            }
+        }
+    }
+
+    /// The edge pieces' extremes and closest points agree with a dense sampling of the piece.
+    #[test]
+    fn edge_pieces_match_dense_sampling() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        for round in 0..600 {
+            let lat0: f64 = rng.random_range(-1.4..1.3);
+            let lon0: f64 = rng.random_range(-3.1..3.0);
+            let span: f64 = rng.random_range(0.0..[1e-5, 1e-3, 0.5][round % 3]);
+            let piece = if round % 2 == 0 {
+                EdgePiece::meridian(lon0, lat0, lat0 + span)
+            } else {
+                EdgePiece::parallel(lat0, lon0, lon0 + span)
+            };
+            // Split once or twice so the cached middle vectors are exercised too.
+            let piece = match round % 4 {
+                0 | 1 => piece,
+                2 => piece.split()[0],
+                _ => piece.split()[1].split()[0],
+            };
+            let b = piece.as_box();
+            let w: Vec3 = if round % 5 == 0 {
+                let (lat, lon) = (
+                    rng.random_range(b.lat0 - 0.01..b.lat1 + 0.01),
+                    rng.random_range(b.lon0 - 0.01..b.lon1 + 0.01),
+                );
+                unit_rad(lat.clamp(-1.5, 1.5), lon)
+            } else {
+                [
+                    rng.random_range(-1.0..1.0),
+                    rng.random_range(-1.0..1.0),
+                    rng.random_range(-1.0..1.0),
+                ]
+            };
+            let (min, max) = piece.linear_range(&w);
+            let (emin, emax) = b.linear_extremes(&w);
+            assert!((min - emin.value).abs() < 1e-12, "{round} {min} {emin:?}");
+            assert!((max - emax.value).abs() < 1e-12, "{round} {max} {emax:?}");
+            let (lat, lon) = piece.closest_to(&w);
+            assert!(b.contains(lat, lon), "{round}");
+            assert!(
+                (dot(&w, &unit_rad(lat, lon)) - max).abs() < 1e-12,
+                "{round}"
+            );
+            for i in 0..=200 {
+                let f = f64::from(i) / 200.0;
+                let v = dot(
+                    &w,
+                    &unit_rad(
+                        b.lat0 + f * (b.lat1 - b.lat0),
+                        b.lon0 + f * (b.lon1 - b.lon0),
+                    ),
+                );
+                assert!(v <= max + 1e-12 && v >= min - 1e-12, "{round}");
             }
         }
     }
