@@ -6,7 +6,9 @@ use std::f64::consts::LN_2;
 use std::process::Command;
 
 use cloakd::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
-use cloakd::measures::queries::{CountQuery, QueryWorkload, Selection, estimated_count};
+use cloakd::measures::queries::{
+    CountQuery, QueryWorkload, Selection, actual_count, estimated_count,
+};
 use cloakd::measures::released::read_release;
 use cloakd::measures::view::ReleaseView;
 use cloakd::relational::hierarchy::Hierarchy;
@@ -278,6 +280,19 @@ proptest! {
             let brute = brute_force_ploss(&text);
             prop_assert!((e.ploss - brute).abs() < 1e-9, "{} vs brute force {}", e.ploss, brute);
         }
+        // The workload's fast paths compute exactly the definitions, to the last bit: every actual
+        // answer, and the mean relative error of the per-query estimates.
+        let workload = &baseline.workload;
+        for (query, &actual) in workload.queries.iter().zip(&workload.actual) {
+            prop_assert_eq!(actual, actual_count(&t, query) as f64);
+        }
+        let view = ReleaseView::new(&t, &r).unwrap();
+        let mut sum = 0.0;
+        for (query, &actual) in workload.queries.iter().zip(&workload.actual) {
+            sum += (estimated_count(&t, &view, query) - actual).abs() / actual;
+        }
+        let defined = if workload.queries.is_empty() { 0.0 } else { sum / workload.queries.len() as f64 };
+        prop_assert_eq!(e.query_error.to_bits(), defined.to_bits(), "{} vs {}", e.query_error, defined);
         // The original table as its own release: no utility lost, every query answered exactly.
         let original = evaluate(&t, &baseline, &release(&t, &table_text(&rows), None)).unwrap();
         prop_assert!(original.uloss.abs() < 1e-9, "{original:?}");

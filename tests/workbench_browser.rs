@@ -17,83 +17,23 @@
 //! returns.
 mod relational_checker;
 mod security_support;
+mod workbench_support;
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cloakd::config::Config;
-// The checker's models (it names them through `super::`).
+// The checker's models (it and `workbench_support` name them through `super::`).
 use cloakd::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
-use relational_checker::{CheckQuasi, Original, check_generalized_csv, hierarchy_lines};
+use relational_checker::check_generalized_csv;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
-
-// ------------------------------------------------------------------------------------------------
-// The daemon with its workbench listener
-// ------------------------------------------------------------------------------------------------
-
-/// The real daemon serving the workbench on its own loopback listener.
-struct Workbench {
-    ui: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    _data: tempfile::TempDir,
-}
-
-impl Workbench {
-    async fn start(mut config: Config) -> Workbench {
-        let data = tempfile::tempdir().unwrap();
-        config.transactions.data_dir = data.path().to_path_buf();
-        config.telemetry.metrics_listen = None;
-        config.ui.listen = Some("127.0.0.1:0".parse().unwrap());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (bound_tx, bound_rx) = oneshot::channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(cloakd::daemon::serve_reporting(
-            config,
-            listener,
-            async move {
-                let _ = stopped.await;
-            },
-            bound_tx,
-        ));
-        let ui = tokio::time::timeout(Duration::from_secs(30), bound_rx)
-            .await
-            .expect("the workbench listener is up within 30 s")
-            .expect("the daemon reports its listeners")
-            .ui
-            .expect("the workbench listener is on");
-        Workbench {
-            ui,
-            stop: Some(stop),
-            task,
-            _data: data,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/", self.ui)
-    }
-
-    async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(30), self.task)
-            .await
-            .expect("daemon stops within 30 s")
-            .expect("daemon task")
-            .expect("daemon ends cleanly");
-    }
-}
+use workbench_support::{Workbench, adult_original, repo, spec_of};
 
 // ------------------------------------------------------------------------------------------------
 // Chromium through chromedriver
@@ -367,10 +307,6 @@ impl Drop for Browser {
     }
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn screenshot_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
@@ -494,53 +430,6 @@ fn cli_anonymize(job: &[u8]) -> Vec<u8> {
         String::from_utf8_lossy(&output.stderr)
     );
     std::fs::read(out).unwrap()
-}
-
-/// The Adult example as the checker reads it: QIs age (numeric) and the five hierarchies of
-/// examples/adult.toml, sensitive occupation.
-fn adult_original() -> Original {
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(
-        std::fs::File::open(repo().join("examples/data/adult.csv.gz")).unwrap(),
-    )
-    .read_to_string(&mut text)
-    .unwrap();
-    let (header, rows) = relational_checker::parse_csv(text.as_bytes());
-    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
-    let mut quasi = vec![(col("age"), CheckQuasi::Numeric)];
-    for name in ["workclass", "education", "marital-status", "race", "sex"] {
-        let h =
-            std::fs::read_to_string(repo().join(format!("examples/data/hierarchies/{name}.csv")))
-                .unwrap();
-        quasi.push((col(name), CheckQuasi::Categorical(hierarchy_lines(&h))));
-    }
-    let sensitive = col("occupation");
-    Original {
-        header,
-        rows,
-        quasi,
-        sensitive,
-        sensitive_numeric: false,
-        id: None,
-    }
-}
-
-/// The privacy requirement of one frontier point (`cloakd table frontier`'s models).
-fn spec_of(model: &str, parameter: f64) -> PrivacySpec {
-    let mut spec = PrivacySpec::default();
-    match model {
-        "k-anonymity" => spec.k = Some(parameter.round() as u64),
-        "l-diversity" => spec.l = Some(LDiversity::Probabilistic(parameter)),
-        "t-closeness" => {
-            spec.t = Some(TCloseness {
-                t: parameter,
-                distance: Distance::Js,
-            })
-        }
-        "delta-disclosure" => spec.delta = Some(parameter),
-        other => panic!("unknown model {other}"),
-    }
-    spec
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -11,16 +11,20 @@
 //! (FP-growth's divide and conquer over conditional databases; each conditional database is kept as a
 //! list of merged, weighted prefix paths — the paths an FP-tree would store — rather than as a linked
 //! tree), with every transaction carrying a sensitive histogram so the mining yields each
-//! population's distribution directly. The release's estimates are mined the same way over *virtual
+//! population's distribution directly. The release's estimates are summed over *virtual
 //! transactions*: each released cell split into the pieces of its region that fall under different
-//! items, weighted by their share of the region's equally likely values, mining only the itemsets of
-//! the original's large populations.
+//! items, weighted by their share of the region's equally likely values, merged by their pieces; each
+//! transaction's histogram is added to every large population it contains, found by walking a trie
+//! of the populations along the transaction's items (the baseline builds the trie once).
 //!
 //! Invariants: a population is reported once (its items sorted by global item order); populations
-//! are downward closed, so mining the release restricted to them visits all of them; the original
-//! table as its own release gives P̄_y = P_y for every y (Uloss 0); the trivial release gives
-//! P̄_y = Q. A population the release gives no mass at all counts as the maximum ln 2.
-use std::collections::{HashMap, HashSet};
+//! are downward closed, so the walk from the trie's root through populations a transaction contains
+//! reaches every one it contains, each once; the release's estimates are summed in one fixed order
+//! (cells in the view's order, transactions in the order the cells first give them), so a release
+//! measures the same Uloss to the last bit in every run; the original table as its own release
+//! gives P̄_y = P_y for every y (Uloss 0); the trivial release gives P̄_y = Q. A population the
+//! release gives no mass at all counts as the maximum ln 2.
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::measures::view::{Region, ReleaseView};
@@ -325,7 +329,7 @@ pub struct LargePopulations {
     pub populations: Vec<Vec<Item>>,
     /// True sensitive counts of each population, `m` each.
     pub truths: Vec<Vec<f64>>,
-    index: HashSet<Vec<Item>>,
+    trie: PopulationTrie,
     m: usize,
 }
 
@@ -382,13 +386,13 @@ impl LargePopulations {
             populations.push(itemset);
             truths.push(histogram);
         }
-        let index = populations.iter().cloned().collect();
+        let trie = PopulationTrie::new(&populations);
         Some(LargePopulations {
             catalog,
             min_support,
             populations,
             truths,
-            index,
+            trie,
             m,
         })
     }
@@ -401,8 +405,9 @@ impl LargePopulations {
         self.populations.is_empty()
     }
 
-    /// The release's estimated sensitive counts of every population (absent: no mass).
-    pub fn estimates(&self, table: &Table, view: &ReleaseView) -> HashMap<Vec<Item>, Vec<f64>> {
+    /// The release's estimated sensitive counts of each population, in the order of
+    /// [`LargePopulations::populations`] (`None`: the release gives it no mass).
+    pub fn estimates(&self, table: &Table, view: &ReleaseView) -> Vec<Option<Vec<f64>>> {
         self.estimates_unless(table, view, &AtomicBool::new(false))
             .expect("estimates that cannot be cancelled complete")
     }
@@ -413,54 +418,93 @@ impl LargePopulations {
         table: &Table,
         view: &ReleaseView,
         cancelled: &AtomicBool,
-    ) -> Option<HashMap<Vec<Item>, Vec<f64>>> {
+    ) -> Option<Vec<Option<Vec<f64>>>> {
+        let m = self.m;
+        let transactions = self.virtual_transactions(table, view, cancelled)?;
+        let mut sums = vec![0.0; self.populations.len() * m];
+        let mut reached = vec![false; self.populations.len()];
+        for (i, (pieces, histogram)) in transactions.iter().enumerate() {
+            if i.is_multiple_of(CANCEL_CHECK_EVERY) && cancelled.load(Ordering::Relaxed) {
+                return None;
+            }
+            let items = self.catalog.items_of(pieces);
+            self.trie
+                .add_contained(0, &items, histogram, &mut sums, &mut reached);
+        }
+        Some(
+            reached
+                .iter()
+                .enumerate()
+                .map(|(p, &r)| r.then(|| sums[p * m..(p + 1) * m].to_vec()))
+                .collect(),
+        )
+    }
+
+    /// The release's cells split into virtual transactions: each cell's region cut into the pieces
+    /// of each QI, weighted by their share of the region's values, merged by their pieces (one per
+    /// QI) in the order the cells first give them (so every sum below is taken in one order).
+    fn virtual_transactions(
+        &self,
+        table: &Table,
+        view: &ReleaseView,
+        cancelled: &AtomicBool,
+    ) -> Option<Vec<(Vec<u32>, Vec<f64>)>> {
         let m = self.m;
         let qn = table.quasi.len();
-        let mut cache: HashMap<(usize, Region), Vec<(u32, f64)>> = HashMap::new();
-        let mut merged: HashMap<Vec<u32>, Vec<f64>> = HashMap::new();
-        let mut partial: Vec<(Vec<u32>, f64)> = Vec::new();
-        let mut next: Vec<(Vec<u32>, f64)> = Vec::new();
+        // The pieces of each (QI, region) met so far, and their place in `lists`.
+        let mut cache: HashMap<(usize, Region), usize> = HashMap::new();
+        let mut lists: Vec<Vec<(u32, f64)>> = Vec::new();
+        let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
+        let mut merged: Vec<(Vec<u32>, Vec<f64>)> = Vec::new();
+        let mut of_quasi = vec![0usize; qn];
+        let mut at = vec![0usize; qn];
+        let mut key = vec![0u32; qn];
         for c in 0..view.cells() {
-            if cancelled.load(Ordering::Relaxed) {
+            if c.is_multiple_of(CANCEL_CHECK_EVERY) && cancelled.load(Ordering::Relaxed) {
                 return None;
             }
             let (regions, histogram) = view.cell(c);
-            partial.clear();
-            partial.push((Vec::with_capacity(qn), 1.0));
             for (q, &region) in regions.iter().enumerate() {
-                let pieces = cache
-                    .entry((q, region))
-                    .or_insert_with(|| self.catalog.region_pieces(table, q, region));
-                next.clear();
-                for (prefix, w) in &partial {
-                    for &(p, pw) in pieces.iter() {
-                        let mut key = prefix.clone();
-                        key.push(p);
-                        next.push((key, w * pw));
-                    }
-                }
-                std::mem::swap(&mut partial, &mut next);
+                of_quasi[q] = *cache.entry((q, region)).or_insert_with(|| {
+                    lists.push(self.catalog.region_pieces(table, q, region));
+                    lists.len() - 1
+                });
             }
-            for (key, w) in partial.drain(..) {
-                let entry = merged.entry(key).or_insert_with(|| vec![0.0; m]);
-                for (e, h) in entry.iter_mut().zip(histogram) {
+            if of_quasi.iter().any(|&l| lists[l].is_empty()) {
+                continue;
+            }
+            // Every combination of one piece per QI (an odometer over `at`), weighted by the
+            // product of the pieces' shares in QI order.
+            at.fill(0);
+            'combinations: loop {
+                let mut w = 1.0;
+                for q in 0..qn {
+                    let (piece, share) = lists[of_quasi[q]][at[q]];
+                    key[q] = piece;
+                    w *= share;
+                }
+                let t = match index.get(key.as_slice()) {
+                    Some(&t) => t,
+                    None => {
+                        index.insert(key.clone(), merged.len());
+                        merged.push((key.clone(), vec![0.0; m]));
+                        merged.len() - 1
+                    }
+                };
+                for (e, h) in merged[t].1.iter_mut().zip(histogram) {
                     *e += w * h;
                 }
+                for q in (0..qn).rev() {
+                    at[q] += 1;
+                    if at[q] < lists[of_quasi[q]].len() {
+                        continue 'combinations;
+                    }
+                    at[q] = 0;
+                }
+                break;
             }
         }
-        let transactions: Vec<Transaction> = merged
-            .into_iter()
-            .map(|(pieces, h)| (self.catalog.items_of(&pieces), h))
-            .filter(|(items, _)| !items.is_empty())
-            .collect();
-        pattern_growth(
-            transactions,
-            m,
-            &self.catalog.item_quasi,
-            &|itemset, _| self.index.contains(itemset),
-            cancelled,
-        )
-        .map(|found| found.into_iter().collect())
+        Some(merged)
     }
 
     /// Uloss of a release: mean over the populations of JS(P_y, P̄_y); 0 when there are none.
@@ -481,10 +525,82 @@ impl LargePopulations {
         }
         let estimates = self.estimates_unless(table, view, cancelled)?;
         let mut sum = 0.0;
-        for (itemset, truth) in self.populations.iter().zip(&self.truths) {
-            sum += population_loss(truth, estimates.get(itemset).map(Vec::as_slice));
+        for (truth, estimate) in self.truths.iter().zip(&estimates) {
+            sum += population_loss(truth, estimate.as_deref());
         }
         Some(sum / self.populations.len() as f64)
+    }
+}
+
+/// Cells or transactions measured between two looks at the cancellation flag.
+const CANCEL_CHECK_EVERY: usize = 256;
+
+/// The populations as a trie over their items in ascending order: node 0 is the empty itemset, and
+/// a node reached by items i1 < i2 < ... is that itemset. Populations are downward closed, so every
+/// population contained in a transaction is reached from the root through populations contained in
+/// it, and a walk through the transaction's items visits each exactly once.
+#[derive(Debug, Clone)]
+struct PopulationTrie {
+    /// Per node: its children by item, ascending.
+    children: Vec<Vec<(Item, u32)>>,
+    /// Per node: the population it is (an index into `populations`), if any.
+    population: Vec<Option<u32>>,
+}
+
+impl PopulationTrie {
+    fn new(populations: &[Vec<Item>]) -> PopulationTrie {
+        let mut trie = PopulationTrie {
+            children: vec![Vec::new()],
+            population: vec![None],
+        };
+        for (p, itemset) in populations.iter().enumerate() {
+            let mut node = 0usize;
+            for &item in itemset {
+                node = match trie.children[node].binary_search_by_key(&item, |&(i, _)| i) {
+                    Ok(at) => trie.children[node][at].1 as usize,
+                    Err(at) => {
+                        let child = trie.children.len();
+                        trie.children[node].insert(at, (item, child as u32));
+                        trie.children.push(Vec::new());
+                        trie.population.push(None);
+                        child
+                    }
+                };
+            }
+            trie.population[node] = Some(p as u32);
+        }
+        trie
+    }
+
+    /// Adds `histogram` to the sums (`m` per population) of every population below `node` whose
+    /// remaining items are among `items` (ascending), and marks them reached.
+    fn add_contained(
+        &self,
+        node: usize,
+        items: &[Item],
+        histogram: &[f64],
+        sums: &mut [f64],
+        reached: &mut [bool],
+    ) {
+        let children = &self.children[node];
+        if children.is_empty() {
+            return;
+        }
+        let m = histogram.len();
+        for (j, &item) in items.iter().enumerate() {
+            let Ok(at) = children.binary_search_by_key(&item, |&(i, _)| i) else {
+                continue;
+            };
+            let child = children[at].1 as usize;
+            if let Some(p) = self.population[child] {
+                let p = p as usize;
+                reached[p] = true;
+                for (s, h) in sums[p * m..(p + 1) * m].iter_mut().zip(histogram) {
+                    *s += h;
+                }
+            }
+            self.add_contained(child, &items[j + 1..], histogram, sums, reached);
+        }
     }
 }
 
@@ -503,6 +619,7 @@ pub fn population_loss(truth: &[f64], estimate: Option<&[f64]>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn quantile_tree_splits_at_the_row_median() {
@@ -547,5 +664,126 @@ mod tests {
         // A raised flag stops the mining before it reports anything.
         let cancelled = AtomicBool::new(true);
         assert!(pattern_growth(db, 2, &quasi, &|_, s| s >= 1.0, &cancelled).is_none());
+    }
+}
+
+#[cfg(test)]
+mod estimate_tests {
+    //! The release's estimates against the definition, cell by cell: P̄_y = Σ over cells of the
+    //! cell's histogram times, per item of y, the share of the cell's region whose values lie under
+    //! the item.
+    use super::*;
+    use crate::relational::hierarchy::Hierarchy;
+    use crate::relational::models::PrivacySpec;
+    use crate::relational::release::ReleaseMethod;
+    use crate::relational::table::{
+        ColumnRole, ColumnSchema, QuasiKind, TableSchema, Unlisted, read_csv,
+    };
+    use proptest::prelude::*;
+
+    fn table(rows: &[(u8, u8, u8)]) -> Table {
+        let job = Hierarchy::parse("job", "a;x;*\nb;x;*\nc;y;*\nd;y;*\ne;y;*\n").unwrap();
+        let schema = TableSchema {
+            columns: vec![
+                ColumnSchema {
+                    name: "age".into(),
+                    role: ColumnRole::Quasi(QuasiKind::Numeric),
+                },
+                ColumnSchema {
+                    name: "job".into(),
+                    role: ColumnRole::Quasi(QuasiKind::Categorical(job)),
+                },
+                ColumnSchema {
+                    name: "disease".into(),
+                    role: ColumnRole::Sensitive { numeric: false },
+                },
+            ],
+            unlisted: Unlisted::Drop,
+        };
+        let mut csv = String::from("age,job,disease\n");
+        for (age, job, disease) in rows {
+            let job = ["a", "b", "c", "d", "e"][*job as usize];
+            csv.push_str(&format!("{age},{job},s{disease}\n"));
+        }
+        read_csv(schema, csv.as_bytes(), "t.csv", b',').unwrap()
+    }
+
+    /// The equally likely values (domain indices or leaves) of a region.
+    fn units(table: &Table, q: usize, region: Region) -> Vec<u32> {
+        match (region, &table.quasi[q].attribute) {
+            (Region::Interval { lo, hi }, _) => (lo..=hi).collect(),
+            (Region::Node(node), QuasiAttribute::Categorical(h)) => (0..h.leaf_count() as u32)
+                .filter(|&leaf| h.covers(node, leaf))
+                .collect(),
+            (Region::Node(node), QuasiAttribute::Numeric(_)) => vec![node],
+        }
+    }
+
+    fn defined_estimate(
+        populations: &LargePopulations,
+        table: &Table,
+        view: &ReleaseView,
+        itemset: &[Item],
+    ) -> Vec<f64> {
+        let catalog = &populations.catalog;
+        let mut estimate = vec![0.0; view.domain];
+        for c in 0..view.cells() {
+            let (regions, histogram) = view.cell(c);
+            let mut w = 1.0;
+            for &item in itemset {
+                let q = catalog.item_quasi[item as usize] as usize;
+                let units = units(table, q, regions[q]);
+                let under = units
+                    .iter()
+                    .filter(|&&u| {
+                        catalog.pieces[q][catalog.piece_of[q][u as usize] as usize].contains(&item)
+                    })
+                    .count();
+                w *= under as f64 / units.len() as f64;
+            }
+            for (e, h) in estimate.iter_mut().zip(histogram) {
+                *e += w * h;
+            }
+        }
+        estimate
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn estimates_are_the_definition_and_repeat_to_the_last_bit(
+            rows in prop::collection::vec((20u8..40, 0u8..5, 0u8..4), 4..80),
+            k in 1u64..8,
+            bucketize in any::<bool>(),
+            min_support in 0.05f64..0.4,
+        ) {
+            let t = table(&rows);
+            let spec = PrivacySpec { k: Some(k), ..PrivacySpec::default() };
+            let method = if bucketize { ReleaseMethod::Bucketization } else { ReleaseMethod::Generalization };
+            let Ok((release, _)) = crate::relational::anonymize(&t, &spec, method, 7) else {
+                prop_assume!(false);
+                unreachable!();
+            };
+            let view = ReleaseView::new(&t, &release).unwrap();
+            let populations = LargePopulations::mine(&t, min_support);
+            let estimates = populations.estimates(&t, &view);
+            prop_assert_eq!(estimates.len(), populations.len());
+            for (itemset, estimate) in populations.populations.iter().zip(&estimates) {
+                let defined = defined_estimate(&populations, &t, &view, itemset);
+                match estimate {
+                    Some(e) => {
+                        for (a, b) in e.iter().zip(&defined) {
+                            prop_assert!((a - b).abs() < 1e-9, "{itemset:?}: {e:?} vs {defined:?}");
+                        }
+                    }
+                    None => prop_assert!(defined.iter().all(|&d| d == 0.0), "{itemset:?}: {defined:?}"),
+                }
+            }
+            let uloss = populations.uloss(&t, &view);
+            prop_assert_eq!(uloss.to_bits(), populations.uloss(&t, &view).to_bits());
+            let mined_again = LargePopulations::mine(&t, min_support);
+            prop_assert_eq!(uloss.to_bits(), mined_again.uloss(&t, &view).to_bits());
+        }
     }
 }

@@ -189,8 +189,9 @@ pub fn multiset<'a>(values: impl IntoIterator<Item = &'a String>) -> Multiset {
     m
 }
 
-/// Checks a generalized release (its CSV text) against the original table and the requested models.
-/// `strict` (Mondrian) also requires every original row to lie in exactly one released region.
+/// Checks a generalized release (its CSV text) against the original table and the requested models:
+/// every row released with its own sensitive value (the column's multiset), every class within
+/// every model. `strict` (Mondrian) also requires every original row to lie in exactly one released region.
 /// Full-domain generalization with suppression (a class of `*`) and local recoding (classes at
 /// different levels) release overlapping regions, so OLA and KACA are checked with `strict` false:
 /// each released row still covers its own original row (by id), and every class satisfies every
@@ -207,6 +208,12 @@ pub fn check_generalized_csv(
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
     let qcols: Vec<usize> = quasi_names.iter().map(|n| col(n)).collect();
     let scol = col(sensitive_name);
+    // Generalization recodes the quasi-identifiers only: every row keeps its sensitive value.
+    assert_eq!(
+        multiset(rows.iter().map(|r| &r[scol])),
+        table_multiset,
+        "the sensitive column's multiset"
+    );
     // Classes = released rows grouped by their released QI values.
     let mut classes: BTreeMap<Vec<String>, Vec<&Vec<String>>> = BTreeMap::new();
     for row in &rows {
