@@ -523,30 +523,17 @@ async fn bad_input_gets_the_error_shape_naming_the_field() {
         }
         body
     };
-    post(ui, "/api/v1/sweeps", &sweep(json!({"k": [0]})))
-        .await
-        .error(400, "invalid_argument", Some("k"));
-    post(
-        ui,
-        "/api/v1/sweeps",
-        &sweep(json!({"t_distance": "hamming"})),
-    )
-    .await
-    .error(400, "invalid_argument", Some("t_distance"));
-    post(
-        ui,
-        "/api/v1/sweeps",
-        &sweep(json!({"algorithms": ["incognito"]})),
-    )
-    .await
-    .error(400, "invalid_argument", Some("algorithms"));
-    post(
-        ui,
-        "/api/v1/sweeps",
-        &sweep(json!({"job": "[columns\nage = 1"})),
-    )
-    .await
-    .error(400, "invalid_argument", Some("job"));
+    // Each bad field is refused by name.
+    for (extra, field) in [
+        (json!({"k": [0]}), "k"),
+        (json!({"t_distance": "hamming"}), "t_distance"),
+        (json!({"algorithms": ["incognito"]}), "algorithms"),
+        (json!({"job": "[columns\nage = 1"}), "job"),
+    ] {
+        post(ui, "/api/v1/sweeps", &sweep(extra))
+            .await
+            .error(400, "invalid_argument", Some(field));
+    }
     let unknown = SMALL_JOB.replace("disease = ", "illness = ");
     let message = post(ui, "/api/v1/sweeps", &sweep(json!({"job": unknown})))
         .await
