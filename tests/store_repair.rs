@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use cloakd::proto::ReleasedWindow;
 use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
 use transactions_support::{PATIENCE, next_windows, publish, subscribe, transaction};
 
 const STREAM: &str = "s1";
@@ -76,13 +78,19 @@ impl Daemon {
         Daemon { child, addr, log }
     }
 
+    /// A channel to the daemon once it serves: an answered health check, not only an accepted
+    /// connection (the listener is bound before the stores are opened, so a connection alone does
+    /// not say the start-up checks are over).
     async fn channel(&mut self) -> Channel {
         let endpoint =
             tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr)).unwrap();
         let started = std::time::Instant::now();
         loop {
             if let Ok(channel) = endpoint.connect().await {
-                return channel;
+                let mut health = HealthClient::new(channel.clone());
+                if health.check(HealthCheckRequest::default()).await.is_ok() {
+                    return channel;
+                }
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("cloakd exited with {status}: {}", self.log_text());
