@@ -45,14 +45,19 @@ impl Reply {
         self.headers.get(name).map(String::as_str).unwrap_or("")
     }
 
-    /// The error object, checked for the contract's shape.
-    fn error(&self, status: u16, code: &str, field: Option<&str>) -> String {
+    /// Asserts the status, showing the body when it differs.
+    fn status_is(&self, status: u16) {
         assert_eq!(
             self.status,
             status,
             "{}",
             String::from_utf8_lossy(&self.body)
         );
+    }
+
+    /// The error object, checked for the contract's shape.
+    fn error(&self, status: u16, code: &str, field: Option<&str>) -> String {
+        self.status_is(status);
         let e = &self.json()["error"];
         assert_eq!(e["code"], code, "{e}");
         let message = e["message"].as_str().unwrap().to_string();
@@ -214,12 +219,7 @@ async fn a_sweep_equals_the_cli_frontier_and_its_releases_the_cli_anonymization(
     assert_eq!(examples[0]["name"], "adult");
     assert_eq!(examples[0]["rows"], 45_222);
     let table = post(ui, "/api/v1/tables", &json!({"example": "adult"})).await;
-    assert_eq!(
-        table.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&table.body)
-    );
+    table.status_is(200);
     let table = table.json();
     assert_eq!(table["rows"], 45_222);
     assert_eq!(table["name"], "data/adult.csv.gz");
@@ -244,12 +244,7 @@ async fn a_sweep_equals_the_cli_frontier_and_its_releases_the_cli_anonymization(
                 "queries": 50}),
     )
     .await;
-    assert_eq!(
-        sweep.status,
-        202,
-        "{}",
-        String::from_utf8_lossy(&sweep.body)
-    );
+    sweep.status_is(202);
     let sweep = sweep.json();
     assert_eq!(sweep["total"], 3);
     let id = sweep["sweep"].as_str().unwrap().to_string();
@@ -308,12 +303,7 @@ async fn a_sweep_equals_the_cli_frontier_and_its_releases_the_cli_anonymization(
 
     // Release 2 (probabilistic l = 2): the page's view, its downloads, and the CLI on job.toml.
     let release = get(ui, &format!("/api/v1/sweeps/{id}/releases/2")).await;
-    assert_eq!(
-        release.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&release.body)
-    );
+    release.status_is(200);
     let release = release.json();
     assert!(
         release["job"]
@@ -506,12 +496,7 @@ async fn bad_input_gets_the_error_shape_naming_the_field() {
         &json!({"name": "small.csv", "csv": SMALL_CSV, "hierarchies": {"sex.csv": "Male;*\nFemale;*\n"}}),
     )
     .await;
-    assert_eq!(
-        table.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&table.body)
-    );
+    table.status_is(200);
     let table = table.json();
     assert_eq!(table["columns"][1]["hierarchies"], json!(["sex.csv"]));
     assert_eq!(table["columns"][0]["kind"], "numeric");
@@ -557,7 +542,7 @@ async fn bad_input_gets_the_error_shape_naming_the_field() {
         &sweep(json!({"k": [2, 50], "methods": ["generalization"]})),
     )
     .await;
-    assert_eq!(ok.status, 202, "{}", String::from_utf8_lossy(&ok.body));
+    ok.status_is(202);
     let sid = ok.json()["sweep"].as_str().unwrap().to_string();
     let status = wait_done(ui, &sid).await;
     assert_eq!(status["state"], "done", "{status}");
@@ -658,7 +643,7 @@ async fn auth_roles_scopes_and_security_headers() {
         Some(&sweep),
     )
     .await;
-    assert_eq!(mine.status, 202, "{}", String::from_utf8_lossy(&mine.body));
+    mine.status_is(202);
     let sid = mine.json()["sweep"].as_str().unwrap().to_string();
     call(
         ui,
