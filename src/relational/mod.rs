@@ -119,8 +119,8 @@ impl AlgorithmOptions {
         }
         if self.algorithm != Algorithm::Ola && self.max_suppression != 0.0 {
             return Err(format!(
-                "max_suppression applies to algorithm ola only (got algorithm {})",
-                self.algorithm
+                "max_suppression = {} applies to algorithm ola only (got algorithm {}): set it to 0",
+                self.max_suppression, self.algorithm
             ));
         }
         Ok(())
