@@ -36,6 +36,8 @@ use std::collections::HashMap;
 use super::sphere::{self, EdgePiece, SphBox, Vec3};
 use super::{Limits, PoiIndex, Query, QueryError};
 
+mod walk;
+
 /// Ties finer than this angle (radians, about 0.06 mm on the Earth) between a point and the bisector of
 /// two POIs are not decided; a POI whose membership depends only on such ties is kept.
 pub const TIE_RAD: f64 = 1e-11;
@@ -108,6 +110,16 @@ impl PoiIndex {
         limits: &Limits,
     ) -> Result<Candidates, QueryError> {
         let list = match *query {
+            Query::Nearest { count: 1 } => {
+                let walked = self
+                    .trees
+                    .get(category)
+                    .and_then(|tree| self.nearest_one(tree, b, limits));
+                match walked {
+                    Some(list) => list?,
+                    None => self.nearest(category, 1, b, limits)?,
+                }
+            }
             Query::Nearest { count } => self.nearest(category, count as usize, b, limits)?,
             Query::Range { radius_m } => self.range(category, radius_m, b, limits)?,
         };

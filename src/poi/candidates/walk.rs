@@ -1,0 +1,471 @@
+//! Nearest n = 1: the box's boundary walked through the Voronoi cells it crosses.
+//!
+//! For n = 1 the candidates are the POIs inside the box (each unless an earlier-id twin sits at the
+//! same place) and the owners of the boundary's points: a cell is star-shaped around its POI, so an
+//! outside POI's cell meets the box exactly when it meets the boundary. Each of the four edges
+//! (a meridian or a parallel arc with parameter `t`, latitude or longitude) is walked from its start:
+//! the owner there is the nearest POI (ties by id), then repeatedly the exit point where a rival q
+//! becomes as close as the owner p and q takes over, until the end of the edge. With unit vectors,
+//! `g(t) = x(t) · (q − p)` is positive exactly where q is closer, and along either kind of edge it is
+//! `a cos t + b sin t + c` (c = 0 on a meridian), so q's first upward crossing after t is
+//! `atan2(b, a) − acos(−c / hypot(a, b))`; a rival without one before the current best exit is
+//! skipped from the signs of g and g′ at the two ends, without trigonometry.
+//!
+//! Invariants:
+//! - **complete rivals**: one R-tree query per box fetches every POI within the chord `reach` of the
+//!   box (its 3D envelope grown by it); each edge keeps those within `reach` of its circle (a band),
+//!   sorted by their coordinate along the edge's chord (monotone along the edge). Where the owner p
+//!   is within M of every point of the stretch [t, t′] being decided, only POIs whose coordinate lies
+//!   within M of the stretch's can be closer somewhere on it, so only those are tried, nearest in
+//!   coordinate first, and every better exit shrinks t′ and M. A stretch whose M exceeds `reach` is
+//!   not decided: the box is fetched again with a larger reach.
+//! - **exact or general**: every tie that the walk would have to break by rounding goes to the
+//!   general search (`PoiIndex::nearest`), which keeps undecided POIs rather than dropping them: a
+//!   rival tied with the owner at the current point (within [`TIE_RAD`]), two exits closer than
+//!   [`EXIT_GAP_RAD`], an exit within that gap of an edge's end, a nearly tangent crossing (the rival
+//!   closer only on an arc shorter than [`TANGENT_RAD`] either side of its peak, where the root is
+//!   ill-conditioned), a POI with another within [`super::CROWD_CHORD`], a box beyond
+//!   [`LAT_LIMIT_RAD`] of latitude, or a walk past its step or fetch budget. So the list is the
+//!   general search's list; `tests::walk_matches_the_general_search` checks it box by box.
+//! - **witnesses**: an inside POI's own place; an owner's, the middle of a stretch it owns.
+use std::f64::consts::{PI, TAU};
+
+use rstar::RTree;
+
+use super::super::sphere::{self, SphBox, Vec3};
+use super::super::{Entry, Limits, PoiIndex, QueryError};
+use super::{Candidates, TIE_RAD, deg, expand, too_many};
+
+/// Two exits closer than this (radians of arc, about 6 mm) are a tie the walk does not break.
+pub const EXIT_GAP_RAD: f64 = 1e-9;
+/// A rival closer than the owner only within this (radians, about 6 m) of its peak advantage is a
+/// nearly tangent crossing, whose root rounding could misplace: the box goes to the general search.
+pub const TANGENT_RAD: f64 = 1e-6;
+/// Boxes reaching beyond this latitude (80°) go to the general search (parallels near a pole bend
+/// too much for the coordinate windows' bounds to stay tight).
+pub const LAT_LIMIT_RAD: f64 = 80.0 * PI / 180.0;
+/// Fetches per box (each with twice the reach or more) before the general search takes over.
+const MAX_FETCHES: usize = 6;
+/// Exits per edge before the general search takes over.
+const MAX_STEPS: usize = 1 << 16;
+
+/// What a walk came to.
+enum Walk {
+    Done,
+    /// The owner of some stretch is farther than the fetched reach: fetch again with at least this.
+    Farther(f64),
+    /// A tie or a budget: the general search decides the box.
+    General,
+}
+
+/// One edge: a meridian (fixed longitude, `t` the latitude) or a parallel (fixed latitude, `t` the
+/// longitude) from `t0` to `t1`.
+struct Edge {
+    meridian: bool,
+    fixed: f64,
+    /// The fixed angle's (cos, sin).
+    fixed_cs: (f64, f64),
+    t0: f64,
+    t1: f64,
+    /// The unit chord direction from start to end (any unit vector for a point).
+    axis: Vec3,
+}
+
+impl Edge {
+    fn new(meridian: bool, fixed: f64, t0: f64, t1: f64) -> Edge {
+        let (sin, cos) = fixed.sin_cos();
+        let mut edge = Edge {
+            meridian,
+            fixed,
+            fixed_cs: (cos, sin),
+            t0,
+            t1,
+            axis: [1.0, 0.0, 0.0],
+        };
+        let d = sphere::sub(&edge.at(t1).0, &edge.at(t0).0);
+        let len = sphere::norm(&d);
+        if len > 0.0 {
+            edge.axis = [d[0] / len, d[1] / len, d[2] / len];
+        }
+        edge
+    }
+
+    /// `(a, b, c)` with `x(t) · w = a cos t + b sin t + c`.
+    fn coeffs(&self, w: &Vec3) -> (f64, f64, f64) {
+        let (cf, sf) = self.fixed_cs;
+        if self.meridian {
+            (w[0] * cf + w[1] * sf, w[2], 0.0)
+        } else {
+            (cf * w[0], cf * w[1], sf * w[2])
+        }
+    }
+
+    /// The unit vector at `t`, with `(cos t, sin t)`.
+    fn at(&self, t: f64) -> (Vec3, (f64, f64)) {
+        let (st, ct) = t.sin_cos();
+        let (cf, sf) = self.fixed_cs;
+        let x = if self.meridian {
+            [ct * cf, ct * sf, st]
+        } else {
+            [cf * ct, cf * st, sf]
+        };
+        (x, (ct, st))
+    }
+
+    /// (latitude, longitude) in radians at `t`.
+    fn latlon(&self, t: f64) -> (f64, f64) {
+        if self.meridian {
+            (t, self.fixed)
+        } else {
+            (self.fixed, t)
+        }
+    }
+
+    /// Whether u may be within the chord `reach` of the edge's circle: its distance to a meridian's
+    /// plane, or the difference of its z from a parallel's, is at most the chord to any point of it.
+    fn in_band(&self, u: &Vec3, reach: f64) -> bool {
+        let (cf, sf) = self.fixed_cs;
+        let off = if self.meridian {
+            u[1] * cf - u[0] * sf
+        } else {
+            u[2] - sf
+        };
+        off.abs() <= reach
+    }
+}
+
+/// A point of the walk: its parameter, unit vector and (cos t, sin t).
+#[derive(Clone, Copy)]
+struct Point {
+    t: f64,
+    x: Vec3,
+    cs: (f64, f64),
+}
+
+impl Point {
+    fn new(edge: &Edge, t: f64) -> Point {
+        let (x, cs) = edge.at(t);
+        Point { t, x, cs }
+    }
+}
+
+fn chord(a: &Vec3, b: &Vec3) -> f64 {
+    sphere::norm(&sphere::sub(a, b))
+}
+
+impl PoiIndex {
+    /// The nearest-1 list by the walk, or `None` when the general search must decide the box.
+    pub(super) fn nearest_one(
+        &self,
+        tree: &RTree<Entry>,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Option<Result<Candidates, QueryError>> {
+        if tree.size() <= 1 || b.lat0 < -LAT_LIMIT_RAD || b.lat1 > LAT_LIMIT_RAD {
+            return None;
+        }
+        // A first reach from the corners' nearest POIs: twice the largest distance.
+        let mut reach: f64 = 0.0;
+        for (lat, lon) in b.corners() {
+            let corner = sphere::unit_of_rad(lat, lon);
+            let nearest = tree.nearest_neighbor(corner)?;
+            reach = reach.max(chord(nearest.geom(), &corner));
+        }
+        reach = 2.0 * reach + 1e-9;
+        for _ in 0..MAX_FETCHES {
+            match self.walk_box(tree, b, limits, reach) {
+                Ok(Some(list)) => return Some(Ok(list)),
+                Ok(None) => return None,
+                Err(Some(farther)) => reach = (1.25 * farther).max(2.0 * reach),
+                Err(None) => return Some(Err(too_many(limits))),
+            }
+        }
+        None
+    }
+
+    /// One fetch and walk: `Ok(Some)` the list, `Ok(None)` the general search, `Err(Some(m))` a reach
+    /// of at least m needed, `Err(None)` too many candidates.
+    fn walk_box(
+        &self,
+        tree: &RTree<Entry>,
+        b: &SphBox,
+        limits: &Limits,
+        reach: f64,
+    ) -> Result<Option<Candidates>, Option<f64>> {
+        let edges = [
+            Edge::new(false, b.lat0, b.lon0, b.lon1),
+            Edge::new(false, b.lat1, b.lon0, b.lon1),
+            Edge::new(true, b.lon0, b.lat0, b.lat1),
+            Edge::new(true, b.lon1, b.lat0, b.lat1),
+        ];
+        let mut bands: [Vec<(f64, u32)>; 4] = Default::default();
+        let mut listed: Vec<(u32, Option<(f64, f64)>)> = Vec::new();
+        let mut examined = 0;
+        for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), reach + 1e-12)) {
+            examined += 1;
+            let p = entry.data;
+            if self.crowded[p as usize] {
+                return Ok(None);
+            }
+            // A POI with an earlier twin is preceded by it everywhere: never the nearest.
+            if self.twins_before[p as usize] > 0 {
+                continue;
+            }
+            let poi = &self.pois[p as usize];
+            if b.contains(poi.lat.to_radians(), poi.lon.to_radians()) {
+                listed.push((p, Some((poi.lat, poi.lon))));
+                if listed.len() > limits.max_candidates {
+                    return Err(None);
+                }
+            }
+            let u = entry.geom();
+            for (band, edge) in bands.iter_mut().zip(&edges) {
+                if edge.in_band(u, reach) {
+                    band.push((sphere::dot(u, &edge.axis), p));
+                }
+            }
+        }
+        for (band, edge) in bands.iter_mut().zip(&edges) {
+            band.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+            match self.walk_edge(edge, band, reach, &mut listed) {
+                Walk::Done => {}
+                Walk::Farther(m) => return Err(Some(m)),
+                Walk::General => return Ok(None),
+            }
+        }
+        // Inside POIs first: the stable sort keeps their own places as witnesses.
+        listed.sort_by_key(|l| l.0);
+        listed.dedup_by_key(|l| l.0);
+        if listed.len() > limits.max_candidates {
+            return Err(None);
+        }
+        let mut out = Candidates {
+            examined,
+            ..Candidates::default()
+        };
+        for (p, witness) in listed {
+            out.push(p, witness);
+        }
+        Ok(Some(out))
+    }
+
+    /// Walks one edge through the cells it crosses, pushing each owner with a witness.
+    fn walk_edge(
+        &self,
+        edge: &Edge,
+        band: &[(f64, u32)],
+        reach: f64,
+        listed: &mut Vec<(u32, Option<(f64, f64)>)>,
+    ) -> Walk {
+        let end = Point::new(edge, edge.t1);
+        let mut here = Point::new(edge, edge.t0);
+        // The owner at the start: the nearest of the band, ties by id (a near tie is caught below).
+        let Some(mut p) = band
+            .iter()
+            .map(|&(_, q)| {
+                let d = sphere::sub(&self.units[q as usize], &here.x);
+                (sphere::dot(&d, &d), self.id_rank[q as usize], q)
+            })
+            .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
+            .map(|m| m.2)
+        else {
+            return Walk::Farther(2.0 * reach);
+        };
+        let mut prev: Option<u32> = None;
+        let tie2 = TIE_RAD * TIE_RAD;
+        for _ in 0..MAX_STEPS {
+            let pu = self.units[p as usize];
+            let (ap, bp, cp) = edge.coeffs(&pu);
+            // Where on the circle p is farthest: inside a stretch, the stretch's largest distance.
+            let trough = bp.atan2(ap) + PI;
+            let trough_chord = (2.0 - 2.0 * (cp - ap.hypot(bp))).max(0.0).sqrt();
+            let radius = |a: &Point, b: &Point| {
+                let m = if (trough - a.t).rem_euclid(TAU) <= b.t - a.t {
+                    trough_chord
+                } else {
+                    chord(&a.x, &pu).max(chord(&b.x, &pu))
+                };
+                m * (1.0 + 1e-9) + 1e-12
+            };
+            let key_here = sphere::dot(&here.x, &edge.axis);
+            let mut exit = end;
+            let mut m = radius(&here, &exit);
+            let mut lo = key_here - m;
+            let mut hi = sphere::dot(&exit.x, &edge.axis) + m;
+            let mut next: Option<u32> = None;
+            let mut tied = false;
+            let start = band.partition_point(|e| e.0 < key_here);
+            let (mut up, mut down) = (start, start);
+            loop {
+                let up_ok = up < band.len() && band[up].0 <= hi;
+                let down_ok = down > 0 && band[down - 1].0 >= lo;
+                let i = match (up_ok, down_ok) {
+                    (false, false) => break,
+                    (true, false) => up,
+                    (false, true) => down - 1,
+                    (true, true) => {
+                        if band[up].0 - key_here <= key_here - band[down - 1].0 {
+                            up
+                        } else {
+                            down - 1
+                        }
+                    }
+                };
+                if i == up {
+                    up += 1;
+                } else {
+                    down -= 1;
+                }
+                let q = band[i].1;
+                if q == p {
+                    continue;
+                }
+                let w = sphere::sub(&self.units[q as usize], &pu);
+                let w2 = sphere::dot(&w, &w);
+                if w2 == 0.0 {
+                    return Walk::General;
+                }
+                let (a, bq, c) = edge.coeffs(&w);
+                let (ct, st) = here.cs;
+                let g_here = a * ct + bq * st + c;
+                // Closer than p here, or tied within TIE_RAD: only the previous owner may be.
+                if Some(q) != prev && (g_here >= 0.0 || g_here * g_here <= tie2 * w2) {
+                    return Walk::General;
+                }
+                // Whether q may reach p's distance before the current exit: at the exit, or at a
+                // peak between (g′ rising here and falling there), within TIE_RAD.
+                let (ce, se) = exit.cs;
+                let g_exit = a * ce + bq * se + c;
+                let r = a.hypot(bq);
+                let near_tie = |g: f64| g >= 0.0 || g * g <= tie2 * w2;
+                let peak_between = (-a * st + bq * ct) > 0.0 && (-a * se + bq * ce) < 0.0;
+                if !(near_tie(g_exit) || (peak_between && near_tie(c + r))) {
+                    continue;
+                }
+                if r == 0.0 {
+                    return Walk::General;
+                }
+                let ratio = -c / r;
+                if ratio <= -1.0 {
+                    // q at least as close everywhere on the circle: a tie at best.
+                    return Walk::General;
+                }
+                let half = if ratio >= 1.0 { 0.0 } else { ratio.acos() };
+                if half < TANGENT_RAD {
+                    return Walk::General;
+                }
+                // The upward crossing, brought to the first one after here.
+                let delta = (bq.atan2(a) - half - here.t).rem_euclid(TAU);
+                if delta < EXIT_GAP_RAD || delta > TAU - EXIT_GAP_RAD {
+                    return Walk::General;
+                }
+                let at = here.t + delta;
+                if at < exit.t - EXIT_GAP_RAD {
+                    exit = Point::new(edge, at);
+                    next = Some(q);
+                    tied = false;
+                    m = radius(&here, &exit);
+                    lo = key_here - m;
+                    hi = sphere::dot(&exit.x, &edge.axis) + m;
+                } else if at <= exit.t + EXIT_GAP_RAD {
+                    // Two rivals (or a rival and the edge's end) at one point.
+                    tied = true;
+                }
+            }
+            if tied {
+                return Walk::General;
+            }
+            if m > reach {
+                return Walk::Farther(m);
+            }
+            let (lat, lon) = edge.latlon(0.5 * (here.t + exit.t));
+            listed.push((p, Some(deg(lat, lon))));
+            let Some(q) = next else {
+                return Walk::Done;
+            };
+            prev = Some(p);
+            p = q;
+            here = exit;
+        }
+        Walk::General
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::super::super::{Limits, Poi, PoiIndex, query_box};
+
+    /// POIs in clusters of varied spread, some sharing coordinates, some on a coarse lattice (rounded
+    /// coordinates make exact ties), one category.
+    fn pois(rng: &mut ChaCha8Rng) -> Vec<Poi> {
+        let count = rng.random_range(2..2_500);
+        let spread = [0.0005, 0.005, 0.05][rng.random_range(0..3)];
+        let lattice = rng.random_bool(0.25);
+        let mut pois: Vec<Poi> = Vec::with_capacity(count);
+        for i in 0..count {
+            let (mut lat, mut lon) = if i > 0 && rng.random_bool(0.05) {
+                let twin = &pois[rng.random_range(0..pois.len())];
+                (twin.lat, twin.lon)
+            } else {
+                let centre = [(53.14, 8.21), (53.15, 8.23)][rng.random_range(0..2)];
+                (
+                    centre.0 + rng.random_range(-spread..spread),
+                    centre.1 + rng.random_range(-spread..spread) * 1.6,
+                )
+            };
+            if lattice && rng.random_bool(0.5) {
+                lat = (lat * 1e4).round() / 1e4;
+                lon = (lon * 1e4).round() / 1e4;
+            }
+            pois.push(Poi {
+                id: format!("{:05}", rng.random_range(0..100_000)),
+                lat,
+                lon,
+                category: "cafe".to_string(),
+                name: String::new(),
+            });
+        }
+        pois
+    }
+
+    /// The walk's list is the general search's, POI for POI (and neither has undecided POIs where the
+    /// walk answers), on random POI sets and boxes from a metre to 10 km; most boxes are walked.
+    #[test]
+    fn walk_matches_the_general_search() {
+        let limits = Limits {
+            max_candidates: usize::MAX / 16,
+            ..Limits::default()
+        };
+        let (mut walked, mut general) = (0, 0);
+        for seed in 0..40 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let index = PoiIndex::new(pois(&mut rng));
+            let tree = &index.trees["cafe"];
+            for _ in 0..25 {
+                let w_m = 10f64.powf(rng.random_range(0.0..4.0));
+                let h_m = 10f64.powf(rng.random_range(0.0..4.0));
+                let m_per_deg = super::sphere::EARTH_RADIUS_M.to_radians();
+                let dlat = h_m / m_per_deg;
+                let dlon = w_m / (m_per_deg * 53.14f64.to_radians().cos());
+                let lat0 = 53.14 + rng.random_range(-0.05..0.05);
+                let lon0 = 8.21 + rng.random_range(-0.08..0.08);
+                let b = query_box(lat0, lon0, lat0 + dlat, lon0 + dlon, &limits).unwrap();
+                let exact = index.nearest("cafe", 1, &b, &limits).unwrap();
+                match index.nearest_one(tree, &b, &limits) {
+                    Some(list) => {
+                        let list = list.unwrap();
+                        assert_eq!(list.pois, exact.pois, "seed {seed} box {b:?}");
+                        assert_eq!(list.undecided, 0);
+                        assert_eq!(exact.undecided, 0, "seed {seed} box {b:?}");
+                        walked += 1;
+                    }
+                    None => general += 1,
+                }
+            }
+        }
+        assert!(walked > 10 * general, "walked {walked}, general {general}");
+    }
+}
