@@ -37,6 +37,7 @@ use super::sphere::{self, EdgePiece, SphBox, Vec3};
 use super::{Limits, PoiIndex, Query, QueryError};
 
 mod walk;
+pub use walk::{WALK_CROWDED, WALK_TWIN};
 
 /// Ties finer than this angle (radians, about 0.06 mm on the Earth) between a point and the bisector of
 /// two POIs are not decided; a POI whose membership depends only on such ties is kept.

@@ -44,16 +44,22 @@ pub const TANGENT_RAD: f64 = 1e-6;
 /// Boxes reaching beyond this latitude (80°) go to the general search (parallels near a pole bend
 /// too much for the coordinate windows' bounds to stay tight).
 pub const LAT_LIMIT_RAD: f64 = 80.0 * PI / 180.0;
-/// Fetches per box (each with twice the reach or more) before the general search takes over.
+/// Fetches per box before the general search takes over (the second one reaches far enough unless
+/// an edge found no POI at all in the first).
 const MAX_FETCHES: usize = 6;
+/// `PoiIndex::walk_class` of a POI with another one within [`super::CROWD_CHORD`]: the general search.
+pub const WALK_CROWDED: u8 = 2;
+/// `PoiIndex::walk_class` of a POI preceded by a twin (same place, earlier id): never the nearest.
+pub const WALK_TWIN: u8 = 1;
+/// Within this of a box's side (in the linear tests of [`Edge::offset`]), whether a POI is inside is
+/// decided from its degrees as `SphBox::contains` does.
+const SIDE_MARGIN: f64 = 1e-12;
 /// Exits per edge before the general search takes over.
 const MAX_STEPS: usize = 1 << 16;
 
 /// What a walk came to.
 enum Walk {
     Done,
-    /// The owner of some stretch is farther than the fetched reach: fetch again with at least this.
-    Farther(f64),
     /// A tie or a budget: the general search decides the box.
     General,
 }
@@ -121,16 +127,17 @@ impl Edge {
         }
     }
 
-    /// Whether u may be within the chord `reach` of the edge's circle: its distance to a meridian's
-    /// plane, or the difference of its z from a parallel's, is at most the chord to any point of it.
-    fn in_band(&self, u: &Vec3, reach: f64) -> bool {
+    /// The signed offset of u from the edge's circle in a linear test: for a meridian its distance
+    /// to the meridian's plane (`cos φ sin(λ − fixed)`, positive east of it), for a parallel its z
+    /// minus the parallel's (positive north of it). Either is at most the chord from u to any point
+    /// of the edge, and its sign says on which side of the edge u lies.
+    fn offset(&self, u: &Vec3) -> f64 {
         let (cf, sf) = self.fixed_cs;
-        let off = if self.meridian {
+        if self.meridian {
             u[1] * cf - u[0] * sf
         } else {
             u[2] - sf
-        };
-        off.abs() <= reach
+        }
     }
 }
 
@@ -176,15 +183,17 @@ impl PoiIndex {
             match self.walk_box(tree, b, limits, reach) {
                 Ok(Some(list)) => return Some(Ok(list)),
                 Ok(None) => return None,
-                Err(Some(farther)) => reach = (1.25 * farther).max(2.0 * reach),
+                Err(Some(farther)) => reach = farther,
                 Err(None) => return Some(Err(too_many(limits))),
             }
         }
         None
     }
 
-    /// One fetch and walk: `Ok(Some)` the list, `Ok(None)` the general search, `Err(Some(m))` a reach
-    /// of at least m needed, `Err(None)` too many candidates.
+    /// One fetch and walk: `Ok(Some)` the list, `Ok(None)` the general search, `Err(Some(r))` a
+    /// larger reach r needed, `Err(None)` too many candidates. When a stretch's owner is farther than
+    /// `reach`, the walk goes on with the POIs at hand: the nearest of a subset is never nearer than
+    /// the nearest of all, so the largest distance it meets bounds the reach a second fetch needs.
     fn walk_box(
         &self,
         tree: &RTree<Entry>,
@@ -192,6 +201,7 @@ impl PoiIndex {
         limits: &Limits,
         reach: f64,
     ) -> Result<Option<Candidates>, Option<f64>> {
+        // South, north, west, east: inside is north of the first, south of the second, and so on.
         let edges = [
             Edge::new(false, b.lat0, b.lon0, b.lon1),
             Edge::new(false, b.lat1, b.lon0, b.lon1),
@@ -204,34 +214,49 @@ impl PoiIndex {
         for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), reach + 1e-12)) {
             examined += 1;
             let p = entry.data;
-            if self.crowded[p as usize] {
-                return Ok(None);
+            match self.walk_class[p as usize] {
+                WALK_CROWDED => return Ok(None),
+                // Preceded by its twin everywhere: never the nearest.
+                WALK_TWIN => continue,
+                _ => {}
             }
-            // A POI with an earlier twin is preceded by it everywhere: never the nearest.
-            if self.twins_before[p as usize] > 0 {
-                continue;
-            }
-            let poi = &self.pois[p as usize];
-            if b.contains(poi.lat.to_radians(), poi.lon.to_radians()) {
-                listed.push((p, Some((poi.lat, poi.lon))));
+            let u = entry.geom();
+            let offsets = edges.each_ref().map(|edge| edge.offset(u));
+            let sides = [offsets[0], -offsets[1], offsets[2], -offsets[3]];
+            let inside = if sides.iter().all(|&s| s > SIDE_MARGIN) {
+                true
+            } else if sides.iter().any(|&s| s < -SIDE_MARGIN) {
+                false
+            } else {
+                let poi = &self.pois[p as usize];
+                b.contains(poi.lat.to_radians(), poi.lon.to_radians())
+            };
+            if inside {
+                listed.push((p, Some(self.place(p))));
                 if listed.len() > limits.max_candidates {
                     return Err(None);
                 }
             }
-            let u = entry.geom();
-            for (band, edge) in bands.iter_mut().zip(&edges) {
-                if edge.in_band(u, reach) {
+            for ((band, edge), off) in bands.iter_mut().zip(&edges).zip(offsets) {
+                if off.abs() <= reach {
                     band.push((sphere::dot(u, &edge.axis), p));
                 }
             }
         }
+        let mut need: f64 = 0.0;
         for (band, edge) in bands.iter_mut().zip(&edges) {
             band.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-            match self.walk_edge(edge, band, reach, &mut listed) {
+            if band.is_empty() {
+                need = need.max(2.0 * reach);
+                continue;
+            }
+            match self.walk_edge(edge, band, &mut need, &mut listed) {
                 Walk::Done => {}
-                Walk::Farther(m) => return Err(Some(m)),
                 Walk::General => return Ok(None),
             }
+        }
+        if need > reach {
+            return Err(Some(need * (1.0 + 1e-6) + 1e-12));
         }
         // Inside POIs first: the stable sort keeps their own places as witnesses.
         listed.sort_by_key(|l| l.0);
@@ -249,12 +274,18 @@ impl PoiIndex {
         Ok(Some(out))
     }
 
+    /// A POI's own place (degrees), its witness when it is inside the box.
+    fn place(&self, p: u32) -> (f64, f64) {
+        let poi = &self.pois[p as usize];
+        (poi.lat, poi.lon)
+    }
+
     /// Walks one edge through the cells it crosses, pushing each owner with a witness.
     fn walk_edge(
         &self,
         edge: &Edge,
         band: &[(f64, u32)],
-        reach: f64,
+        need: &mut f64,
         listed: &mut Vec<(u32, Option<(f64, f64)>)>,
     ) -> Walk {
         let end = Point::new(edge, edge.t1);
@@ -269,7 +300,7 @@ impl PoiIndex {
             .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
             .map(|m| m.2)
         else {
-            return Walk::Farther(2.0 * reach);
+            return Walk::Done;
         };
         let mut prev: Option<u32> = None;
         let tie2 = TIE_RAD * TIE_RAD;
@@ -375,9 +406,7 @@ impl PoiIndex {
             if tied {
                 return Walk::General;
             }
-            if m > reach {
-                return Walk::Farther(m);
-            }
+            *need = need.max(m);
             let (lat, lon) = edge.latlon(0.5 * (here.t + exit.t));
             listed.push((p, Some(deg(lat, lon))));
             let Some(q) = next else {
