@@ -31,6 +31,13 @@
 //!   they reach n) and those whose bisector with p crosses it kept
 //!   (the centre is a witness when both together stay below n). p is out of the list when it is out on
 //!   every segment whose ball holds it.
+//!
+//! *Nearest 1* takes a faster exact path first ([`walk`]): the POIs inside the box (each unless an
+//! earlier-id twin sits at the same place) and the owners of the Voronoi cells the boundary crosses,
+//! found by walking each edge from its start to its end, one exit point per cell, with the rivals
+//! from one R-tree fetch per box. Every tie it would have to break by rounding (and crowded POIs,
+//! boxes beyond 80° of latitude) sends the box to the search above, so the list is that search's
+//! list, box for box (`walk::tests::walk_matches_the_general_search`).
 use std::collections::HashMap;
 
 use super::sphere::{self, EdgePiece, SphBox, Vec3};

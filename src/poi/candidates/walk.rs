@@ -17,8 +17,15 @@
 //!   sorted by their coordinate along the edge's chord (monotone along the edge). Where the owner p
 //!   is within M of every point of the stretch [t, t′] being decided, only POIs whose coordinate lies
 //!   within M of the stretch's can be closer somewhere on it, so only those are tried, nearest in
-//!   coordinate first, and every better exit shrinks t′ and M. A stretch whose M exceeds `reach` is
-//!   not decided: the box is fetched again with a larger reach.
+//!   coordinate first, and every better exit shrinks t′ and M. The first reach is twice the largest
+//!   distance from a corner to its nearest POI. When some stretch's M exceeds it, the walk still
+//!   goes on over the POIs at hand (the nearest of a subset is never nearer than the nearest of all,
+//!   so the largest M it meets bounds every boundary point's nearest distance) and the box is
+//!   fetched once more with that reach; the list comes only from a walk whose every M is within
+//!   its reach.
+//! - **inside**: a POI is inside when it is on the inner side of the four edges' linear tests
+//!   ([`Edge::offset`]); within [`SIDE_MARGIN`] of a side its degrees decide, as
+//!   `SphBox::contains` does for the general search.
 //! - **exact or general**: every tie that the walk would have to break by rounding goes to the
 //!   general search (`PoiIndex::nearest`), which keeps undecided POIs rather than dropping them: a
 //!   rival tied with the owner at the current point (within [`TIE_RAD`]), two exits closer than
@@ -60,8 +67,17 @@ const MAX_STEPS: usize = 1 << 16;
 /// What a walk came to.
 enum Walk {
     Done,
-    /// A tie or a budget: the general search decides the box.
-    General,
+    /// A tie or a budget (which): the general search decides the box.
+    General(&'static str),
+}
+
+/// What one fetch and walk came to.
+enum Fetched {
+    List(Candidates),
+    General(&'static str),
+    /// A reach this large is needed.
+    Farther(f64),
+    TooMany,
 }
 
 /// One edge: a meridian (fixed longitude, `t` the latitude) or a parallel (fixed latitude, `t` the
@@ -141,6 +157,15 @@ impl Edge {
     }
 }
 
+/// A POI of an edge's band: its coordinate along the edge, its offset from the edge's circle
+/// ([`Edge::offset`]), its unit vector and index.
+struct Banded {
+    key: f64,
+    off: f64,
+    unit: Vec3,
+    poi: u32,
+}
+
 /// A point of the walk: its parameter, unit vector and (cos t, sin t).
 #[derive(Clone, Copy)]
 struct Point {
@@ -168,39 +193,42 @@ impl PoiIndex {
         b: &SphBox,
         limits: &Limits,
     ) -> Option<Result<Candidates, QueryError>> {
+        self.walk_one(tree, b, limits).ok()
+    }
+
+    /// The walk's list, or why the general search must decide the box.
+    fn walk_one(
+        &self,
+        tree: &RTree<Entry>,
+        b: &SphBox,
+        limits: &Limits,
+    ) -> Result<Result<Candidates, QueryError>, &'static str> {
         if tree.size() <= 1 || b.lat0 < -LAT_LIMIT_RAD || b.lat1 > LAT_LIMIT_RAD {
-            return None;
+            return Err("pole or a single POI");
         }
         // A first reach from the corners' nearest POIs: twice the largest distance.
         let mut reach: f64 = 0.0;
         for (lat, lon) in b.corners() {
             let corner = sphere::unit_of_rad(lat, lon);
-            let nearest = tree.nearest_neighbor(corner)?;
+            let nearest = tree.nearest_neighbor(corner).ok_or("empty")?;
             reach = reach.max(chord(nearest.geom(), &corner));
         }
         reach = 2.0 * reach + 1e-9;
         for _ in 0..MAX_FETCHES {
             match self.walk_box(tree, b, limits, reach) {
-                Ok(Some(list)) => return Some(Ok(list)),
-                Ok(None) => return None,
-                Err(Some(farther)) => reach = farther,
-                Err(None) => return Some(Err(too_many(limits))),
+                Fetched::List(list) => return Ok(Ok(list)),
+                Fetched::General(why) => return Err(why),
+                Fetched::Farther(farther) => reach = farther,
+                Fetched::TooMany => return Ok(Err(too_many(limits))),
             }
         }
-        None
+        Err("fetch budget")
     }
 
-    /// One fetch and walk: `Ok(Some)` the list, `Ok(None)` the general search, `Err(Some(r))` a
-    /// larger reach r needed, `Err(None)` too many candidates. When a stretch's owner is farther than
+    /// One fetch and walk. When a stretch's owner is farther than
     /// `reach`, the walk goes on with the POIs at hand: the nearest of a subset is never nearer than
     /// the nearest of all, so the largest distance it meets bounds the reach a second fetch needs.
-    fn walk_box(
-        &self,
-        tree: &RTree<Entry>,
-        b: &SphBox,
-        limits: &Limits,
-        reach: f64,
-    ) -> Result<Option<Candidates>, Option<f64>> {
+    fn walk_box(&self, tree: &RTree<Entry>, b: &SphBox, limits: &Limits, reach: f64) -> Fetched {
         // South, north, west, east: inside is north of the first, south of the second, and so on.
         let edges = [
             Edge::new(false, b.lat0, b.lon0, b.lon1),
@@ -208,14 +236,14 @@ impl PoiIndex {
             Edge::new(true, b.lon0, b.lat0, b.lat1),
             Edge::new(true, b.lon1, b.lat0, b.lat1),
         ];
-        let mut bands: [Vec<(f64, u32)>; 4] = Default::default();
+        let mut bands: [Vec<Banded>; 4] = Default::default();
         let mut listed: Vec<(u32, Option<(f64, f64)>)> = Vec::new();
         let mut examined = 0;
         for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), reach + 1e-12)) {
             examined += 1;
             let p = entry.data;
             match self.walk_class[p as usize] {
-                WALK_CROWDED => return Ok(None),
+                WALK_CROWDED => return Fetched::General("crowded"),
                 // Preceded by its twin everywhere: never the nearest.
                 WALK_TWIN => continue,
                 _ => {}
@@ -234,35 +262,40 @@ impl PoiIndex {
             if inside {
                 listed.push((p, Some(self.place(p))));
                 if listed.len() > limits.max_candidates {
-                    return Err(None);
+                    return Fetched::TooMany;
                 }
             }
             for ((band, edge), off) in bands.iter_mut().zip(&edges).zip(offsets) {
                 if off.abs() <= reach {
-                    band.push((sphere::dot(u, &edge.axis), p));
+                    band.push(Banded {
+                        key: sphere::dot(u, &edge.axis),
+                        off,
+                        unit: *u,
+                        poi: p,
+                    });
                 }
             }
         }
         let mut need: f64 = 0.0;
         for (band, edge) in bands.iter_mut().zip(&edges) {
-            band.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+            band.sort_unstable_by(|x, y| x.key.total_cmp(&y.key).then(x.poi.cmp(&y.poi)));
             if band.is_empty() {
                 need = need.max(2.0 * reach);
                 continue;
             }
             match self.walk_edge(edge, band, &mut need, &mut listed) {
                 Walk::Done => {}
-                Walk::General => return Ok(None),
+                Walk::General(why) => return Fetched::General(why),
             }
         }
         if need > reach {
-            return Err(Some(need * (1.0 + 1e-6) + 1e-12));
+            return Fetched::Farther(need * (1.0 + 1e-6) + 1e-12);
         }
         // Inside POIs first: the stable sort keeps their own places as witnesses.
         listed.sort_by_key(|l| l.0);
         listed.dedup_by_key(|l| l.0);
         if listed.len() > limits.max_candidates {
-            return Err(None);
+            return Fetched::TooMany;
         }
         let mut out = Candidates {
             examined,
@@ -271,7 +304,7 @@ impl PoiIndex {
         for (p, witness) in listed {
             out.push(p, witness);
         }
-        Ok(Some(out))
+        Fetched::List(out)
     }
 
     /// A POI's own place (degrees), its witness when it is inside the box.
@@ -284,7 +317,7 @@ impl PoiIndex {
     fn walk_edge(
         &self,
         edge: &Edge,
-        band: &[(f64, u32)],
+        band: &[Banded],
         need: &mut f64,
         listed: &mut Vec<(u32, Option<(f64, f64)>)>,
     ) -> Walk {
@@ -293,12 +326,15 @@ impl PoiIndex {
         // The owner at the start: the nearest of the band, ties by id (a near tie is caught below).
         let Some(mut p) = band
             .iter()
-            .map(|&(_, q)| {
-                let d = sphere::sub(&self.units[q as usize], &here.x);
-                (sphere::dot(&d, &d), self.id_rank[q as usize], q)
+            .map(|q| {
+                let d = sphere::sub(&q.unit, &here.x);
+                (sphere::dot(&d, &d), q.poi)
             })
-            .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
-            .map(|m| m.2)
+            .min_by(|x, y| {
+                x.0.total_cmp(&y.0)
+                    .then(self.id_rank[x.1 as usize].cmp(&self.id_rank[y.1 as usize]))
+            })
+            .map(|m| m.1)
         else {
             return Walk::Done;
         };
@@ -325,17 +361,17 @@ impl PoiIndex {
             let mut hi = sphere::dot(&exit.x, &edge.axis) + m;
             let mut next: Option<u32> = None;
             let mut tied = false;
-            let start = band.partition_point(|e| e.0 < key_here);
+            let start = band.partition_point(|e| e.key < key_here);
             let (mut up, mut down) = (start, start);
             loop {
-                let up_ok = up < band.len() && band[up].0 <= hi;
-                let down_ok = down > 0 && band[down - 1].0 >= lo;
+                let up_ok = up < band.len() && band[up].key <= hi;
+                let down_ok = down > 0 && band[down - 1].key >= lo;
                 let i = match (up_ok, down_ok) {
                     (false, false) => break,
                     (true, false) => up,
                     (false, true) => down - 1,
                     (true, true) => {
-                        if band[up].0 - key_here <= key_here - band[down - 1].0 {
+                        if band[up].key - key_here <= key_here - band[down - 1].key {
                             up
                         } else {
                             down - 1
@@ -347,21 +383,23 @@ impl PoiIndex {
                 } else {
                     down -= 1;
                 }
-                let q = band[i].1;
-                if q == p {
+                let rival = &band[i];
+                // Farther than m from the edge's circle: farther than p from every point here.
+                if rival.off.abs() > m || rival.poi == p {
                     continue;
                 }
-                let w = sphere::sub(&self.units[q as usize], &pu);
+                let q = rival.poi;
+                let w = sphere::sub(&rival.unit, &pu);
                 let w2 = sphere::dot(&w, &w);
                 if w2 == 0.0 {
-                    return Walk::General;
+                    return Walk::General("twins at one place");
                 }
                 let (a, bq, c) = edge.coeffs(&w);
                 let (ct, st) = here.cs;
                 let g_here = a * ct + bq * st + c;
                 // Closer than p here, or tied within TIE_RAD: only the previous owner may be.
                 if Some(q) != prev && (g_here >= 0.0 || g_here * g_here <= tie2 * w2) {
-                    return Walk::General;
+                    return Walk::General("tie at the current point");
                 }
                 // Whether q may reach p's distance before the current exit: at the exit, or at a
                 // peak between (g′ rising here and falling there), within TIE_RAD.
@@ -374,21 +412,21 @@ impl PoiIndex {
                     continue;
                 }
                 if r == 0.0 {
-                    return Walk::General;
+                    return Walk::General("constant rival");
                 }
                 let ratio = -c / r;
                 if ratio <= -1.0 {
                     // q at least as close everywhere on the circle: a tie at best.
-                    return Walk::General;
+                    return Walk::General("rival closer everywhere");
                 }
                 let half = if ratio >= 1.0 { 0.0 } else { ratio.acos() };
                 if half < TANGENT_RAD {
-                    return Walk::General;
+                    return Walk::General("tangent crossing");
                 }
                 // The upward crossing, brought to the first one after here.
                 let delta = (bq.atan2(a) - half - here.t).rem_euclid(TAU);
                 if delta < EXIT_GAP_RAD || delta > TAU - EXIT_GAP_RAD {
-                    return Walk::General;
+                    return Walk::General("exit at the current point");
                 }
                 let at = here.t + delta;
                 if at < exit.t - EXIT_GAP_RAD {
@@ -404,7 +442,7 @@ impl PoiIndex {
                 }
             }
             if tied {
-                return Walk::General;
+                return Walk::General("tie of two exits");
             }
             *need = need.max(m);
             let (lat, lon) = edge.latlon(0.5 * (here.t + exit.t));
@@ -416,16 +454,67 @@ impl PoiIndex {
             p = q;
             here = exit;
         }
-        Walk::General
+        Walk::General("step budget")
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::io::Read;
+    use std::path::Path;
+
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    use super::super::super::generate::{Road, generate};
+    use super::super::super::sphere::{EARTH_RADIUS_M, SphBox};
     use super::super::super::{Limits, Poi, PoiIndex, query_box};
+
+    fn unlimited() -> Limits {
+        Limits {
+            max_candidates: usize::MAX / 16,
+            ..Limits::default()
+        }
+    }
+
+    /// The box with its south-west corner at (lat0, lon0), w_m wide and h_m high.
+    fn box_m(lat0: f64, lon0: f64, w_m: f64, h_m: f64) -> SphBox {
+        let m_per_deg = EARTH_RADIUS_M.to_radians();
+        let dlat = h_m / m_per_deg;
+        let dlon = w_m / (m_per_deg * lat0.to_radians().cos());
+        query_box(lat0, lon0, lat0 + dlat, lon0 + dlon, &unlimited()).unwrap()
+    }
+
+    /// Whether the walk answers the box (else why not), and then with the general search's list.
+    fn same_list(index: &PoiIndex, category: &str, b: &SphBox) -> Result<(), &'static str> {
+        let limits = unlimited();
+        let exact = index.nearest(category, 1, b, &limits).unwrap();
+        let list = index.walk_one(&index.trees[category], b, &limits)?.unwrap();
+        assert_eq!(list.pois, exact.pois, "{category} box {b:?}");
+        assert_eq!((list.undecided, exact.undecided), (0, 0), "box {b:?}");
+        Ok(())
+    }
+
+    /// Counts the boxes the walk answered and, by reason, those it declined.
+    #[derive(Default, Debug)]
+    struct Tally {
+        walked: usize,
+        declined: HashMap<&'static str, usize>,
+    }
+
+    impl Tally {
+        fn add(&mut self, outcome: Result<(), &'static str>) {
+            match outcome {
+                Ok(()) => self.walked += 1,
+                Err(why) => *self.declined.entry(why).or_default() += 1,
+            }
+        }
+
+        fn declined(&self) -> usize {
+            self.declined.values().sum()
+        }
+    }
 
     /// POIs in clusters of varied spread, some sharing coordinates, some on a coarse lattice (rounded
     /// coordinates make exact ties), one category.
@@ -464,37 +553,82 @@ mod tests {
     /// walk answers), on random POI sets and boxes from a metre to 10 km; most boxes are walked.
     #[test]
     fn walk_matches_the_general_search() {
-        let limits = Limits {
-            max_candidates: usize::MAX / 16,
-            ..Limits::default()
-        };
-        let (mut walked, mut general) = (0, 0);
+        let mut tally = Tally::default();
         for seed in 0..40 {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let index = PoiIndex::new(pois(&mut rng));
-            let tree = &index.trees["cafe"];
             for _ in 0..25 {
                 let w_m = 10f64.powf(rng.random_range(0.0..4.0));
                 let h_m = 10f64.powf(rng.random_range(0.0..4.0));
-                let m_per_deg = super::sphere::EARTH_RADIUS_M.to_radians();
-                let dlat = h_m / m_per_deg;
-                let dlon = w_m / (m_per_deg * 53.14f64.to_radians().cos());
                 let lat0 = 53.14 + rng.random_range(-0.05..0.05);
                 let lon0 = 8.21 + rng.random_range(-0.08..0.08);
-                let b = query_box(lat0, lon0, lat0 + dlat, lon0 + dlon, &limits).unwrap();
-                let exact = index.nearest("cafe", 1, &b, &limits).unwrap();
-                match index.nearest_one(tree, &b, &limits) {
-                    Some(list) => {
-                        let list = list.unwrap();
-                        assert_eq!(list.pois, exact.pois, "seed {seed} box {b:?}");
-                        assert_eq!(list.undecided, 0);
-                        assert_eq!(exact.undecided, 0, "seed {seed} box {b:?}");
-                        walked += 1;
-                    }
-                    None => general += 1,
-                }
+                tally.add(same_list(&index, "cafe", &box_m(lat0, lon0, w_m, h_m)));
             }
         }
-        assert!(walked > 10 * general, "walked {walked}, general {general}");
+        assert!(tally.walked > 10 * tally.declined(), "{tally:?}");
+    }
+
+    /// The same on the bench's data (`benches/poi.rs`): 1,000,000 POIs generated along the
+    /// Oldenburg roads (`../shared/data/mobility`, or the directory `CLOAKD_BENCH_MOBILITY`), boxes
+    /// around positions of the in-repo trace slice, 500 m tolerance for hotels and cafés and
+    /// log-uniform in [20 m, 20 km] for hotels. `cargo test --release --lib walk -- --ignored`.
+    #[test]
+    #[ignore = "needs ../shared/data/mobility and a minute or two"]
+    fn walk_matches_the_general_search_on_the_bench_data() {
+        let dir = std::env::var_os("CLOAKD_BENCH_MOBILITY")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/mobility")
+            });
+        let rows = |name: &str| -> Vec<Vec<String>> {
+            let mut text = String::new();
+            crate::workload::open_maybe_gz(&dir.join(name))
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            text.lines()
+                .skip(1)
+                .map(|l| l.split(',').map(str::to_string).collect())
+                .collect()
+        };
+        let nodes: HashMap<String, (f64, f64)> = rows("oldenburg_nodes.csv.gz")
+            .into_iter()
+            .map(|r| (r[0].clone(), (r[1].parse().unwrap(), r[2].parse().unwrap())))
+            .collect();
+        let roads: Vec<Road> = rows("oldenburg_edges.csv.gz")
+            .into_iter()
+            .map(|r| Road {
+                from: nodes[&r[1]],
+                to: nodes[&r[2]],
+                class: r[3].parse().unwrap(),
+            })
+            .collect();
+        let index = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
+        let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
+        let points = crate::workload::read_trace_file(&trace, Some(200_000)).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut tally = Tally::default();
+        for (category, log_uniform) in [("hotel", false), ("cafe", false), ("hotel", true)] {
+            for _ in 0..150 {
+                let p = &points[rng.random_range(0..points.len())];
+                let mut draw = || {
+                    if log_uniform {
+                        10f64.powf(rng.random_range(20f64.log10()..20_000f64.log10()))
+                    } else {
+                        500.0
+                    }
+                };
+                let (dx, dy) = (draw(), draw());
+                let w = rng.random_range(dx..=2.0 * dx);
+                let h = rng.random_range(dy..=2.0 * dy);
+                let (fx, fy): (f64, f64) = (rng.random(), rng.random());
+                let lat0 = p.lat - fy * h / EARTH_RADIUS_M.to_radians();
+                let lon0 =
+                    p.lon - fx * w / (EARTH_RADIUS_M.to_radians() * p.lat.to_radians().cos());
+                tally.add(same_list(&index, category, &box_m(lat0, lon0, w, h)));
+            }
+        }
+        eprintln!("{tally:?}");
+        assert!(tally.walked > 10 * tally.declined(), "{tally:?}");
     }
 }
