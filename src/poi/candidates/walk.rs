@@ -425,7 +425,7 @@ impl PoiIndex {
                 }
                 // The upward crossing, brought to the first one after here.
                 let delta = (bq.atan2(a) - half - here.t).rem_euclid(TAU);
-                if delta < EXIT_GAP_RAD || delta > TAU - EXIT_GAP_RAD {
+                if !(EXIT_GAP_RAD..=TAU - EXIT_GAP_RAD).contains(&delta) {
                     return Walk::General("exit at the current point");
                 }
                 let at = here.t + delta;
