@@ -169,3 +169,14 @@ fn range_lists_are_inclusive_and_minimal() {
         assert_eq!(tally.undecided, 0, "{tally:?}");
     }
 }
+
+/// Nearest 1 alone (the walk of `candidates/walk.rs`) on more random sets than the test above.
+#[test]
+fn nearest_one_lists_are_inclusive_and_minimal() {
+    let queries = [Query::Nearest { count: 1 }];
+    for seed in 20..32 {
+        let tally = check(seed, &queries);
+        assert!(tally.candidates > 0 && tally.points > 0);
+        assert_eq!(tally.undecided, 0, "{tally:?}");
+    }
+}

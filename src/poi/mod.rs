@@ -177,6 +177,10 @@ pub struct PoiIndex {
     /// Per POI: whether another POI of its category lies within [`candidates::CROWD_CHORD`] without
     /// being at the same place (then its rank at its own place is decided by a search).
     crowded: Vec<bool>,
+    /// Per POI, the two facts above in one byte for the nearest-1 walk, which reads them for every
+    /// POI it fetches (a 1-byte array stays in cache where the others miss):
+    /// [`candidates::WALK_CROWDED`], [`candidates::WALK_TWIN`] (preceded by a twin) or 0.
+    walk_class: Vec<u8>,
     trees: HashMap<String, RTree<Entry>>,
 }
 
@@ -225,12 +229,22 @@ impl PoiIndex {
                 }
             }
         }
+        let walk_class = crowded
+            .iter()
+            .zip(&twins_before)
+            .map(|(&crowded, &twins)| match (crowded, twins) {
+                (true, _) => candidates::WALK_CROWDED,
+                (false, 0) => 0,
+                (false, _) => candidates::WALK_TWIN,
+            })
+            .collect();
         PoiIndex {
             pois,
             units,
             id_rank,
             twins_before,
             crowded,
+            walk_class,
             trees,
         }
     }
