@@ -15,25 +15,14 @@
 //! `../shared` is elsewhere); `CLOAKD_POI_BENCH_SIZE_BOXES` (2,000) and `CLOAKD_POI_BENCH_BOXES`
 //! (20,000) the boxes per row of the size and speed tables (the first boxes of the same seeded
 //! sequence, so a smaller count measures a prefix of the same boxes).
-use std::io::Read;
 use std::path::Path;
 
+use cloakd::cli::poi::read_roads;
 use cloakd::poi::generate::{Road, generate};
 use cloakd::poi::sphere::{EARTH_RADIUS_M, SphBox};
 use cloakd::poi::{Limits, PoiIndex, Query, query_box};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn csv_rows(path: &Path) -> Vec<Vec<String>> {
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
-        .read_to_string(&mut text)
-        .unwrap();
-    text.lines()
-        .skip(1)
-        .map(|l| l.split(',').map(str::to_string).collect())
-        .collect()
-}
 
 /// Where the road network is: `CLOAKD_BENCH_MOBILITY` (a directory), else `../shared/data/mobility`
 /// beside the repository (a git worktree elsewhere names it with the variable).
@@ -58,20 +47,7 @@ fn roads() -> Option<Vec<Road>> {
     if !nodes_file.exists() {
         return None;
     }
-    let nodes: std::collections::HashMap<String, (f64, f64)> = csv_rows(&nodes_file)
-        .into_iter()
-        .map(|r| (r[0].clone(), (r[1].parse().unwrap(), r[2].parse().unwrap())))
-        .collect();
-    Some(
-        csv_rows(&dir.join("oldenburg_edges.csv.gz"))
-            .into_iter()
-            .map(|r| Road {
-                from: nodes[&r[1]],
-                to: nodes[&r[2]],
-                class: r[3].parse().unwrap(),
-            })
-            .collect(),
-    )
+    Some(read_roads(&nodes_file, &dir.join("oldenburg_edges.csv.gz")).unwrap())
 }
 
 #[derive(Clone, Copy)]

@@ -83,37 +83,45 @@ pub fn run(args: PoiArgs) -> anyhow::Result<()> {
     }
 }
 
-fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.count <= 100_000_000,
-        "--count: at most 100,000,000 POIs"
-    );
+/// The roads of a network given as a nodes CSV (`node_id,lat,lon`) and an edges CSV
+/// (`edge_id,from,to,class`), as in `../shared/data/mobility/` (gzip or plain); an error names the
+/// file, the line and the field.
+pub fn read_roads(nodes_file: &Path, edges_file: &Path) -> anyhow::Result<Vec<Road>> {
     let mut nodes: HashMap<u64, (f64, f64)> = HashMap::new();
-    for (line, r) in rows(&args.nodes, 3)? {
-        let id = field(&args.nodes, line, &r, 0, "node_id")?;
-        let lat: f64 = field(&args.nodes, line, &r, 1, "lat")?;
-        let lon: f64 = field(&args.nodes, line, &r, 2, "lon")?;
+    for (line, r) in rows(nodes_file, 3)? {
+        let id = field(nodes_file, line, &r, 0, "node_id")?;
+        let lat: f64 = field(nodes_file, line, &r, 1, "lat")?;
+        let lon: f64 = field(nodes_file, line, &r, 2, "lon")?;
         anyhow::ensure!(
             lat.abs() <= 90.0 && lon.abs() <= 180.0,
             "{} line {line}: lat/lon out of range",
-            args.nodes.display()
+            nodes_file.display()
         );
         nodes.insert(id, (lat, lon));
     }
     let mut roads = Vec::new();
-    for (line, r) in rows(&args.edges, 4)? {
+    for (line, r) in rows(edges_file, 4)? {
         let node = |i: usize, name: &str| -> anyhow::Result<(f64, f64)> {
-            let id: u64 = field(&args.edges, line, &r, i, name)?;
+            let id: u64 = field(edges_file, line, &r, i, name)?;
             nodes.get(&id).copied().ok_or_else(|| {
-                anyhow::anyhow!("{} line {line}: {name}: no node {id}", args.edges.display())
+                anyhow::anyhow!("{} line {line}: {name}: no node {id}", edges_file.display())
             })
         };
         roads.push(Road {
             from: node(1, "from")?,
             to: node(2, "to")?,
-            class: field(&args.edges, line, &r, 3, "class")?,
+            class: field(edges_file, line, &r, 3, "class")?,
         });
     }
+    Ok(roads)
+}
+
+fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.count <= 100_000_000,
+        "--count: at most 100,000,000 POIs"
+    );
+    let roads = read_roads(&args.nodes, &args.edges)?;
     let pois = generate(&roads, args.count, args.seed).map_err(anyhow::Error::msg)?;
     let file = std::fs::File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
