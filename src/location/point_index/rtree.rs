@@ -45,12 +45,17 @@ use super::PointIndex;
 use crate::location::geo::GeoBox;
 
 /// Reach classes per axis: class `c < CLASSES_PER_AXIS - 1` holds extents up to
-/// [`class_extent`]`(c)`, the last one any extent.
-pub const CLASSES_PER_AXIS: usize = 5;
+/// [`class_extent`]`(c)`, the last one any extent. Three classes a factor of twelve apart (9 trees)
+/// beat five a factor of four apart (25 trees) on the log-uniform workload now that each node also
+/// prunes by the union of its points' reach boxes (a query opens at least a path in every tree that
+/// may hold a point reaching the query point, so more trees cost a floor per query), and one class
+/// (a single tree) is slower there (measured in a replay of the bench's workloads,
+/// docs/performance.md).
+pub const CLASSES_PER_AXIS: usize = 3;
 
-/// The classes' bounds in degrees: the smallest about 67 m of longitude and 111 m of latitude at
-/// 53° N, each four times the previous one, the last unbounded.
-const EXTENTS: [f64; CLASSES_PER_AXIS] = [0.001, 0.004, 0.016, 0.064, f64::INFINITY];
+/// The classes' bounds in degrees: about 130 m of longitude and 220 m of latitude at 53° N, then
+/// twelve times that, then unbounded.
+const EXTENTS: [f64; CLASSES_PER_AXIS] = [0.002, 0.024, f64::INFINITY];
 
 /// The largest extent (degrees) a point of class `c` may reach from it on that axis.
 pub fn class_extent(c: usize) -> f64 {

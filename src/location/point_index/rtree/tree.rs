@@ -12,7 +12,8 @@
 //! - nodes not in the tree are on the free list and reused before the arena grows.
 //!
 //! Updates, one point at a time, never rebuild: an insertion descends by least enlargement of the
-//! points' box and splits a full node along the axis and at the position R* chooses (least margin,
+//! points' box plus the reach union (so points that reach alike share nodes, and the reach unions
+//! prune; measured better than the points' box alone on the log-uniform workload) and splits a full node along the axis and at the position R* chooses (least margin,
 //! then least overlap, then least area); a removal finds its leaf from the slot map (no descent),
 //! swap-removes the entry, and either refreshes the boxes up the path or, when the leaf falls below
 //! [`MIN_FILL`], takes it (and any ancestor that falls below in turn) out and reinserts its points
@@ -275,15 +276,40 @@ impl Tree {
         }
     }
 
+    /// Widens the entries on the path above `node` to hold `e`'s boxes (just added below them),
+    /// stopping at the first that already does.
+    fn grow_up(&mut self, mut node: u32, e: &Entry) {
+        loop {
+            let n = &self.nodes[node as usize];
+            let (parent, pos) = (n.parent, n.pos as usize);
+            if parent == NONE {
+                return;
+            }
+            let p = &mut self.nodes[parent as usize];
+            let old = p.get(pos);
+            let grown = Entry {
+                rect: union(&old.rect, &e.rect),
+                reach: union(&old.reach, &e.reach),
+                child: node,
+            };
+            if grown == old {
+                return;
+            }
+            p.set(pos, &grown);
+            node = parent;
+        }
+    }
+
     /// Adds the point entry of `slot` (its rect is the point).
     pub fn insert(&mut self, e: Entry, locs: &mut Locs) {
-        let leaf = self.choose(&e.rect, 0);
+        let leaf = self.choose(&e.rect, &e.reach, 0);
         self.add(leaf, e, locs);
         self.len += 1;
     }
 
-    /// The node at `level` (0 = leaves) whose box grows least to take `rect`.
-    fn choose(&self, rect: &Rect, level: u32) -> u32 {
+    /// The node at `level` (0 = leaves) whose point box and reach union grow least (in area) to
+    /// take `rect` and `reach`.
+    fn choose(&self, rect: &Rect, reach: &Rect, level: u32) -> u32 {
         let mut node = self.root;
         let mut at = self.height;
         while at > level {
@@ -292,9 +318,11 @@ impl Tree {
             let mut best_key = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
             for i in 0..n.len() {
                 let r = [n.x0[i], n.y0[i], n.x1[i], n.y1[i]];
+                let rr = [n.rx0[i], n.ry0[i], n.rx1[i], n.ry1[i]];
                 let u = union(&r, rect);
-                let a = area(&r);
-                let key = (area(&u) - a, margin(&u) - margin(&r), a);
+                let ur = union(&rr, reach);
+                let a = area(&r) + area(&rr);
+                let key = (area(&u) + area(&ur) - a, margin(&u) - margin(&r), a);
                 if key < best_key {
                     best_key = key;
                     best = i;
@@ -308,6 +336,8 @@ impl Tree {
 
     /// Puts `e` into `node`, splitting up the path as needed.
     fn add(&mut self, mut node: u32, mut e: Entry, locs: &mut Locs) {
+        // The entry added at the bottom: the boxes above the last split grow by it alone.
+        let added = e;
         loop {
             let n = &mut self.nodes[node as usize];
             if n.len() < MAX_FILL {
@@ -315,7 +345,7 @@ impl Tree {
                 n.set(pos, &e);
                 n.len += 1;
                 self.attach(node, pos, locs);
-                self.refresh_up(node);
+                self.grow_up(node, &added);
                 return;
             }
             let sibling = self.split(node, e, locs);
@@ -501,7 +531,7 @@ impl Tree {
             }
         }
         for e in &orphans {
-            let leaf = self.choose(&e.rect, 0);
+            let leaf = self.choose(&e.rect, &e.reach, 0);
             self.add(leaf, *e, locs);
         }
         self.orphans = orphans;
