@@ -599,33 +599,23 @@ impl Tree {
     fn walk<const REACH: bool>(&self, id: u32, b: &Rect, q: [f64; 2], out: &mut Vec<u32>) {
         let n = &self.nodes[id as usize];
         // Every entry slot is tested without branching (whole arrays, which the compiler
-        // vectorizes), giving a bit mask of the hits; slots past `len` are masked off.
-        let mut hits: u32 = 0;
-        if n.leaf {
-            // A leaf entry's box is its point: x0 = x1, y0 = y1.
-            for i in 0..MAX_FILL {
-                let mut hit =
-                    (n.x0[i] <= b[2]) & (n.x0[i] >= b[0]) & (n.y0[i] <= b[3]) & (n.y0[i] >= b[1]);
-                if REACH {
-                    hit &= (n.rx0[i] <= q[0])
-                        & (n.rx1[i] >= q[0])
-                        & (n.ry0[i] <= q[1])
-                        & (n.ry1[i] >= q[1]);
-                }
-                hits |= u32::from(hit) << i;
-            }
+        // vectorizes), giving a bit mask of the hits; slots past `len` are masked off. A leaf
+        // entry's box is its point (x0 = x1, y0 = y1), so a leaf reads only x0 and y0.
+        let (x1, y1) = if n.leaf {
+            (&n.x0, &n.y0)
         } else {
-            for i in 0..MAX_FILL {
-                let mut hit =
-                    (n.x0[i] <= b[2]) & (n.x1[i] >= b[0]) & (n.y0[i] <= b[3]) & (n.y1[i] >= b[1]);
-                if REACH {
-                    hit &= (n.rx0[i] <= q[0])
-                        & (n.rx1[i] >= q[0])
-                        & (n.ry0[i] <= q[1])
-                        & (n.ry1[i] >= q[1]);
-                }
-                hits |= u32::from(hit) << i;
+            (&n.x1, &n.y1)
+        };
+        let mut hits: u32 = 0;
+        for i in 0..MAX_FILL {
+            let mut hit = (n.x0[i] <= b[2]) & (x1[i] >= b[0]) & (n.y0[i] <= b[3]) & (y1[i] >= b[1]);
+            if REACH {
+                hit &= (n.rx0[i] <= q[0])
+                    & (n.rx1[i] >= q[0])
+                    & (n.ry0[i] <= q[1])
+                    & (n.ry1[i] >= q[1]);
             }
+            hits |= u32::from(hit) << i;
         }
         hits &= LIVE[n.len()];
         while hits != 0 {
