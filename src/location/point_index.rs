@@ -4,7 +4,7 @@
 //! this point" (the candidates of the constraint graph's edges of a new request).
 //!
 //! One small trait, [`PointIndex`], and two implementations chosen by `location.index`:
-//! [`rtree::RTreeIndex`] (`rstar` R*-trees of the points by reach class, the default) and
+//! [`rtree::RTreeIndex`] (R-trees of the points by reach class in arenas of nodes, the default) and
 //! [`grid::GridIndex`] (a uniform grid of 0.005° cells). [`SpatialIndex`] is the engine's choice
 //! between them, an enum so that the hot path is a branch, not a virtual call.
 //!
@@ -35,7 +35,8 @@ pub trait PointIndex {
     }
 
     /// Adds the point of `slot` at (`lon`, `lat`) with its reach box (finite degrees; the box holds
-    /// the point).
+    /// the point). `slot` is not in the index (the engine's slots are dense and unique among its
+    /// pending requests).
     fn insert(&mut self, lon: f64, lat: f64, reach: &GeoBox, slot: u32);
 
     /// Removes the point of `slot` inserted at (`lon`, `lat`) with this reach box; false if there
@@ -53,7 +54,7 @@ pub trait PointIndex {
 /// Which index the engine keeps its pending requests in (`location.index`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IndexKind {
-    /// `rstar` R*-trees of the points, one per reach class: adapt to any tolerance and density.
+    /// R-trees of the points, one per reach class: adapt to any tolerance and density.
     #[default]
     RTree,
     /// A uniform grid of 0.005° cells: fastest when boxes are about a cell wide.
@@ -280,6 +281,9 @@ mod tests {
                         }
                     }
                     prop_assert_eq!(index.len(), live.len(), "{:?}", kind);
+                    if let SpatialIndex::RTree(tree) = &index {
+                        tree.check();
+                    }
                 }
                 // Everything left comes out.
                 let mut all = Vec::new();
