@@ -38,18 +38,9 @@ fn schema() -> TableSchema {
     let sex = Hierarchy::parse("sex", "M;*\nF;*\n").unwrap();
     TableSchema {
         columns: vec![
-            ColumnSchema {
-                name: "age".into(),
-                role: ColumnRole::Quasi(QuasiKind::Numeric),
-            },
-            ColumnSchema {
-                name: "sex".into(),
-                role: ColumnRole::Quasi(QuasiKind::Categorical(sex)),
-            },
-            ColumnSchema {
-                name: "disease".into(),
-                role: ColumnRole::Sensitive { numeric: false },
-            },
+            ColumnSchema::new("age", ColumnRole::Quasi(QuasiKind::Numeric)),
+            ColumnSchema::new("sex", ColumnRole::Quasi(QuasiKind::Categorical(sex))),
+            ColumnSchema::new("disease", ColumnRole::Sensitive { numeric: false }),
         ],
         unlisted: Unlisted::Drop,
     }

@@ -685,18 +685,9 @@ mod estimate_tests {
         let job = Hierarchy::parse("job", "a;x;*\nb;x;*\nc;y;*\nd;y;*\ne;y;*\n").unwrap();
         let schema = TableSchema {
             columns: vec![
-                ColumnSchema {
-                    name: "age".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Numeric),
-                },
-                ColumnSchema {
-                    name: "job".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Categorical(job)),
-                },
-                ColumnSchema {
-                    name: "disease".into(),
-                    role: ColumnRole::Sensitive { numeric: false },
-                },
+                ColumnSchema::new("age", ColumnRole::Quasi(QuasiKind::Numeric)),
+                ColumnSchema::new("job", ColumnRole::Quasi(QuasiKind::Categorical(job))),
+                ColumnSchema::new("disease", ColumnRole::Sensitive { numeric: false }),
             ],
             unlisted: Unlisted::Drop,
         };

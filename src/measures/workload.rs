@@ -674,22 +674,10 @@ mod tests {
         let sex = Hierarchy::parse("sex.csv", "Male;*\nFemale;*\n").unwrap();
         let schema = TableSchema {
             columns: vec![
-                ColumnSchema {
-                    name: "age".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Numeric),
-                },
-                ColumnSchema {
-                    name: "sex".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Categorical(sex)),
-                },
-                ColumnSchema {
-                    name: "occupation".into(),
-                    role: ColumnRole::Sensitive { numeric: false },
-                },
-                ColumnSchema {
-                    name: "income".into(),
-                    role: ColumnRole::Insensitive,
-                },
+                ColumnSchema::new("age", ColumnRole::Quasi(QuasiKind::Numeric)),
+                ColumnSchema::new("sex", ColumnRole::Quasi(QuasiKind::Categorical(sex))),
+                ColumnSchema::new("occupation", ColumnRole::Sensitive { numeric: false }),
+                ColumnSchema::new("income", ColumnRole::Insensitive),
             ],
             unlisted: Unlisted::Drop,
         };

@@ -293,18 +293,12 @@ pub(crate) mod tests {
         let gender = Hierarchy::parse("gender.csv", "Male;*\nFemale;*\n").unwrap();
         let schema = TableSchema {
             columns: vec![
-                ColumnSchema {
-                    name: "birthday".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Categorical(birthday)),
-                },
-                ColumnSchema {
-                    name: "gender".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Categorical(gender)),
-                },
-                ColumnSchema {
-                    name: "disease".into(),
-                    role: ColumnRole::Sensitive { numeric: false },
-                },
+                ColumnSchema::new(
+                    "birthday",
+                    ColumnRole::Quasi(QuasiKind::Categorical(birthday)),
+                ),
+                ColumnSchema::new("gender", ColumnRole::Quasi(QuasiKind::Categorical(gender))),
+                ColumnSchema::new("disease", ColumnRole::Sensitive { numeric: false }),
             ],
             unlisted: Unlisted::Drop,
         };

@@ -107,10 +107,7 @@ fn adult_sample() -> (Table, Original) {
         "race",
         "sex",
     ];
-    let mut columns = vec![ColumnSchema {
-        name: "id".into(),
-        role: ColumnRole::Insensitive,
-    }];
+    let mut columns = vec![ColumnSchema::new("id", ColumnRole::Insensitive)];
     let mut quasi = Vec::new();
     for name in names {
         let path = root.join(format!("examples/data/hierarchies/{name}.csv"));
@@ -124,10 +121,10 @@ fn adult_sample() -> (Table, Original) {
         let index = header.iter().position(|h| h == name).unwrap();
         quasi.push((index, CheckQuasi::Categorical(hierarchy_lines(&hierarchy))));
     }
-    columns.push(ColumnSchema {
-        name: "occupation".into(),
-        role: ColumnRole::Sensitive { numeric: false },
-    });
+    columns.push(ColumnSchema::new(
+        "occupation",
+        ColumnRole::Sensitive { numeric: false },
+    ));
     let schema = TableSchema {
         columns,
         unlisted: Unlisted::Drop,
@@ -223,14 +220,8 @@ fn golden_table_3_k2() {
 fn kaca_refuses_numeric_columns_without_hierarchy_and_unsatisfiable_models() {
     let schema = TableSchema {
         columns: vec![
-            ColumnSchema {
-                name: "age".into(),
-                role: ColumnRole::Quasi(QuasiKind::Numeric),
-            },
-            ColumnSchema {
-                name: "s".into(),
-                role: ColumnRole::Sensitive { numeric: false },
-            },
+            ColumnSchema::new("age", ColumnRole::Quasi(QuasiKind::Numeric)),
+            ColumnSchema::new("s", ColumnRole::Sensitive { numeric: false }),
         ],
         unlisted: Unlisted::Drop,
     };

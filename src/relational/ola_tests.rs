@@ -151,10 +151,10 @@ fn random_table(seed: u64) -> Table {
         used.push(rng.random_range(1..=leaves));
         header.push(format!("q{q}"));
     }
-    columns.push(ColumnSchema {
-        name: "s".into(),
-        role: ColumnRole::Sensitive { numeric: false },
-    });
+    columns.push(ColumnSchema::new(
+        "s",
+        ColumnRole::Sensitive { numeric: false },
+    ));
     header.push("s".into());
     let mut csv = header.join(",");
     csv.push('\n');
@@ -262,15 +262,12 @@ fn adult_sample() -> Table {
     };
     let mut columns: Vec<ColumnSchema> = ["workclass", "education", "marital-status", "sex"]
         .iter()
-        .map(|name| ColumnSchema {
-            name: name.to_string(),
-            role: hierarchy(name),
-        })
+        .map(|name| ColumnSchema::new(*name, hierarchy(name)))
         .collect();
-    columns.push(ColumnSchema {
-        name: "occupation".into(),
-        role: ColumnRole::Sensitive { numeric: false },
-    });
+    columns.push(ColumnSchema::new(
+        "occupation",
+        ColumnRole::Sensitive { numeric: false },
+    ));
     let mut text = String::new();
     flate2::read::GzDecoder::new(std::fs::File::open(dir.join("adult-2000.csv.gz")).unwrap())
         .read_to_string(&mut text)
@@ -335,17 +332,11 @@ fn ola_refuses_numeric_columns_and_bad_limits() {
         ola(&table, &k2, Metric::Dm, 1.5),
         Err(OlaError::MaxSuppression(_))
     ));
-    let numeric = ColumnSchema {
-        name: "age".into(),
-        role: ColumnRole::Quasi(QuasiKind::Numeric),
-    };
+    let numeric = ColumnSchema::new("age", ColumnRole::Quasi(QuasiKind::Numeric));
     let schema = TableSchema {
         columns: vec![
             numeric,
-            ColumnSchema {
-                name: "s".into(),
-                role: ColumnRole::Sensitive { numeric: false },
-            },
+            ColumnSchema::new("s", ColumnRole::Sensitive { numeric: false }),
         ],
         unlisted: Unlisted::Drop,
     };

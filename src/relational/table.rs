@@ -48,6 +48,15 @@ pub struct ColumnSchema {
     pub role: ColumnRole,
 }
 
+impl ColumnSchema {
+    pub fn new(name: impl Into<String>, role: ColumnRole) -> ColumnSchema {
+        ColumnSchema {
+            name: name.into(),
+            role,
+        }
+    }
+}
+
 /// What to do with input columns the schema does not list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Unlisted {
@@ -627,22 +636,10 @@ mod tests {
         let h = Hierarchy::parse("sex.csv", "Male;*\nFemale;*\n").unwrap();
         TableSchema {
             columns: vec![
-                ColumnSchema {
-                    name: "age".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Numeric),
-                },
-                ColumnSchema {
-                    name: "sex".into(),
-                    role: ColumnRole::Quasi(QuasiKind::Categorical(h)),
-                },
-                ColumnSchema {
-                    name: "disease".into(),
-                    role: ColumnRole::Sensitive { numeric: false },
-                },
-                ColumnSchema {
-                    name: "ssn".into(),
-                    role: ColumnRole::Identifier,
-                },
+                ColumnSchema::new("age", ColumnRole::Quasi(QuasiKind::Numeric)),
+                ColumnSchema::new("sex", ColumnRole::Quasi(QuasiKind::Categorical(h))),
+                ColumnSchema::new("disease", ColumnRole::Sensitive { numeric: false }),
+                ColumnSchema::new("ssn", ColumnRole::Identifier),
             ],
             unlisted: Unlisted::Drop,
         }

@@ -116,10 +116,7 @@ fn generate_with(seed: u64, numeric_share: f64) -> Generated {
     let sensitive_values = rng.random_range(1..=6);
     let sensitive_numeric = rng.random_bool(0.3);
     let mut header = vec!["id".to_string()];
-    let mut columns = vec![ColumnSchema {
-        name: "id".into(),
-        role: ColumnRole::Insensitive,
-    }];
+    let mut columns = vec![ColumnSchema::new("id", ColumnRole::Insensitive)];
     let mut quasi = Vec::new();
     let mut generators: Vec<ValueGenerator> = Vec::new();
     for q in 0..quasi_count {
@@ -164,12 +161,12 @@ fn generate_with(seed: u64, numeric_share: f64) -> Generated {
         }
     }
     header.push("s".into());
-    columns.push(ColumnSchema {
-        name: "s".into(),
-        role: ColumnRole::Sensitive {
+    columns.push(ColumnSchema::new(
+        "s",
+        ColumnRole::Sensitive {
             numeric: sensitive_numeric,
         },
-    });
+    ));
     let sensitive = header.len() - 1;
     let skew = rng.random_bool(0.5);
     let mut table_rows = Vec::new();
@@ -786,18 +783,9 @@ fn golden_table_4_k4() {
 fn unsatisfiable_models_are_refused_with_the_reason() {
     let schema = TableSchema {
         columns: vec![
-            ColumnSchema {
-                name: "SSN".into(),
-                role: ColumnRole::Identifier,
-            },
-            ColumnSchema {
-                name: "Age".into(),
-                role: ColumnRole::Quasi(QuasiKind::Numeric),
-            },
-            ColumnSchema {
-                name: "Problem".into(),
-                role: ColumnRole::Sensitive { numeric: false },
-            },
+            ColumnSchema::new("SSN", ColumnRole::Identifier),
+            ColumnSchema::new("Age", ColumnRole::Quasi(QuasiKind::Numeric)),
+            ColumnSchema::new("Problem", ColumnRole::Sensitive { numeric: false }),
         ],
         unlisted: Unlisted::Drop,
     };
