@@ -14,22 +14,15 @@
 //! user's cloaked requests within a session, the users common to all their groups (groups are told
 //! apart by their shared box and interval; a session's time is the broker's formation time, the end of
 //! the cloaking interval).
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
-use hdrhistogram::Histogram;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::location::geo::METRES_PER_DEGREE_LAT;
-use crate::location::replay::{PeriodicEvent, PeriodicParams, log_uniform, periodic_workload};
-use crate::location::tracking::{CloakedObservation, SessionAnonymity, session_anonymity};
 use crate::proto::lbs_gateway_client::LbsGatewayClient;
 use crate::proto::location_broker_client::LocationBrokerClient;
 use crate::proto::location_event::Outcome;
@@ -38,7 +31,13 @@ use crate::proto::{
 };
 use crate::workload::{TracePoint, read_trace_file};
 
+mod plan;
 mod poi;
+mod report;
+
+use plan::{Plan, plan};
+pub use report::{Percentiles, SimulationReport};
+use report::{RunFacts, Tally, print_report};
 
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
@@ -141,15 +140,6 @@ pub enum ToleranceDist {
     LogUniform,
 }
 
-impl ToleranceDist {
-    fn draw(self, rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> f64 {
-        match self {
-            ToleranceDist::Uniform => uniform_f(rng, lo, hi),
-            ToleranceDist::LogUniform => log_uniform(rng, lo, hi),
-        }
-    }
-}
-
 /// `--model`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModelArg {
@@ -165,277 +155,6 @@ impl ModelArg {
         }
     }
 }
-
-/// The measured outcome of a run.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct SimulationReport {
-    pub requests: u64,
-    pub cloaked: u64,
-    pub expired: u64,
-    pub rejected: u64,
-    pub undelivered: u64,
-    pub missing: u64,
-    pub replies: u64,
-    pub success_rate: f64,
-    pub mean_relative_anonymity: f64,
-    pub median_relative_spatial_resolution: f64,
-    pub median_relative_temporal_resolution: f64,
-    /// From the first send to the last outcome (expiries arrive up to dt after the last send).
-    pub seconds: f64,
-    /// Requests sent per second while sending.
-    pub offered_per_s: f64,
-    /// Requests handled per second: cloaked outcomes over the time from the first send to the last
-    /// Cloaked event (a group forms on an arrival, so this is the broker's cloaking rate).
-    pub throughput_per_s: f64,
-    pub cloak_latency_ms: Percentiles,
-    pub reply_latency_ms: Percentiles,
-    pub broker_overhead_ms: Percentiles,
-    /// With `--update-period-s`: position updates sent, and accepted by the broker.
-    pub updates_sent: u64,
-    pub updates_accepted: u64,
-    /// With `--pid`: user plus system CPU seconds those processes used during the run, together.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_seconds: Option<f64>,
-    /// With `--session-ms`: what intersecting each user's groups over a session leaves.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_anonymity: Option<SessionAnonymity>,
-    /// With `--pois`: the clients' refined POI answers against their exact answers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub poi: Option<poi::PoiReport>,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    fn of(h: &Histogram<u64>) -> Percentiles {
-        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        Percentiles {
-            p50: ms(0.5),
-            p90: ms(0.9),
-            p99: ms(0.99),
-            max: h.max() as f64 / 1000.0,
-        }
-    }
-}
-
-struct Planned {
-    request: LocationRequest,
-    /// Index of the request's user (first appearance order).
-    user: usize,
-    stream: usize,
-    /// Offset from the start at which to send.
-    due: Duration,
-}
-
-fn uniform_f(rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> f64 {
-    if hi > lo {
-        rng.random_range(lo..=hi)
-    } else {
-        lo
-    }
-}
-
-fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Plan> {
-    anyhow::ensure!(args.clients >= 1, "--clients: must be at least 1");
-    anyhow::ensure!(
-        args.k_min >= 1 && args.k_min <= args.k_max,
-        "--k-min/--k-max: need 1 <= k_min <= k_max"
-    );
-    anyhow::ensure!(
-        args.speedup > 0.0 && args.speedup.is_finite(),
-        "--speedup: must be > 0"
-    );
-    if let Some(rate) = args.rate {
-        anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate: must be > 0");
-    }
-    for (flag, dist, min) in [
-        ("--dx-min", args.dx_dist, args.dx_min),
-        ("--dy-min", args.dy_dist, args.dy_min),
-    ] {
-        anyhow::ensure!(
-            dist == ToleranceDist::Uniform || (min > 0.0 && min.is_finite()),
-            "{flag}: must be > 0 for a log-uniform draw"
-        );
-    }
-    if args.update_period_s.is_some() || args.request_period_s.is_some() {
-        return plan_periodic(args, points);
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let t0 = points.first().map(|p| p.timestamp).unwrap_or(0);
-    let mut streams: HashMap<&str, usize> = HashMap::new();
-    let mut user_k: HashMap<&str, u32> = HashMap::new();
-    let mut planned = Vec::with_capacity(points.len());
-    for (index, point) in points.iter().enumerate() {
-        let next = streams.len();
-        let user = *streams.entry(point.user_id.as_str()).or_insert(next);
-        let stream = user % args.clients;
-        let k = if args.k_per_user {
-            *user_k
-                .entry(point.user_id.as_str())
-                .or_insert_with(|| rng.random_range(args.k_min..=args.k_max))
-        } else {
-            rng.random_range(args.k_min..=args.k_max)
-        };
-        let due = match args.rate {
-            Some(rate) => Duration::from_secs_f64(index as f64 / rate),
-            // Spread the rows of one trace second evenly over that second.
-            None => Duration::from_secs_f64(((point.timestamp - t0) as f64) / args.speedup),
-        };
-        let request = planned_request(
-            args,
-            &mut rng,
-            point.user_id.clone(),
-            index as u64,
-            (point.lat, point.lon),
-            k,
-        );
-        planned.push(Planned {
-            request,
-            user,
-            stream,
-            due,
-        });
-    }
-    if args.rate.is_none() {
-        // Rows of the same trace second go out evenly spread over the (compressed) second.
-        let mut start = 0;
-        while start < planned.len() {
-            let mut end = start;
-            while end < planned.len() && planned[end].due == planned[start].due {
-                end += 1;
-            }
-            let width = Duration::from_secs_f64(1.0 / args.speedup);
-            let n = (end - start) as u32;
-            for (i, p) in planned[start..end].iter_mut().enumerate() {
-                p.due += width * i as u32 / n.max(1);
-            }
-            start = end;
-        }
-    }
-    Ok(Plan {
-        requests: planned,
-        updates: Vec::new(),
-    })
-}
-
-/// One request of the run: tolerances drawn from their ranges (dx, dy, then dt).
-fn planned_request(
-    args: &SimulateArgs,
-    rng: &mut ChaCha8Rng,
-    user_id: String,
-    request_no: u64,
-    (lat, lon): (f64, f64),
-    k: u32,
-) -> LocationRequest {
-    LocationRequest {
-        user_id,
-        request_no,
-        lat,
-        lon,
-        k: Some(k),
-        dx_m: Some(args.dx_dist.draw(rng, args.dx_min, args.dx_max)),
-        dy_m: Some(args.dy_dist.draw(rng, args.dy_min, args.dy_max)),
-        dt_ms: Some(if args.dt_max_ms > args.dt_min_ms {
-            rng.random_range(args.dt_min_ms..=args.dt_max_ms)
-        } else {
-            args.dt_min_ms
-        }),
-        payload: b"nearest cafe".to_vec(),
-        service: args.service.clone(),
-        model: args.model.map(ModelArg::proto),
-    }
-}
-
-/// The planned run: requests, and position updates with their send offsets.
-struct Plan {
-    requests: Vec<Planned>,
-    updates: Vec<(Duration, PositionUpdate)>,
-}
-
-/// `--update-period-s` / `--request-period-s`: the periodic workload of
-/// [`crate::location::replay::periodic_workload`] (events of one trace second spread over it).
-fn plan_periodic(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<Plan> {
-    let request_period_s = args.request_period_s.unwrap_or(1);
-    anyhow::ensure!(
-        request_period_s >= 1,
-        "--request-period-s: must be at least 1"
-    );
-    anyhow::ensure!(
-        args.update_period_s != Some(0),
-        "--update-period-s: must be at least 1"
-    );
-    let workload = periodic_workload(
-        points,
-        &PeriodicParams {
-            update_period_s: args.update_period_s.unwrap_or(0),
-            request_period_s,
-            k_min: args.k_min,
-            k_max: args.k_max,
-            seed: args.seed,
-        },
-    );
-    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0x5eed);
-    let mut user_k: HashMap<usize, u32> = HashMap::new();
-    let t0_ms = points.first().map(|p| p.timestamp).unwrap_or(0) * 1000;
-    let mut plan = Plan {
-        requests: Vec::new(),
-        updates: Vec::new(),
-    };
-    for (index, event) in workload.events.iter().enumerate() {
-        let due = match args.rate {
-            Some(rate) => Duration::from_secs_f64(index as f64 / rate),
-            None => Duration::from_secs_f64(
-                (event.at_ms() - t0_ms).max(0) as f64 / 1000.0 / args.speedup,
-            ),
-        };
-        match *event {
-            PeriodicEvent::Update { user, lat, lon, .. } => plan.updates.push((
-                due,
-                PositionUpdate {
-                    user_id: workload.user_ids[user].clone(),
-                    lat,
-                    lon,
-                },
-            )),
-            PeriodicEvent::Request {
-                user, lat, lon, k, ..
-            } => {
-                let k = if args.k_per_user {
-                    *user_k.entry(user).or_insert(k)
-                } else {
-                    k
-                };
-                let request = planned_request(
-                    args,
-                    &mut rng,
-                    workload.user_ids[user].clone(),
-                    plan.requests.len() as u64,
-                    (lat, lon),
-                    k,
-                );
-                plan.requests.push(Planned {
-                    request,
-                    user,
-                    stream: user % args.clients,
-                    due,
-                });
-            }
-        }
-    }
-    Ok(plan)
-}
-
-/// A cloaked group as the clients see it: its shared box (as bits) and interval.
-type GroupKey = (u64, u64, u64, u64, i64, i64);
-/// Latest send time among the members seen (ns since start), when that member's Cloaked arrived,
-/// members seen, group size.
-type GroupSeen = (u64, Instant, u32, u32);
 
 /// Events one stream read at once, with the instant they were read (one message to the main loop
 /// per batch, so the load generator spends less of the shared machine on waking it).
@@ -647,28 +366,9 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
 
-    let mut outcome_seen = vec![false; total];
-    let mut outcomes = 0usize;
-    let (mut cloaked, mut expired, mut rejected, mut undelivered, mut replies) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut anonymity_sum = 0.0;
-    let mut spatial = Vec::new();
-    let mut temporal = Vec::new();
-    let mut cloak_latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
-    let mut reply_latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
-    let mut overhead = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
-    // Groups: identified by their shared box and interval; value = (latest send ns, its request, recv).
-    let mut groups: HashMap<GroupKey, GroupSeen> = HashMap::new();
-    let mut group_ids: HashMap<GroupKey, u64> = HashMap::new();
-    let mut tracked: Vec<CloakedObservation> = Vec::new();
-    let mut last_outcome = start;
-    let mut last_cloaked = start;
+    let mut tally = Tally::new(start, requested, user_of, args.session_ms.is_some())?;
     let mut senders_done = false;
-    let mut replies_expected = 0u64;
-    loop {
-        if outcomes >= total && replies >= replies_expected {
-            break;
-        }
+    while !tally.complete() {
         let wait = if senders_done {
             Duration::from_secs(args.drain_secs)
         } else {
@@ -700,80 +400,21 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
                         let (lat, lon) = position_of[no];
                         check.check(&reply.payload, lat, lon, &mut poi_report);
                     }
-                    replies += 1;
-                    reply_latency.saturating_record(since_send_us);
-                    continue;
+                    tally.reply(since_send_us);
                 }
-                Some(Outcome::Undelivered(_)) => {
-                    undelivered += 1;
-                    replies_expected = replies_expected.saturating_sub(1);
-                    continue;
-                }
-                _ => {}
-            }
-            if std::mem::replace(&mut outcome_seen[no], true) {
-                continue;
-            }
-            outcomes += 1;
-            last_outcome = at;
-            progress.inc(1);
-            let (k, dx, dy, dt) = requested[no];
-            match event.outcome {
-                Some(Outcome::Cloaked(c)) => {
-                    cloaked += 1;
-                    last_cloaked = at;
-                    replies_expected += 1;
-                    cloak_latency.saturating_record(since_send_us);
-                    anonymity_sum += f64::from(c.group_size) / f64::from(k.max(1));
-                    if let Some(b) = c.r#box {
-                        let centre = 0.5 * (b.min_lat + b.max_lat);
-                        let w = ((b.max_lon - b.min_lon)
-                            * METRES_PER_DEGREE_LAT
-                            * centre.to_radians().cos())
-                        .max(1.0);
-                        let h = ((b.max_lat - b.min_lat) * METRES_PER_DEGREE_LAT).max(1.0);
-                        spatial.push(((4.0 * dx * dy) / (w * h)).sqrt());
-                        let interval = ((c.t_end_ms - c.t_start_ms) as f64).max(1.0);
-                        temporal.push(2.0 * dt as f64 / interval);
-                        let key = (
-                            b.min_lat.to_bits(),
-                            b.min_lon.to_bits(),
-                            b.max_lat.to_bits(),
-                            b.max_lon.to_bits(),
-                            c.t_start_ms,
-                            c.t_end_ms,
-                        );
-                        let entry = groups.entry(key).or_insert((0, at, 0, c.group_size));
-                        entry.2 += 1;
-                        if sent_ns >= entry.0 {
-                            entry.0 = sent_ns;
-                            entry.1 = at;
-                        }
-                        if args.session_ms.is_some() {
-                            let next_id = group_ids.len() as u64;
-                            tracked.push(CloakedObservation {
-                                user: user_of[no],
-                                group: *group_ids.entry(key).or_insert(next_id),
-                                formed_at_ms: c.t_end_ms,
-                                k,
-                            });
+                Some(Outcome::Undelivered(_)) => tally.undelivered(),
+                outcome => {
+                    if tally.outcome(no, outcome, at, sent_ns, since_send_us) {
+                        progress.inc(1);
+                        if tally.outcomes().is_multiple_of(4096) {
+                            progress.set_message(tally.summary());
                         }
                     }
                 }
-                Some(Outcome::Expired(_)) => expired += 1,
-                Some(Outcome::Rejected(_)) => rejected += 1,
-                _ => {}
-            }
-            if outcomes.is_multiple_of(4096) {
-                progress.set_message(format!(
-                    "{cloaked} cloaked, {expired} expired, {replies} replies"
-                ));
             }
         }
     }
     progress.finish_and_clear();
-    let seconds = last_outcome.duration_since(start).as_secs_f64().max(1e-9);
-    let cloaking_seconds = last_cloaked.duration_since(start).as_secs_f64().max(1e-9);
     let last_send_ns = sent_at
         .iter()
         .map(|t| t.load(std::sync::atomic::Ordering::Relaxed))
@@ -781,16 +422,6 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         .max()
         .unwrap_or(0);
     let sending_seconds = (last_send_ns as f64 / 1e9).max(1e-9);
-    for ((..), (latest_ns, at, members, size)) in &groups {
-        if members == size {
-            let us = at
-                .duration_since(start)
-                .as_nanos()
-                .saturating_sub(u128::from(*latest_ns))
-                / 1000;
-            overhead.saturating_record(u64::try_from(us).unwrap_or(u64::MAX).max(1));
-        }
-    }
     for s in senders {
         drop(s.await);
     }
@@ -810,42 +441,12 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
             }
         }
     };
-    let median = |v: &mut Vec<f64>| {
-        if v.is_empty() {
-            return 0.0;
-        }
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let cpu_seconds = cpu_before.zip(cpu_of(&args.pid)).map(|(a, b)| b - a);
-    Ok(SimulationReport {
-        cpu_seconds,
-        requests: total as u64,
-        cloaked,
-        expired,
-        rejected,
-        undelivered,
-        missing: (total - outcomes) as u64,
-        replies,
-        success_rate: cloaked as f64 / total as f64,
-        mean_relative_anonymity: if cloaked > 0 {
-            anonymity_sum / cloaked as f64
-        } else {
-            0.0
-        },
-        median_relative_spatial_resolution: median(&mut spatial),
-        median_relative_temporal_resolution: median(&mut temporal),
-        seconds,
-        offered_per_s: total as f64 / sending_seconds,
-        throughput_per_s: cloaked as f64 / cloaking_seconds,
-        cloak_latency_ms: Percentiles::of(&cloak_latency),
-        reply_latency_ms: Percentiles::of(&reply_latency),
-        broker_overhead_ms: Percentiles::of(&overhead),
+    tally.report(RunFacts {
+        sending_seconds,
+        cpu_seconds: cpu_before.zip(cpu_of(&args.pid)).map(|(a, b)| b - a),
         updates_sent,
         updates_accepted,
-        session_anonymity: args
-            .session_ms
-            .map(|session_ms| session_anonymity(&tracked, session_ms)),
+        session_ms: args.session_ms,
         poi: poi_check.map(|check| check.finish(poi_report)),
     })
 }
@@ -858,169 +459,4 @@ fn cpu_of(pids: &[u32]) -> Option<f64> {
     pids.iter()
         .map(|&pid| super::publish_load::cpu_seconds(pid))
         .sum()
-}
-
-fn print_report(r: &SimulationReport) {
-    println!("requests             {}", r.requests);
-    println!(
-        "outcomes             {} cloaked, {} expired, {} rejected, {} missing ({} undelivered, {} replies)",
-        r.cloaked, r.expired, r.rejected, r.missing, r.undelivered, r.replies
-    );
-    if r.updates_sent > 0 {
-        println!(
-            "position updates     {} sent, {} accepted",
-            r.updates_sent, r.updates_accepted
-        );
-    }
-    println!("success rate         {:.2} %", 100.0 * r.success_rate);
-    println!(
-        "relative anonymity   {:.3} (mean group size / k)",
-        r.mean_relative_anonymity
-    );
-    println!(
-        "rel. spatial res.    {:.3} (median sqrt(area Bcn / area cloak))",
-        r.median_relative_spatial_resolution
-    );
-    println!(
-        "rel. temporal res.   {:.3} (median 2 dt / cloak interval)",
-        r.median_relative_temporal_resolution
-    );
-    println!(
-        "throughput           {:.0} cloaked requests/s (offered {:.0} requests/s; run {:.2} s incl. expiries)",
-        r.throughput_per_s, r.offered_per_s, r.seconds
-    );
-    for (name, p) in [
-        ("cloak latency", &r.cloak_latency_ms),
-        ("reply latency", &r.reply_latency_ms),
-        ("broker overhead", &r.broker_overhead_ms),
-    ] {
-        println!(
-            "{name:<20} p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            p.p50, p.p90, p.p99, p.max
-        );
-    }
-    if let Some(cpu) = r.cpu_seconds {
-        println!(
-            "CPU of --pid        {cpu:.2} s, {:.1} us per request, {:.0} requests per CPU second",
-            1e6 * cpu / r.requests.max(1) as f64,
-            r.requests as f64 / cpu.max(1e-9)
-        );
-    }
-    if let Some(p) = &r.poi {
-        println!(
-            "POI answers          {} ({}): {} exact after refinement, {} refused; candidates p50 {}, p95 {}",
-            p.answers, p.query, p.exact, p.refused, p.candidates_p50, p.candidates_p95
-        );
-    }
-    if let Some(a) = &r.session_anonymity {
-        println!(
-            "session anonymity    {} sessions of {} ms, {} with >= 2 cloaked requests: common users p10 {}, p50 {}, p90 {}; below k {:.2} %, identified {:.2} %",
-            a.sessions,
-            a.session_ms,
-            a.repeated_sessions,
-            a.p10,
-            a.p50,
-            a.p90,
-            100.0 * a.share_below_k,
-            100.0 * a.share_identified
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: SimulateArgs,
-    }
-
-    fn args(extra: &[&str]) -> SimulateArgs {
-        let mut argv = vec!["simulate", "--trace", "t.csv"];
-        argv.extend_from_slice(extra);
-        Cli::parse_from(argv).args
-    }
-
-    fn points(users: usize, seconds: i64) -> Vec<TracePoint> {
-        (0..seconds)
-            .flat_map(|t| {
-                (0..users).map(move |u| TracePoint {
-                    user_id: format!("u{u}"),
-                    timestamp: 1_000 + t,
-                    lat: 53.0 + u as f64 * 1e-3,
-                    lon: 8.0 + t as f64 * 1e-4,
-                })
-            })
-            .collect()
-    }
-
-    #[test]
-    fn periodic_plan_has_one_request_per_user_and_period_and_the_updates() {
-        let a = args(&[
-            "--model",
-            "presence",
-            "--request-period-s",
-            "30",
-            "--update-period-s",
-            "5",
-            "--speedup",
-            "2",
-        ]);
-        let plan = plan(&a, &points(4, 60)).unwrap();
-        assert_eq!(plan.requests.len(), 4 * 2);
-        assert_eq!(plan.updates.len(), 4 * 12);
-        for (i, p) in plan.requests.iter().enumerate() {
-            assert_eq!(p.request.request_no, i as u64);
-            assert_eq!(p.request.model, Some(CloakModel::Presence as i32));
-            assert!(p.due <= Duration::from_secs(30), "{:?}", p.due);
-        }
-        let mut per_user: HashMap<usize, usize> = HashMap::new();
-        for p in &plan.requests {
-            *per_user.entry(p.user).or_default() += 1;
-        }
-        assert!(per_user.values().all(|&n| n == 2));
-        assert!(plan.updates.windows(2).all(|w| w[0].0 <= w[1].0));
-    }
-
-    #[test]
-    fn log_uniform_tolerances_cover_every_decade_between_the_bounds() {
-        let a = args(&[
-            "--dx-dist",
-            "log-uniform",
-            "--dx-min",
-            "20",
-            "--dx-max",
-            "20000",
-        ]);
-        let drawn = plan(&a, &points(50, 40)).unwrap();
-        let dx: Vec<f64> = drawn
-            .requests
-            .iter()
-            .filter_map(|p| p.request.dx_m)
-            .collect();
-        assert_eq!(dx.len(), 2_000);
-        assert!(dx.iter().all(|d| (20.0..=20_000.0).contains(d)), "{dx:?}");
-        // About a third of the draws in each decade [20, 200), [200, 2000), [2000, 20000].
-        for (lo, hi) in [(20.0, 200.0), (200.0, 2_000.0), (2_000.0, 20_000.1)] {
-            let share = dx.iter().filter(|&&d| d >= lo && d < hi).count() as f64 / 2_000.0;
-            assert!((share - 1.0 / 3.0).abs() < 0.05, "[{lo}, {hi}): {share}");
-        }
-        // dy keeps its default (uniform on [500, 500]).
-        assert!(drawn.requests.iter().all(|p| p.request.dy_m == Some(500.0)));
-        let bad = args(&["--dy-dist", "log-uniform", "--dy-min", "0"]);
-        let err = plan(&bad, &points(2, 2)).err().unwrap().to_string();
-        assert!(err.contains("--dy-min"), "{err}");
-    }
-
-    #[test]
-    fn without_periods_every_row_is_a_request_of_the_default_model() {
-        let plan = plan(&args(&[]), &points(3, 10)).unwrap();
-        assert_eq!(plan.requests.len(), 30);
-        assert!(plan.updates.is_empty());
-        assert!(plan.requests.iter().all(|p| p.request.model.is_none()));
-        assert!(plan_periodic(&args(&["--update-period-s", "0"]), &points(3, 10)).is_err());
-    }
 }
