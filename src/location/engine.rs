@@ -74,11 +74,102 @@ pub const MAX_NEIGHBOURS: usize = 128;
 /// A set of neighbours (bit i = the i-th nearest).
 type Mask = u128;
 
+/// The kept neighbours' fields that an edge test reads, as arrays (struct of arrays, one entry per
+/// neighbour in distance order, [`MAX_NEIGHBOURS`] long): a row of the adjacency tests one
+/// neighbour against all of them at once, without branching, which the compiler vectorizes.
+/// Entries past `len` hold stale values and are masked off.
+struct NeighbourArrays {
+    len: usize,
+    lat: [f64; MAX_NEIGHBOURS],
+    lon: [f64; MAX_NEIGHBOURS],
+    min_lat: [f64; MAX_NEIGHBOURS],
+    min_lon: [f64; MAX_NEIGHBOURS],
+    max_lat: [f64; MAX_NEIGHBOURS],
+    max_lon: [f64; MAX_NEIGHBOURS],
+    arrival_ms: [i64; MAX_NEIGHBOURS],
+    dt_ms: [u64; MAX_NEIGHBOURS],
+    user: [UserKey; MAX_NEIGHBOURS],
+}
+
+impl NeighbourArrays {
+    fn new() -> Box<NeighbourArrays> {
+        Box::new(NeighbourArrays {
+            len: 0,
+            lat: [0.0; MAX_NEIGHBOURS],
+            lon: [0.0; MAX_NEIGHBOURS],
+            min_lat: [0.0; MAX_NEIGHBOURS],
+            min_lon: [0.0; MAX_NEIGHBOURS],
+            max_lat: [0.0; MAX_NEIGHBOURS],
+            max_lon: [0.0; MAX_NEIGHBOURS],
+            arrival_ms: [0; MAX_NEIGHBOURS],
+            dt_ms: [0; MAX_NEIGHBOURS],
+            user: [0; MAX_NEIGHBOURS],
+        })
+    }
+
+    /// Replaces the contents with `neighbours` (at most [`MAX_NEIGHBOURS`]).
+    fn fill(&mut self, neighbours: &[Vertex]) {
+        self.len = neighbours.len();
+        for (i, v) in neighbours.iter().enumerate() {
+            self.lat[i] = v.lat;
+            self.lon[i] = v.lon;
+            self.min_lat[i] = v.grouping_box.min_lat;
+            self.min_lon[i] = v.grouping_box.min_lon;
+            self.max_lat[i] = v.grouping_box.max_lat;
+            self.max_lon[i] = v.grouping_box.max_lon;
+            self.arrival_ms[i] = v.arrival_ms;
+            self.dt_ms[i] = v.dt_ms;
+            self.user[i] = v.user;
+        }
+    }
+
+    /// The neighbours after the first `after` (indices `after..len`) adjacent to `a` (by
+    /// [`Vertex::adjacent`], the same conditions evaluated on every entry without branching), as a
+    /// bit set. Entries are tested in chunks of [`CHUNK`], skipping the chunks wholly outside.
+    #[inline]
+    fn adjacent_after(&self, a: &Vertex, after: usize) -> Mask {
+        let b = &a.grouping_box;
+        let mut row: Mask = 0;
+        for chunk in after / CHUNK..self.len.div_ceil(CHUNK) {
+            let mut bits: u32 = 0;
+            for bit in 0..CHUNK {
+                let j = chunk * CHUNK + bit;
+                let hit = (self.user[j] != a.user)
+                    & (b.min_lat <= self.lat[j])
+                    & (self.lat[j] <= b.max_lat)
+                    & (b.min_lon <= self.lon[j])
+                    & (self.lon[j] <= b.max_lon)
+                    & (self.min_lat[j] <= a.lat)
+                    & (a.lat <= self.max_lat[j])
+                    & (self.min_lon[j] <= a.lon)
+                    & (a.lon <= self.max_lon[j])
+                    & (a.arrival_ms.abs_diff(self.arrival_ms[j]) <= a.dt_ms.min(self.dt_ms[j]));
+                bits |= u32::from(hit) << bit;
+            }
+            row |= Mask::from(bits) << (chunk * CHUNK);
+        }
+        row & bits_from(after) & !bits_from(self.len)
+    }
+}
+
+/// Entries an adjacency row tests at a time.
+const CHUNK: usize = 16;
+
+/// The bit set of the indices `from..`.
+fn bits_from(from: usize) -> Mask {
+    if from >= MAX_NEIGHBOURS {
+        0
+    } else {
+        Mask::MAX << from
+    }
+}
+
 /// The constraint-graph adjacency among the kept neighbours of one arrival, as bit sets, each row
 /// computed the first time the search asks for it: the greedy first descent of a search for k
 /// members needs about k rows, not all n.
 struct Adjacency<'a> {
     neighbours: &'a [Vertex],
+    arrays: &'a NeighbourArrays,
     rows: &'a mut [Mask],
     /// Bit i set: `rows[i]` is computed.
     ready: &'a mut Mask,
@@ -92,15 +183,18 @@ impl Adjacency<'_> {
             return self.rows[i];
         }
         let a = &self.neighbours[i];
-        let mut row: Mask = 0;
-        for (j, b) in self.neighbours.iter().enumerate() {
-            if j != i
-                && a.adjacent(b)
-                && self
-                    .sessions
-                    .is_none_or(|(table, now_ms)| table.compatible(a.user, b.user, now_ms))
-            {
-                row |= 1 << j;
+        // Only the neighbours after i: the search takes candidates in index order, so when row i
+        // is asked for, every candidate it is intersected with comes after i (the rows are the
+        // upper triangle of the adjacency matrix).
+        let mut row = self.arrays.adjacent_after(a, i + 1);
+        if let Some((table, now_ms)) = self.sessions {
+            let mut left = row;
+            while left != 0 {
+                let j = left.trailing_zeros() as usize;
+                left &= left - 1;
+                if !table.compatible(a.user, self.neighbours[j].user, now_ms) {
+                    row &= !(1 << j);
+                }
             }
         }
         self.rows[i] = row;
@@ -202,6 +296,12 @@ pub struct Engine {
     deadlines: BinaryHeap<Reverse<(i64, RequestId)>>,
     // Scratch buffers reused across arrivals (no allocation per request in the steady state).
     neighbours: Vec<Vertex>,
+    /// Every neighbour that qualified, before the nearest [`MAX_NEIGHBOURS`] are kept.
+    qualified: Vec<Vertex>,
+    /// Sort keys of `qualified`: (distance² bits, id, index).
+    order: Vec<(u64, RequestId, u32)>,
+    /// The kept neighbours' edge fields as arrays.
+    arrays: Box<NeighbourArrays>,
     adjacency: Vec<Mask>,
     /// Rows of `adjacency` computed for the current arrival (see [`Adjacency`]).
     adjacency_ready: Mask,
@@ -228,6 +328,9 @@ impl Engine {
             spatial_index: SpatialIndex::new(IndexKind::default()),
             deadlines: BinaryHeap::new(),
             neighbours: Vec::new(),
+            qualified: Vec::new(),
+            order: Vec::new(),
+            arrays: NeighbourArrays::new(),
             adjacency: Vec::new(),
             adjacency_ready: 0,
             chosen: Vec::new(),
@@ -422,7 +525,7 @@ impl Engine {
 
     /// Fills `self.neighbours` with the pending requests adjacent to `new`, nearest first.
     fn collect_neighbours(&mut self, new: &Vertex) {
-        self.neighbours.clear();
+        self.qualified.clear();
         let b = new.grouping_box;
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
         // In a session only memorized users qualify: visit their pending requests, not the box.
@@ -462,21 +565,34 @@ impl Engine {
             let east = (vertex.lon - new.lon) * metres_per_degree_lon;
             let north = (vertex.lat - new.lat) * METRES_PER_DEGREE_LAT;
             vertex.distance2 = east * east + north * north;
-            self.neighbours.push(vertex);
+            self.qualified.push(vertex);
         }
         self.candidate_slots = candidates;
-        let nearest_first = |a: &Vertex, b: &Vertex| {
-            a.distance2
-                .total_cmp(&b.distance2)
-                .then_with(|| a.id.cmp(&b.id))
-        };
-        if self.neighbours.len() > MAX_NEIGHBOURS {
+        // Nearest first, ties by id (unique among pending requests): a total order, so the kept
+        // neighbours and their order do not depend on the order the index found them in. A squared
+        // distance is never negative, and non-negative doubles order as their bit patterns, so
+        // the keys compare as (distance, id) do; sorting small keys, not the vertices, keeps the
+        // sort cheap when a large box finds thousands.
+        self.order.clear();
+        self.order.extend(
+            self.qualified
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.distance2.to_bits(), v.id, i as u32)),
+        );
+        if self.order.len() > MAX_NEIGHBOURS {
             // Only the nearest are kept: select them, then sort only those.
-            self.neighbours
-                .select_nth_unstable_by(MAX_NEIGHBOURS - 1, nearest_first);
-            self.neighbours.truncate(MAX_NEIGHBOURS);
+            self.order.select_nth_unstable(MAX_NEIGHBOURS - 1);
+            self.order.truncate(MAX_NEIGHBOURS);
         }
-        self.neighbours.sort_unstable_by(nearest_first);
+        self.order.sort_unstable();
+        self.neighbours.clear();
+        self.neighbours.extend(
+            self.order
+                .iter()
+                .map(|&(_, _, i)| self.qualified[i as usize]),
+        );
+        self.arrays.fill(&self.neighbours);
         self.adjacency.clear();
         self.adjacency.resize(self.neighbours.len(), 0);
         self.adjacency_ready = 0;
@@ -530,6 +646,7 @@ impl Engine {
         }
         let mut adjacency = Adjacency {
             neighbours: &self.neighbours,
+            arrays: &self.arrays,
             rows: &mut self.adjacency,
             ready: &mut self.adjacency_ready,
             sessions: self
