@@ -275,6 +275,33 @@ impl Vertex {
     }
 }
 
+/// What a candidate test reads of a pending request, in one cache line.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct SlotHot {
+    lat: f64,
+    lon: f64,
+    arrival_ms: i64,
+    dt_ms: u64,
+    user: UserKey,
+    id: RequestId,
+    k: u32,
+}
+
+impl SlotHot {
+    fn of(req: &CloakRequest) -> SlotHot {
+        SlotHot {
+            lat: req.lat,
+            lon: req.lon,
+            arrival_ms: req.arrival_ms,
+            dt_ms: req.dt_ms,
+            user: req.user,
+            id: req.id,
+            k: req.k,
+        }
+    }
+}
+
 /// A pending request with what is derived from it once.
 #[derive(Debug, Clone)]
 struct Pending {
@@ -290,15 +317,19 @@ pub struct Engine {
     search: SearchMode,
     rng: ChaCha20Rng,
     pending: Vec<Option<Pending>>,
+    /// Per slot, what a candidate test reads of a pending request, one cache line each (a copy
+    /// kept beside `pending`; a free slot's entry is stale and never read: the index and the
+    /// user map name live slots only).
+    slot_hot: Vec<SlotHot>,
+    /// Per slot, the pending request's grouping box (read for the kept neighbours only).
+    slot_boxes: Vec<GeoBox>,
     free_slots: Vec<u32>,
     slot_of: IdMap,
     spatial_index: SpatialIndex,
     deadlines: BinaryHeap<Reverse<(i64, RequestId)>>,
     // Scratch buffers reused across arrivals (no allocation per request in the steady state).
     neighbours: Vec<Vertex>,
-    /// Every neighbour that qualified, before the nearest [`MAX_NEIGHBOURS`] are kept.
-    qualified: Vec<Vertex>,
-    /// Sort keys of `qualified`: (distance² bits, id, index).
+    /// The candidates that qualified as neighbours, as sort keys (distance² bits, id, slot).
     order: Vec<(u64, RequestId, u32)>,
     /// The kept neighbours' edge fields as arrays.
     arrays: Box<NeighbourArrays>,
@@ -328,7 +359,8 @@ impl Engine {
             spatial_index: SpatialIndex::new(IndexKind::default()),
             deadlines: BinaryHeap::new(),
             neighbours: Vec::new(),
-            qualified: Vec::new(),
+            slot_hot: Vec::new(),
+            slot_boxes: Vec::new(),
             order: Vec::new(),
             arrays: NeighbourArrays::new(),
             adjacency: Vec::new(),
@@ -478,6 +510,7 @@ impl Engine {
         let point = [req.lon, req.lat];
         let id = req.id;
         let user = req.user;
+        let hot = SlotHot::of(&req);
         let entry = Pending {
             req,
             grouping_box,
@@ -493,6 +526,13 @@ impl Engine {
                 u32::try_from(self.pending.len() - 1).unwrap_or(u32::MAX)
             }
         };
+        let at = slot as usize;
+        if at >= self.slot_hot.len() {
+            self.slot_hot.resize(at + 1, hot);
+            self.slot_boxes.resize(at + 1, grouping_box);
+        }
+        self.slot_hot[at] = hot;
+        self.slot_boxes[at] = grouping_box;
         self.slot_of.insert(id, slot);
         if self.sessions.enabled() {
             self.slots_of_user.entry(user).or_default().push(slot);
@@ -525,7 +565,6 @@ impl Engine {
 
     /// Fills `self.neighbours` with the pending requests adjacent to `new`, nearest first.
     fn collect_neighbours(&mut self, new: &Vertex) {
-        self.qualified.clear();
         let b = new.grouping_box;
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
         // In a session only memorized users qualify: visit their pending requests, not the box.
@@ -546,40 +585,45 @@ impl Engine {
                 .spatial_index
                 .slots_meeting(&b, new.lon, new.lat, &mut candidates),
         }
+        // A candidate is tested on its slot's line of `slot_hot` alone (no pending request, no
+        // vertex is read or built for it): only the nearest MAX_NEIGHBOURS become vertices.
+        let sessions_on = self.sessions.enabled();
+        self.order.clear();
         for &slot in &candidates {
-            let Some(Some(pending)) = self.pending.get(slot as usize) else {
+            let Some(h) = self.slot_hot.get(slot as usize) else {
                 continue;
             };
-            let mut vertex = Vertex::of(slot, &pending.req, pending.grouping_box);
-            if !vertex.adjacent(new) {
+            if h.user == new.user || h.arrival_ms.abs_diff(new.arrival_ms) > h.dt_ms.min(new.dt_ms)
+            {
                 continue;
             }
-            if self.sessions.enabled() {
-                if !self.sessions.compatible(vertex.user, new.user, self.now_ms) {
+            let own_box = &self.slot_boxes[slot as usize];
+            if sessions_on {
+                // The memorized users' requests did not come through the index: the spatial half
+                // of the edge is tested here, and the memorized sets both ways.
+                if !(own_box.contains_point(new.lat, new.lon)
+                    && new.grouping_box.contains_point(h.lat, h.lon))
+                    || !self.sessions.compatible(h.user, new.user, self.now_ms)
+                {
                     continue;
                 }
-                vertex.k = self
-                    .sessions
-                    .effective_k(vertex.user, self.now_ms, vertex.k);
             }
-            let east = (vertex.lon - new.lon) * metres_per_degree_lon;
-            let north = (vertex.lat - new.lat) * METRES_PER_DEGREE_LAT;
-            vertex.distance2 = east * east + north * north;
-            self.qualified.push(vertex);
+            debug_assert!(
+                own_box.contains_point(new.lat, new.lon)
+                    && new.grouping_box.contains_point(h.lat, h.lon),
+                "the index returns only points meeting the box both ways"
+            );
+            let east = (h.lon - new.lon) * metres_per_degree_lon;
+            let north = (h.lat - new.lat) * METRES_PER_DEGREE_LAT;
+            self.order
+                .push(((east * east + north * north).to_bits(), h.id, slot));
         }
         self.candidate_slots = candidates;
         // Nearest first, ties by id (unique among pending requests): a total order, so the kept
         // neighbours and their order do not depend on the order the index found them in. A squared
         // distance is never negative, and non-negative doubles order as their bit patterns, so
-        // the keys compare as (distance, id) do; sorting small keys, not the vertices, keeps the
-        // sort cheap when a large box finds thousands.
-        self.order.clear();
-        self.order.extend(
-            self.qualified
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (v.distance2.to_bits(), v.id, i as u32)),
-        );
+        // the keys compare as (distance, id) do; sorting small keys, not vertices, keeps the sort
+        // cheap when a large box finds thousands.
         if self.order.len() > MAX_NEIGHBOURS {
             // Only the nearest are kept: select them, then sort only those.
             self.order.select_nth_unstable(MAX_NEIGHBOURS - 1);
@@ -587,11 +631,27 @@ impl Engine {
         }
         self.order.sort_unstable();
         self.neighbours.clear();
-        self.neighbours.extend(
-            self.order
-                .iter()
-                .map(|&(_, _, i)| self.qualified[i as usize]),
-        );
+        for &(distance2, _, slot) in &self.order {
+            let h = &self.slot_hot[slot as usize];
+            let mut vertex = Vertex {
+                slot,
+                id: h.id,
+                user: h.user,
+                k: h.k,
+                lat: h.lat,
+                lon: h.lon,
+                grouping_box: self.slot_boxes[slot as usize],
+                arrival_ms: h.arrival_ms,
+                dt_ms: h.dt_ms,
+                distance2: f64::from_bits(distance2),
+            };
+            if sessions_on {
+                vertex.k = self
+                    .sessions
+                    .effective_k(vertex.user, self.now_ms, vertex.k);
+            }
+            self.neighbours.push(vertex);
+        }
         self.arrays.fill(&self.neighbours);
         self.adjacency.clear();
         self.adjacency.resize(self.neighbours.len(), 0);
