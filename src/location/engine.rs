@@ -277,7 +277,7 @@ impl Vertex {
 
 /// What a candidate test reads of a pending request, in one cache line.
 #[derive(Debug, Clone, Copy)]
-#[repr(align(64))]
+#[repr(align(128))]
 struct SlotHot {
     lat: f64,
     lon: f64,
@@ -286,10 +286,12 @@ struct SlotHot {
     user: UserKey,
     id: RequestId,
     k: u32,
+    /// On the line after the rest (read for the kept neighbours only).
+    grouping_box: GeoBox,
 }
 
 impl SlotHot {
-    fn of(req: &CloakRequest) -> SlotHot {
+    fn of(req: &CloakRequest, grouping_box: GeoBox) -> SlotHot {
         SlotHot {
             lat: req.lat,
             lon: req.lon,
@@ -298,6 +300,7 @@ impl SlotHot {
             user: req.user,
             id: req.id,
             k: req.k,
+            grouping_box,
         }
     }
 }
@@ -321,8 +324,6 @@ pub struct Engine {
     /// kept beside `pending`; a free slot's entry is stale and never read: the index and the
     /// user map name live slots only).
     slot_hot: Vec<SlotHot>,
-    /// Per slot, the pending request's grouping box (read for the kept neighbours only).
-    slot_boxes: Vec<GeoBox>,
     free_slots: Vec<u32>,
     slot_of: IdMap,
     spatial_index: SpatialIndex,
@@ -360,7 +361,6 @@ impl Engine {
             deadlines: BinaryHeap::new(),
             neighbours: Vec::new(),
             slot_hot: Vec::new(),
-            slot_boxes: Vec::new(),
             order: Vec::new(),
             arrays: NeighbourArrays::new(),
             adjacency: Vec::new(),
@@ -510,7 +510,7 @@ impl Engine {
         let point = [req.lon, req.lat];
         let id = req.id;
         let user = req.user;
-        let hot = SlotHot::of(&req);
+        let hot = SlotHot::of(&req, grouping_box);
         let entry = Pending {
             req,
             grouping_box,
@@ -529,10 +529,8 @@ impl Engine {
         let at = slot as usize;
         if at >= self.slot_hot.len() {
             self.slot_hot.resize(at + 1, hot);
-            self.slot_boxes.resize(at + 1, grouping_box);
         }
         self.slot_hot[at] = hot;
-        self.slot_boxes[at] = grouping_box;
         self.slot_of.insert(id, slot);
         if self.sessions.enabled() {
             self.slots_of_user.entry(user).or_default().push(slot);
@@ -597,7 +595,7 @@ impl Engine {
             {
                 continue;
             }
-            let own_box = &self.slot_boxes[slot as usize];
+            let own_box = &h.grouping_box;
             if sessions_on {
                 // The memorized users' requests did not come through the index: the spatial half
                 // of the edge is tested here, and the memorized sets both ways.
@@ -640,7 +638,7 @@ impl Engine {
                 k: h.k,
                 lat: h.lat,
                 lon: h.lon,
-                grouping_box: self.slot_boxes[slot as usize],
+                grouping_box: h.grouping_box,
                 arrival_ms: h.arrival_ms,
                 dt_ms: h.dt_ms,
                 distance2: f64::from_bits(distance2),
