@@ -11,11 +11,18 @@
 //!   users. A forwarded or expired request leaves the index at once (one removal, no rebuild) and its
 //!   slot is reused. The index only finds candidates: the neighbours are sorted with a total order,
 //!   so the groups do not depend on which index is used;
+//! - `slot_hot`: per slot, a copy of what a candidate test reads of the pending request (position,
+//!   arrival, dt, user, id, k on one 64-byte line, its grouping box on the next), written when the
+//!   request is put into the index; a free slot's copy is stale and never read (the index and the
+//!   user map name live slots only). A candidate found by the index is tested on its first line
+//!   alone (the index has already tested the spatial half of the edge both ways; with sessions the
+//!   boxes are tested again, since those candidates come from the user map);
 //! - `deadlines`: a min-heap of `(deadline, id)` with lazy deletion; its top is kept live after every
 //!   public call, so [`Engine::next_deadline`] is exact, and it is rebuilt when stale entries dominate.
 //!
 //! Search (see [`Engine::submit`]): the neighbours of the new request m are sorted by distance to m
-//! (metres, ties by id) and the nearest [`MAX_NEIGHBOURS`] are kept. local-k looks for a clique of
+//! (metres, ties by id; as small keys of the distance's bits, id and slot) and the nearest
+//! [`MAX_NEIGHBOURS`] are kept. local-k looks for a clique of
 //! exactly `m.k` members containing m among the neighbours with `k <= m.k`; nbr-k, when that fails,
 //! tries the larger k values present among the neighbours in ascending order (a group of exactly k'
 //! members among the neighbours with `k <= k'`), so a waiting demanding neighbour can be served.
@@ -23,7 +30,10 @@
 //! boxes small. A new request is only put into the index when no group was formed.
 //!
 //! Clique search: the adjacency among the kept neighbours is a 128-bit set per neighbour, each row
-//! computed when the search first visits that neighbour (at most once per arrival); then a
+//! computed when the search first visits that neighbour (at most once per arrival), branch-free
+//! over the neighbours' fields kept as arrays, and only for the neighbours after it (the search
+//! takes candidates in index order, so row i is only ever intersected with candidates after i);
+//! then a
 //! depth-first branch and bound whose first descent is the greedy nearest-first choice, cutting a
 //! branch when the candidates left cannot complete the group, and stopping after
 //! [`BACKTRACK_BUDGET`] branches. Finding a k-clique is NP-hard; the bounds
