@@ -197,6 +197,11 @@ impl Adjacency<'_> {
         // is asked for, every candidate it is intersected with comes after i (the rows are the
         // upper triangle of the adjacency matrix).
         let mut row = self.arrays.adjacent_after(a, i + 1);
+        debug_assert!(
+            (i + 1..self.neighbours.len())
+                .all(|j| (row >> j) & 1 == Mask::from(a.adjacent(&self.neighbours[j]))),
+            "the branch-free row agrees with the edge's definition"
+        );
         if let Some((table, now_ms)) = self.sessions {
             let mut left = row;
             while left != 0 {
@@ -254,8 +259,6 @@ struct Vertex {
     grouping_box: GeoBox,
     arrival_ms: i64,
     dt_ms: u64,
-    /// Squared distance to the new request in metres (local equirectangular projection).
-    distance2: f64,
 }
 
 impl Vertex {
@@ -270,7 +273,6 @@ impl Vertex {
             grouping_box,
             arrival_ms: req.arrival_ms,
             dt_ms: req.dt_ms,
-            distance2: 0.0,
         }
     }
 
@@ -639,7 +641,7 @@ impl Engine {
         }
         self.order.sort_unstable();
         self.neighbours.clear();
-        for &(distance2, _, slot) in &self.order {
+        for &(_, _, slot) in &self.order {
             let h = &self.slot_hot[slot as usize];
             let mut vertex = Vertex {
                 slot,
@@ -651,7 +653,6 @@ impl Engine {
                 grouping_box: h.grouping_box,
                 arrival_ms: h.arrival_ms,
                 dt_ms: h.dt_ms,
-                distance2: f64::from_bits(distance2),
             };
             if sessions_on {
                 vertex.k = self
