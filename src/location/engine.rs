@@ -612,8 +612,8 @@ impl Engine {
                 // The memorized users' requests did not come through the index: the spatial half
                 // of the edge is tested here, and the memorized sets both ways.
                 if !(own_box.contains_point(new.lat, new.lon)
-                    && new.grouping_box.contains_point(h.lat, h.lon))
-                    || !self.sessions.compatible(h.user, new.user, self.now_ms)
+                    && new.grouping_box.contains_point(h.lat, h.lon)
+                    && self.sessions.compatible(h.user, new.user, self.now_ms))
                 {
                     continue;
                 }
