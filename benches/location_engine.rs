@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cloakd::location::replay::{
-    CloakingQuality, ReplayParams, log_uniform_tolerances, requests_from_trace, squeeze_into_square,
+    CloakingQuality, ReplayParams, requests_from_trace, workloads as workloads_of,
 };
 use cloakd::location::{CloakRequest, Engine, IndexKind, Outcome, SearchMode};
 use criterion::measurement::{Measurement, ValueFormatter};
@@ -105,16 +105,10 @@ fn workloads() -> Option<Vec<(&'static str, Vec<CloakRequest>)>> {
         path.display(),
         points.last().map_or(0, |p| p.timestamp) - points.first().map_or(0, |p| p.timestamp) + 1
     );
-    let fixed = requests_from_trace(&points, &ReplayParams::OLDENBURG);
-    let mut varied = fixed.clone();
-    log_uniform_tolerances(&mut varied, 20.0, 20_000.0, 2025);
-    let mut hot = varied.clone();
-    squeeze_into_square(&mut hot, 1_000.0);
-    Some(vec![
-        ("500m", fixed),
-        ("log_uniform", varied),
-        ("hot_spot", hot),
-    ])
+    Some(workloads_of(requests_from_trace(
+        &points,
+        &ReplayParams::OLDENBURG,
+    )))
 }
 
 const MODES: [(&str, SearchMode); 2] =

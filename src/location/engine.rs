@@ -11,11 +11,18 @@
 //!   users. A forwarded or expired request leaves the index at once (one removal, no rebuild) and its
 //!   slot is reused. The index only finds candidates: the neighbours are sorted with a total order,
 //!   so the groups do not depend on which index is used;
+//! - `slot_hot`: per slot, a copy of what a candidate test reads of the pending request (position,
+//!   arrival, dt, user, id, k on one 64-byte line, its grouping box on the next), written when the
+//!   request is put into the index; a free slot's copy is stale and never read (the index and the
+//!   user map name live slots only). A candidate found by the index is tested on its first line
+//!   alone (the index has already tested the spatial half of the edge both ways; with sessions the
+//!   boxes are tested again, since those candidates come from the user map);
 //! - `deadlines`: a min-heap of `(deadline, id)` with lazy deletion; its top is kept live after every
 //!   public call, so [`Engine::next_deadline`] is exact, and it is rebuilt when stale entries dominate.
 //!
 //! Search (see [`Engine::submit`]): the neighbours of the new request m are sorted by distance to m
-//! (metres, ties by id) and the nearest [`MAX_NEIGHBOURS`] are kept. local-k looks for a clique of
+//! (metres, ties by id; as small keys of the distance's bits, id and slot) and the nearest
+//! [`MAX_NEIGHBOURS`] are kept. local-k looks for a clique of
 //! exactly `m.k` members containing m among the neighbours with `k <= m.k`; nbr-k, when that fails,
 //! tries the larger k values present among the neighbours in ascending order (a group of exactly k'
 //! members among the neighbours with `k <= k'`), so a waiting demanding neighbour can be served.
@@ -23,7 +30,10 @@
 //! boxes small. A new request is only put into the index when no group was formed.
 //!
 //! Clique search: the adjacency among the kept neighbours is a 128-bit set per neighbour, each row
-//! computed when the search first visits that neighbour (at most once per arrival); then a
+//! computed when the search first visits that neighbour (at most once per arrival), branch-free
+//! over the neighbours' fields kept as arrays, and only for the neighbours after it (the search
+//! takes candidates in index order, so row i is only ever intersected with candidates after i);
+//! then a
 //! depth-first branch and bound whose first descent is the greedy nearest-first choice, cutting a
 //! branch when the candidates left cannot complete the group, and stopping after
 //! [`BACKTRACK_BUDGET`] branches. Finding a k-clique is NP-hard; the bounds
@@ -74,11 +84,102 @@ pub const MAX_NEIGHBOURS: usize = 128;
 /// A set of neighbours (bit i = the i-th nearest).
 type Mask = u128;
 
+/// The kept neighbours' fields that an edge test reads, as arrays (struct of arrays, one entry per
+/// neighbour in distance order, [`MAX_NEIGHBOURS`] long): a row of the adjacency tests one
+/// neighbour against all of them at once, without branching, which the compiler vectorizes.
+/// Entries past `len` hold stale values and are masked off.
+struct NeighbourArrays {
+    len: usize,
+    lat: [f64; MAX_NEIGHBOURS],
+    lon: [f64; MAX_NEIGHBOURS],
+    min_lat: [f64; MAX_NEIGHBOURS],
+    min_lon: [f64; MAX_NEIGHBOURS],
+    max_lat: [f64; MAX_NEIGHBOURS],
+    max_lon: [f64; MAX_NEIGHBOURS],
+    arrival_ms: [i64; MAX_NEIGHBOURS],
+    dt_ms: [u64; MAX_NEIGHBOURS],
+    user: [UserKey; MAX_NEIGHBOURS],
+}
+
+impl NeighbourArrays {
+    fn new() -> Box<NeighbourArrays> {
+        Box::new(NeighbourArrays {
+            len: 0,
+            lat: [0.0; MAX_NEIGHBOURS],
+            lon: [0.0; MAX_NEIGHBOURS],
+            min_lat: [0.0; MAX_NEIGHBOURS],
+            min_lon: [0.0; MAX_NEIGHBOURS],
+            max_lat: [0.0; MAX_NEIGHBOURS],
+            max_lon: [0.0; MAX_NEIGHBOURS],
+            arrival_ms: [0; MAX_NEIGHBOURS],
+            dt_ms: [0; MAX_NEIGHBOURS],
+            user: [0; MAX_NEIGHBOURS],
+        })
+    }
+
+    /// Replaces the contents with `neighbours` (at most [`MAX_NEIGHBOURS`]).
+    fn fill(&mut self, neighbours: &[Vertex]) {
+        self.len = neighbours.len();
+        for (i, v) in neighbours.iter().enumerate() {
+            self.lat[i] = v.lat;
+            self.lon[i] = v.lon;
+            self.min_lat[i] = v.grouping_box.min_lat;
+            self.min_lon[i] = v.grouping_box.min_lon;
+            self.max_lat[i] = v.grouping_box.max_lat;
+            self.max_lon[i] = v.grouping_box.max_lon;
+            self.arrival_ms[i] = v.arrival_ms;
+            self.dt_ms[i] = v.dt_ms;
+            self.user[i] = v.user;
+        }
+    }
+
+    /// The neighbours after the first `after` (indices `after..len`) adjacent to `a` (by
+    /// [`Vertex::adjacent`], the same conditions evaluated on every entry without branching), as a
+    /// bit set. Entries are tested in chunks of [`CHUNK`], skipping the chunks wholly outside.
+    #[inline]
+    fn adjacent_after(&self, a: &Vertex, after: usize) -> Mask {
+        let b = &a.grouping_box;
+        let mut row: Mask = 0;
+        for chunk in after / CHUNK..self.len.div_ceil(CHUNK) {
+            let mut bits: u32 = 0;
+            for bit in 0..CHUNK {
+                let j = chunk * CHUNK + bit;
+                let hit = (self.user[j] != a.user)
+                    & (b.min_lat <= self.lat[j])
+                    & (self.lat[j] <= b.max_lat)
+                    & (b.min_lon <= self.lon[j])
+                    & (self.lon[j] <= b.max_lon)
+                    & (self.min_lat[j] <= a.lat)
+                    & (a.lat <= self.max_lat[j])
+                    & (self.min_lon[j] <= a.lon)
+                    & (a.lon <= self.max_lon[j])
+                    & (a.arrival_ms.abs_diff(self.arrival_ms[j]) <= a.dt_ms.min(self.dt_ms[j]));
+                bits |= u32::from(hit) << bit;
+            }
+            row |= Mask::from(bits) << (chunk * CHUNK);
+        }
+        row & bits_from(after) & !bits_from(self.len)
+    }
+}
+
+/// Entries an adjacency row tests at a time.
+const CHUNK: usize = 16;
+
+/// The bit set of the indices `from..`.
+fn bits_from(from: usize) -> Mask {
+    if from >= MAX_NEIGHBOURS {
+        0
+    } else {
+        Mask::MAX << from
+    }
+}
+
 /// The constraint-graph adjacency among the kept neighbours of one arrival, as bit sets, each row
 /// computed the first time the search asks for it: the greedy first descent of a search for k
 /// members needs about k rows, not all n.
 struct Adjacency<'a> {
     neighbours: &'a [Vertex],
+    arrays: &'a NeighbourArrays,
     rows: &'a mut [Mask],
     /// Bit i set: `rows[i]` is computed.
     ready: &'a mut Mask,
@@ -92,15 +193,23 @@ impl Adjacency<'_> {
             return self.rows[i];
         }
         let a = &self.neighbours[i];
-        let mut row: Mask = 0;
-        for (j, b) in self.neighbours.iter().enumerate() {
-            if j != i
-                && a.adjacent(b)
-                && self
-                    .sessions
-                    .is_none_or(|(table, now_ms)| table.compatible(a.user, b.user, now_ms))
-            {
-                row |= 1 << j;
+        // Only the neighbours after i: the search takes candidates in index order, so when row i
+        // is asked for, every candidate it is intersected with comes after i (the rows are the
+        // upper triangle of the adjacency matrix).
+        let mut row = self.arrays.adjacent_after(a, i + 1);
+        debug_assert!(
+            (i + 1..self.neighbours.len())
+                .all(|j| (row >> j) & 1 == Mask::from(a.adjacent(&self.neighbours[j]))),
+            "the branch-free row agrees with the edge's definition"
+        );
+        if let Some((table, now_ms)) = self.sessions {
+            let mut left = row;
+            while left != 0 {
+                let j = left.trailing_zeros() as usize;
+                left &= left - 1;
+                if !table.compatible(a.user, self.neighbours[j].user, now_ms) {
+                    row &= !(1 << j);
+                }
             }
         }
         self.rows[i] = row;
@@ -150,8 +259,6 @@ struct Vertex {
     grouping_box: GeoBox,
     arrival_ms: i64,
     dt_ms: u64,
-    /// Squared distance to the new request in metres (local equirectangular projection).
-    distance2: f64,
 }
 
 impl Vertex {
@@ -166,7 +273,6 @@ impl Vertex {
             grouping_box,
             arrival_ms: req.arrival_ms,
             dt_ms: req.dt_ms,
-            distance2: 0.0,
         }
     }
 
@@ -178,6 +284,36 @@ impl Vertex {
             && self.grouping_box.contains_point(other.lat, other.lon)
             && other.grouping_box.contains_point(self.lat, self.lon)
             && self.arrival_ms.abs_diff(other.arrival_ms) <= self.dt_ms.min(other.dt_ms)
+    }
+}
+
+/// What a candidate test reads of a pending request, in one cache line.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(128))]
+struct SlotHot {
+    lat: f64,
+    lon: f64,
+    arrival_ms: i64,
+    dt_ms: u64,
+    user: UserKey,
+    id: RequestId,
+    k: u32,
+    /// On the line after the rest (read for the kept neighbours only).
+    grouping_box: GeoBox,
+}
+
+impl SlotHot {
+    fn of(req: &CloakRequest, grouping_box: GeoBox) -> SlotHot {
+        SlotHot {
+            lat: req.lat,
+            lon: req.lon,
+            arrival_ms: req.arrival_ms,
+            dt_ms: req.dt_ms,
+            user: req.user,
+            id: req.id,
+            k: req.k,
+            grouping_box,
+        }
     }
 }
 
@@ -196,12 +332,20 @@ pub struct Engine {
     search: SearchMode,
     rng: ChaCha20Rng,
     pending: Vec<Option<Pending>>,
+    /// Per slot, what a candidate test reads of a pending request, one cache line each (a copy
+    /// kept beside `pending`; a free slot's entry is stale and never read: the index and the
+    /// user map name live slots only).
+    slot_hot: Vec<SlotHot>,
     free_slots: Vec<u32>,
     slot_of: IdMap,
     spatial_index: SpatialIndex,
     deadlines: BinaryHeap<Reverse<(i64, RequestId)>>,
     // Scratch buffers reused across arrivals (no allocation per request in the steady state).
     neighbours: Vec<Vertex>,
+    /// The candidates that qualified as neighbours, as sort keys (distance² bits, id, slot).
+    order: Vec<(u64, RequestId, u32)>,
+    /// The kept neighbours' edge fields as arrays.
+    arrays: Box<NeighbourArrays>,
     adjacency: Vec<Mask>,
     /// Rows of `adjacency` computed for the current arrival (see [`Adjacency`]).
     adjacency_ready: Mask,
@@ -228,6 +372,9 @@ impl Engine {
             spatial_index: SpatialIndex::new(IndexKind::default()),
             deadlines: BinaryHeap::new(),
             neighbours: Vec::new(),
+            slot_hot: Vec::new(),
+            order: Vec::new(),
+            arrays: NeighbourArrays::new(),
             adjacency: Vec::new(),
             adjacency_ready: 0,
             chosen: Vec::new(),
@@ -375,6 +522,7 @@ impl Engine {
         let point = [req.lon, req.lat];
         let id = req.id;
         let user = req.user;
+        let hot = SlotHot::of(&req, grouping_box);
         let entry = Pending {
             req,
             grouping_box,
@@ -390,6 +538,11 @@ impl Engine {
                 u32::try_from(self.pending.len() - 1).unwrap_or(u32::MAX)
             }
         };
+        let at = slot as usize;
+        if at >= self.slot_hot.len() {
+            self.slot_hot.resize(at + 1, hot);
+        }
+        self.slot_hot[at] = hot;
         self.slot_of.insert(id, slot);
         if self.sessions.enabled() {
             self.slots_of_user.entry(user).or_default().push(slot);
@@ -422,7 +575,6 @@ impl Engine {
 
     /// Fills `self.neighbours` with the pending requests adjacent to `new`, nearest first.
     fn collect_neighbours(&mut self, new: &Vertex) {
-        self.neighbours.clear();
         let b = new.grouping_box;
         let metres_per_degree_lon = METRES_PER_DEGREE_LAT * new.lat.to_radians().cos().max(0.0);
         // In a session only memorized users qualify: visit their pending requests, not the box.
@@ -443,40 +595,73 @@ impl Engine {
                 .spatial_index
                 .slots_meeting(&b, new.lon, new.lat, &mut candidates),
         }
+        // A candidate is tested on its slot's line of `slot_hot` alone (no pending request, no
+        // vertex is read or built for it): only the nearest MAX_NEIGHBOURS become vertices.
+        let sessions_on = self.sessions.enabled();
+        self.order.clear();
         for &slot in &candidates {
-            let Some(Some(pending)) = self.pending.get(slot as usize) else {
+            let Some(h) = self.slot_hot.get(slot as usize) else {
                 continue;
             };
-            let mut vertex = Vertex::of(slot, &pending.req, pending.grouping_box);
-            if !vertex.adjacent(new) {
+            if h.user == new.user || h.arrival_ms.abs_diff(new.arrival_ms) > h.dt_ms.min(new.dt_ms)
+            {
                 continue;
             }
-            if self.sessions.enabled() {
-                if !self.sessions.compatible(vertex.user, new.user, self.now_ms) {
+            let own_box = &h.grouping_box;
+            if sessions_on {
+                // The memorized users' requests did not come through the index: the spatial half
+                // of the edge is tested here, and the memorized sets both ways.
+                if !(own_box.contains_point(new.lat, new.lon)
+                    && new.grouping_box.contains_point(h.lat, h.lon)
+                    && self.sessions.compatible(h.user, new.user, self.now_ms))
+                {
                     continue;
                 }
+            }
+            debug_assert!(
+                own_box.contains_point(new.lat, new.lon)
+                    && new.grouping_box.contains_point(h.lat, h.lon),
+                "the index returns only points meeting the box both ways"
+            );
+            let east = (h.lon - new.lon) * metres_per_degree_lon;
+            let north = (h.lat - new.lat) * METRES_PER_DEGREE_LAT;
+            self.order
+                .push(((east * east + north * north).to_bits(), h.id, slot));
+        }
+        self.candidate_slots = candidates;
+        // Nearest first, ties by id (unique among pending requests): a total order, so the kept
+        // neighbours and their order do not depend on the order the index found them in. A squared
+        // distance is never negative, and non-negative doubles order as their bit patterns, so
+        // the keys compare as (distance, id) do; sorting small keys, not vertices, keeps the sort
+        // cheap when a large box finds thousands.
+        if self.order.len() > MAX_NEIGHBOURS {
+            // Only the nearest are kept: select them, then sort only those.
+            self.order.select_nth_unstable(MAX_NEIGHBOURS - 1);
+            self.order.truncate(MAX_NEIGHBOURS);
+        }
+        self.order.sort_unstable();
+        self.neighbours.clear();
+        for &(_, _, slot) in &self.order {
+            let h = &self.slot_hot[slot as usize];
+            let mut vertex = Vertex {
+                slot,
+                id: h.id,
+                user: h.user,
+                k: h.k,
+                lat: h.lat,
+                lon: h.lon,
+                grouping_box: h.grouping_box,
+                arrival_ms: h.arrival_ms,
+                dt_ms: h.dt_ms,
+            };
+            if sessions_on {
                 vertex.k = self
                     .sessions
                     .effective_k(vertex.user, self.now_ms, vertex.k);
             }
-            let east = (vertex.lon - new.lon) * metres_per_degree_lon;
-            let north = (vertex.lat - new.lat) * METRES_PER_DEGREE_LAT;
-            vertex.distance2 = east * east + north * north;
             self.neighbours.push(vertex);
         }
-        self.candidate_slots = candidates;
-        let nearest_first = |a: &Vertex, b: &Vertex| {
-            a.distance2
-                .total_cmp(&b.distance2)
-                .then_with(|| a.id.cmp(&b.id))
-        };
-        if self.neighbours.len() > MAX_NEIGHBOURS {
-            // Only the nearest are kept: select them, then sort only those.
-            self.neighbours
-                .select_nth_unstable_by(MAX_NEIGHBOURS - 1, nearest_first);
-            self.neighbours.truncate(MAX_NEIGHBOURS);
-        }
-        self.neighbours.sort_unstable_by(nearest_first);
+        self.arrays.fill(&self.neighbours);
         self.adjacency.clear();
         self.adjacency.resize(self.neighbours.len(), 0);
         self.adjacency_ready = 0;
@@ -530,6 +715,7 @@ impl Engine {
         }
         let mut adjacency = Adjacency {
             neighbours: &self.neighbours,
+            arrays: &self.arrays,
             rows: &mut self.adjacency,
             ready: &mut self.adjacency_ready,
             sessions: self

@@ -131,6 +131,17 @@ pub fn squeeze_into_square(requests: &mut [CloakRequest], side_m: f64) {
     }
 }
 
+/// The three workloads of the engine benchmark (`benches/location_engine.rs`) from the requests of
+/// a trace: `500m` (the requests as given), `log_uniform` (dx and dy redrawn log-uniformly from
+/// [20 m, 20 km], seed 2025) and `hot_spot` (the latter squeezed into 1 km²).
+pub fn workloads(fixed: Vec<CloakRequest>) -> Vec<(&'static str, Vec<CloakRequest>)> {
+    let mut varied = fixed.clone();
+    log_uniform_tolerances(&mut varied, 20.0, 20_000.0, 2025);
+    let mut hot = varied.clone();
+    squeeze_into_square(&mut hot, 1_000.0);
+    vec![("500m", fixed), ("log_uniform", varied), ("hot_spot", hot)]
+}
+
 /// Relative spatial resolution sqrt(area(Bcn) / area(cloaking box)) (Gedik & Liu); each side of the
 /// cloaking box is counted as at least 1 m so that groups of (nearly) co-located points stay finite.
 pub fn relative_spatial_resolution(constraint_box: &GeoBox, cloaking_box: &GeoBox) -> f64 {

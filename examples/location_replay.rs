@@ -1,0 +1,123 @@
+//! One workload of the location engine benchmark replayed in a loop, for profiling (`perf record`)
+//! and for before/after comparisons of two builds side by side: what one iteration of
+//! `cargo bench --bench location_engine` does (a fresh engine fed the first 300,000 requests of the
+//! trace, then a final expiry), timed in thread CPU time, with a hash of every outcome so that two
+//! builds or two indexes can be seen to behave identically.
+//!
+//! ```sh
+//! cargo run --release --example location_replay -- ../shared/data/mobility/oldenburg_10k.csv.gz \
+//!     500m rtree local_k 3
+//! cargo run --release --example location_replay -- ../shared/data/mobility/oldenburg_10k.csv.gz all
+//! ```
+//! Arguments: the trace; the workload (`500m`, `log_uniform`, `hot_spot`, or `all` for one run of
+//! every workload, index and mode printing only the quality and the hash); the index (`rtree`,
+//! `grid`); the mode (`local_k`, `nbr_k`); the number of iterations (the best is reported).
+use std::hash::Hasher;
+
+use cloakd::location::replay::{CloakingQuality, ReplayParams, requests_from_trace, workloads};
+use cloakd::location::{CloakRequest, Engine, IndexKind, Outcome, SearchMode};
+
+/// Requests per iteration, as the benchmark.
+const PREFIX: usize = 300_000;
+
+/// CPU time consumed by the calling thread, in nanoseconds (Linux).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn replay(mode: SearchMode, index: IndexKind, requests: &[CloakRequest]) -> Vec<Outcome> {
+    let mut engine = Engine::new(mode, 7).with_index(index);
+    let mut out = Vec::new();
+    for req in requests {
+        let _ = engine.submit(req.clone(), &mut out);
+    }
+    engine.expire(i64::MAX, &mut out);
+    out
+}
+
+/// FNV-1a over the outcomes' debug form: equal for runs that gave the same outcomes.
+fn outcome_hash(out: &[Outcome]) -> u64 {
+    struct Fnv(u64);
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    for o in out {
+        h.write(format!("{o:?}").as_bytes());
+    }
+    h.finish()
+}
+
+fn summary(out: &[Outcome], requests: &[CloakRequest]) -> String {
+    let mut q = CloakingQuality::default();
+    q.add(out, |id| requests.get(usize::try_from(id).ok()?).cloned());
+    format!(
+        "success {:.4}, resolution {:.3}, hash {:016x}",
+        q.success_rate(),
+        q.mean_relative_spatial_resolution(),
+        outcome_hash(out)
+    )
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
+    let path = arg(0, "../shared/data/mobility/oldenburg_10k.csv.gz");
+    let points = cloakd::workload::read_trace_file(std::path::Path::new(&path), Some(PREFIX))?;
+    let all = workloads(requests_from_trace(&points, &ReplayParams::OLDENBURG));
+    let modes = [("local_k", SearchMode::LocalK), ("nbr_k", SearchMode::NbrK)];
+    let workload = arg(1, "500m");
+    if workload == "all" {
+        for (name, requests) in &all {
+            for (mode_name, mode) in modes {
+                for index in IndexKind::ALL {
+                    let out = replay(mode, index, requests);
+                    println!(
+                        "{name} {} {mode_name}: {}",
+                        index.name(),
+                        summary(&out, requests)
+                    );
+                }
+            }
+        }
+        return Ok(());
+    }
+    let requests = &all
+        .iter()
+        .find(|(name, _)| *name == workload)
+        .ok_or_else(|| anyhow::anyhow!("no workload {workload}"))?
+        .1;
+    let index = IndexKind::from_name(&arg(2, "rtree"))
+        .ok_or_else(|| anyhow::anyhow!("the index is rtree or grid"))?;
+    let mode = modes
+        .iter()
+        .find(|(name, _)| *name == arg(3, "local_k"))
+        .ok_or_else(|| anyhow::anyhow!("the mode is local_k or nbr_k"))?
+        .1;
+    let iterations: usize = arg(4, "3").parse()?;
+    let mut best = u64::MAX;
+    let mut last = Vec::new();
+    for _ in 0..iterations.max(1) {
+        let start = thread_cpu_ns();
+        last = replay(mode, index, requests);
+        best = best.min(thread_cpu_ns() - start);
+    }
+    println!(
+        "{workload} {} {}: {:.1}k requests/s (best of {iterations}, thread CPU), {}",
+        index.name(),
+        arg(3, "local_k"),
+        requests.len() as f64 / (best as f64 * 1e-9) / 1e3,
+        summary(&last, requests)
+    );
+    Ok(())
+}
