@@ -1,37 +1,19 @@
 //! Times rows of `benches/poi.rs` on the 1,000,000-POI set (thread CPU time) and prints a digest of
-//! every candidate list (ids, order, witnesses, undecided), so two builds can be compared side by
+//! every candidate list (ids, order, witnesses, undecided and examined counts), so two builds can be compared side by
 //! side: `cargo run --release --example poi_rows -- [BOXES] [ROW...]`, rows like `hotel/n1`,
-//! `cafe/n5`, `restaurant/r300` (default: the nine rows of the bench's 500 m table).
+//! `cafe/n5`, `restaurant/r300` (default: the nine rows of the bench's 500 m table);
+//! `POI_ROWS_TOLERANCE=log-uniform` takes the bench's log-uniform boxes, `POI_ROWS_REPEAT` repeats
+//! each row (for a profiler).
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
+#[path = "../benches/common/poi_boxes.rs"]
+mod poi_boxes;
+
 use cloakd::cli::poi::read_roads;
 use cloakd::poi::generate::generate;
-use cloakd::poi::sphere::{EARTH_RADIUS_M, SphBox};
-use cloakd::poi::{Limits, PoiIndex, Query, query_box};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-
-fn boxes(count: usize, seed: u64) -> Vec<SphBox> {
-    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
-    let points = cloakd::workload::read_trace_file(&trace, Some(200_000)).unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let m_per_deg = EARTH_RADIUS_M.to_radians();
-    (0..count)
-        .map(|_| {
-            let p = &points[rng.random_range(0..points.len())];
-            let (dx, dy) = (500.0, 500.0);
-            let w = rng.random_range(dx..=2.0 * dx);
-            let h = rng.random_range(dy..=2.0 * dy);
-            let (fx, fy): (f64, f64) = (rng.random(), rng.random());
-            let dlat = h / m_per_deg;
-            let dlon = w / (m_per_deg * p.lat.to_radians().cos());
-            let lat0 = p.lat - fy * dlat;
-            let lon0 = p.lon - fx * dlon;
-            query_box(lat0, lon0, lat0 + dlat, lon0 + dlon, &Limits::default()).unwrap()
-        })
-        .collect()
-}
+use cloakd::poi::{Limits, PoiIndex, Query};
+use poi_boxes::{Tolerance, boxes};
 
 fn thread_cpu_s() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -60,7 +42,11 @@ fn main() {
     let t = thread_cpu_s();
     let city = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
     eprintln!("built in {:.2} s", thread_cpu_s() - t);
-    let boxes = boxes(count, 2);
+    let tolerance = match std::env::var("POI_ROWS_TOLERANCE").as_deref() {
+        Ok("log-uniform") => Tolerance::LogUniform,
+        _ => Tolerance::Fixed(500.0),
+    };
+    let boxes = boxes(tolerance, count, 2);
     let limits = Limits::default();
     let repeat: usize = std::env::var("POI_ROWS_REPEAT")
         .ok()
