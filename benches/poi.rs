@@ -17,12 +17,13 @@
 //! sequence, so a smaller count measures a prefix of the same boxes).
 use std::path::Path;
 
+#[path = "common/poi_boxes.rs"]
+mod poi_boxes;
+
 use cloakd::cli::poi::read_roads;
 use cloakd::poi::generate::{Road, generate};
-use cloakd::poi::sphere::{EARTH_RADIUS_M, SphBox};
-use cloakd::poi::{Limits, PoiIndex, Query, query_box};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use cloakd::poi::{Limits, PoiIndex, Query};
+use poi_boxes::{Tolerance, boxes};
 
 /// Where the road network is: `CLOAKD_BENCH_MOBILITY` (a directory), else `../shared/data/mobility`
 /// beside the repository (a git worktree elsewhere names it with the variable).
@@ -48,40 +49,6 @@ fn roads() -> Option<Vec<Road>> {
         return None;
     }
     Some(read_roads(&nodes_file, &dir.join("oldenburg_edges.csv.gz")).unwrap())
-}
-
-#[derive(Clone, Copy)]
-enum Tolerance {
-    Fixed(f64),
-    LogUniform,
-}
-
-fn boxes(tolerance: Tolerance, count: usize, seed: u64) -> Vec<SphBox> {
-    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
-    let points = cloakd::workload::read_trace_file(&trace, Some(200_000)).unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let m_per_deg = EARTH_RADIUS_M.to_radians();
-    let limits = Limits::default();
-    (0..count)
-        .map(|_| {
-            let p = &points[rng.random_range(0..points.len())];
-            let mut draw = || match tolerance {
-                Tolerance::Fixed(d) => d,
-                Tolerance::LogUniform => {
-                    10f64.powf(rng.random_range(20f64.log10()..20_000f64.log10()))
-                }
-            };
-            let (dx, dy) = (draw(), draw());
-            let w = rng.random_range(dx..=2.0 * dx);
-            let h = rng.random_range(dy..=2.0 * dy);
-            let (fx, fy): (f64, f64) = (rng.random(), rng.random());
-            let dlat = h / m_per_deg;
-            let dlon = w / (m_per_deg * p.lat.to_radians().cos());
-            let lat0 = p.lat - fy * dlat;
-            let lon0 = p.lon - fx * dlon;
-            query_box(lat0, lon0, lat0 + dlat, lon0 + dlon, &limits).unwrap()
-        })
-        .collect()
 }
 
 fn thread_cpu_s() -> f64 {

@@ -63,7 +63,7 @@ const MIN_SEGMENT_M: f64 = 1.0;
 /// Most boundary segments per nearest query (past it, segments stay longer and hold more POIs).
 const SEGMENT_BUDGET: usize = 4096;
 
-/// A candidate list: POI indexes (ascending), with a witness point (degrees) per candidate where one
+/// A candidate list: the POIs' input positions (ascending; see [`PoiIndex`]), with a witness point (degrees) per candidate where one
 /// was found.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Candidates {
@@ -134,7 +134,25 @@ impl PoiIndex {
         if list.pois.len() > limits.max_candidates {
             return Err(too_many(limits));
         }
-        Ok(list)
+        Ok(self.in_input_order(list))
+    }
+
+    /// The list with the POIs' input positions, ascending, in place of the index's numbers.
+    fn in_input_order(&self, mut list: Candidates) -> Candidates {
+        let mut pairs: Vec<(u32, Option<(f64, f64)>)> = list
+            .pois
+            .iter()
+            .map(|&p| self.input_of(p))
+            .zip(list.witnesses.iter().copied())
+            .collect();
+        pairs.sort_unstable_by_key(|pair| pair.0);
+        list.pois.clear();
+        list.witnesses.clear();
+        for (p, witness) in pairs {
+            list.pois.push(p);
+            list.witnesses.push(witness);
+        }
+        list
     }
 
     fn range(
@@ -152,19 +170,19 @@ impl PoiIndex {
         let mut found: Vec<(u32, (f64, f64))> = Vec::new();
         for entry in tree.locate_in_envelope_intersecting(envelope) {
             out.examined += 1;
-            let p = &self.pois[entry.data as usize];
-            let (lat, lon) = (p.lat.to_radians(), p.lon.to_radians());
+            let (lat_deg, lon_deg) = self.place(entry.data);
+            let (lat, lon) = (lat_deg.to_radians(), lon_deg.to_radians());
             let (d, at) = if b.contains(lat, lon) {
-                (0.0, (p.lat, p.lon))
+                (0.0, (lat_deg, lon_deg))
             } else if b.contains(lat.clamp(b.lat0, b.lat1), lon) {
                 // North or south of the box: the closest point is on the same meridian.
                 let edge = lat.clamp(b.lat0, b.lat1);
                 (
                     (lat - edge).abs() * sphere::EARTH_RADIUS_M,
-                    (edge.to_degrees(), p.lon),
+                    (edge.to_degrees(), lon_deg),
                 )
             } else {
-                b.closest_point_m(entry.geom(), (p.lat, p.lon))
+                b.closest_point_m(entry.geom(), (lat_deg, lon_deg))
             };
             if d <= radius_m + RANGE_SLACK_M {
                 found.push((entry.data, at));
@@ -183,18 +201,18 @@ impl PoiIndex {
     /// The verdict on a POI inside the box: the box holds the POI's own place, where only POIs at the
     /// same place (or within [`CROWD_CHORD`]) can precede it.
     fn inside_verdict(&self, tree: &rstar::RTree<super::Entry>, p: u32, n: usize) -> Decision {
-        let poi = &self.pois[p as usize];
+        let place = self.place(p);
         let twins = self.twins_before[p as usize] as usize;
         if !self.crowded[p as usize] {
             // Only the twins are at distance 0; every other POI is farther.
             return if twins < n {
-                Decision::Witness((poi.lat, poi.lon))
+                Decision::Witness(place)
             } else {
                 Decision::Out
             };
         }
         if self.among_nearest_at(tree, p, n, &self.units[p as usize]) {
-            Decision::Witness((poi.lat, poi.lon))
+            Decision::Witness(place)
         } else if twins >= n {
             // n POIs at the same place precede it by id everywhere.
             Decision::Out
@@ -229,8 +247,8 @@ impl PoiIndex {
         let mut verdicts: HashMap<u32, Decision, foldhash::fast::FixedState> = HashMap::default();
         let mut kept = 0;
         for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), 1e-12)) {
-            let poi = &self.pois[entry.data as usize];
-            if !b.contains(poi.lat.to_radians(), poi.lon.to_radians()) {
+            let (lat, lon) = self.place(entry.data);
+            if !b.contains(lat.to_radians(), lon.to_radians()) {
                 continue;
             }
             let verdict = self.inside_verdict(tree, entry.data, n);
@@ -276,7 +294,7 @@ impl PoiIndex {
                 // Every point x of the segment has its n nearest within d_n + far of x, so
                 // within d_n + 2 far of the centre.
                 let reach = sphere::chord_of_m(d_n + 2.0 * far_m + 1e-6) + 1e-12;
-                if !hood.within(&centre, reach, &mut scratch) {
+                if !hood.within(&centre, reach, &self.input, &mut scratch) {
                     scratch.clear();
                     for (entry, d2) in tree.nearest_neighbor_iter_with_distance_2(centre) {
                         if d2 > reach * reach {
@@ -292,8 +310,8 @@ impl PoiIndex {
                     let known = verdicts.get(&p);
                     if matches!(known, Some(Decision::Witness(_)))
                         || (known.is_some() && {
-                            let poi = &self.pois[p as usize];
-                            b.contains(poi.lat.to_radians(), poi.lon.to_radians())
+                            let (lat, lon) = self.place(p);
+                            b.contains(lat.to_radians(), lon.to_radians())
                         })
                     {
                         continue;
@@ -550,8 +568,8 @@ impl PoiIndex {
         let envelope = expand(grown.envelope(), 1e-12);
         tree.locate_in_envelope_intersecting(envelope)
             .filter(|e| {
-                let p = &self.pois[e.data as usize];
-                grown.contains(p.lat.to_radians(), p.lon.to_radians())
+                let (lat, lon) = self.place(e.data);
+                grown.contains(lat.to_radians(), lon.to_radians())
             })
             .count()
     }
@@ -667,8 +685,8 @@ impl Neighbourhood {
     }
 
     /// Whether every POI within the chord r of x (a point of the edge) is here; if so, `scratch`
-    /// gets them (squared chord, POI), nearest first.
-    fn within(&self, x: &Vec3, r: f64, scratch: &mut Vec<(f64, u32)>) -> bool {
+    /// gets them (squared chord, POI), nearest first (equal ones by input position, `input`).
+    fn within(&self, x: &Vec3, r: f64, input: &[u32], scratch: &mut Vec<(f64, u32)>) -> bool {
         if r > self.reach {
             return false;
         }
@@ -680,7 +698,10 @@ impl Neighbourhood {
                 scratch.push((d2, *q));
             }
         }
-        scratch.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        scratch.sort_unstable_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| input[a.1 as usize].cmp(&input[b.1 as usize]))
+        });
         true
     }
 }

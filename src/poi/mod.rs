@@ -166,10 +166,19 @@ pub fn query_box(
 type Entry = GeomWithData<sphere::Vec3, u32>;
 
 /// The POIs, one R-tree of unit vectors per category.
+///
+/// Inside the index, POIs are numbered in the index's own order: category by category (by name),
+/// each in its R-tree's leaf order, so POIs near each other are near each other in every per-POI
+/// array and a query's reads of the POIs it fetches stay in few cache lines. Callers see only the
+/// input order: [`PoiIndex::poi`], [`Candidates::pois`] and [`PoiIndex::answer_at`] use a POI's
+/// position in the `Vec` given to [`PoiIndex::new`] (`input` and `own` map between the two).
 pub struct PoiIndex {
     pois: Vec<Poi>,
+    /// Per POI, its (latitude, longitude) in degrees, packed apart from the strings.
+    places: Vec<(f64, f64)>,
     units: Vec<sphere::Vec3>,
-    /// Rank of each POI's id in byte order: the tie-break of equal distances.
+    /// Rank of each POI's id in byte order (equal ids by input position): the tie-break of equal
+    /// distances.
     id_rank: Vec<u32>,
     /// Per POI: how many POIs of its category have the same unit vector and precede it by id (they
     /// precede it at every point).
@@ -178,38 +187,68 @@ pub struct PoiIndex {
     /// being at the same place (then its rank at its own place is decided by a search).
     crowded: Vec<bool>,
     /// Per POI, the two facts above in one byte for the nearest-1 walk, which reads them for every
-    /// POI it fetches (a 1-byte array stays in cache where the others miss):
-    /// [`candidates::WALK_CROWDED`], [`candidates::WALK_TWIN`] (preceded by a twin) or 0.
+    /// POI it fetches: [`candidates::WALK_CROWDED`], [`candidates::WALK_TWIN`] (preceded by a twin)
+    /// or 0.
     walk_class: Vec<u8>,
+    /// Per POI (index order): its position in the input.
+    input: Vec<u32>,
+    /// Per input position: the POI's number in the index.
+    own: Vec<u32>,
     trees: HashMap<String, RTree<Entry>>,
 }
 
 impl PoiIndex {
     /// Indexes the POIs (bulk-loaded R-trees). Ids should be unique; equal ids tie-break by position.
     pub fn new(pois: Vec<Poi>) -> PoiIndex {
-        let units: Vec<sphere::Vec3> = pois.iter().map(|p| sphere::unit(p.lat, p.lon)).collect();
-        let mut order: Vec<u32> = (0..pois.len() as u32).collect();
-        order.sort_by(|&a, &b| {
-            pois[a as usize]
-                .id
-                .cmp(&pois[b as usize].id)
-                .then(a.cmp(&b))
-        });
-        let mut id_rank = vec![0; pois.len()];
-        for (rank, &i) in order.iter().enumerate() {
-            id_rank[i as usize] = rank as u32;
-        }
         let mut by_category: HashMap<String, Vec<Entry>> = HashMap::new();
         for (i, p) in pois.iter().enumerate() {
             by_category
                 .entry(p.category.clone())
                 .or_default()
-                .push(Entry::new(units[i], i as u32));
+                .push(Entry::new(sphere::unit(p.lat, p.lon), i as u32));
         }
-        let trees: HashMap<String, RTree<Entry>> = by_category
+        let mut trees: HashMap<String, RTree<Entry>> = by_category
             .into_iter()
             .map(|(category, entries)| (category, RTree::bulk_load(entries)))
             .collect();
+        // The index's own numbering: category by category, each tree's leaves in order (the
+        // entries keep their places in the tree; only their numbers change).
+        let mut names: Vec<String> = trees.keys().cloned().collect();
+        names.sort_unstable();
+        let mut input: Vec<u32> = Vec::with_capacity(pois.len());
+        let mut units: Vec<sphere::Vec3> = Vec::with_capacity(pois.len());
+        for name in &names {
+            if let Some(tree) = trees.get_mut(name) {
+                for entry in tree.iter_mut() {
+                    units.push(*entry.geom());
+                    input.push(entry.data);
+                    entry.data = (input.len() - 1) as u32;
+                }
+            }
+        }
+        let mut own = vec![0u32; pois.len()];
+        for (k, &i) in input.iter().enumerate() {
+            own[i as usize] = k as u32;
+        }
+        let mut tagged: Vec<(u32, Poi)> = pois
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (own[i], p))
+            .collect();
+        tagged.sort_unstable_by_key(|t| t.0);
+        let pois: Vec<Poi> = tagged.into_iter().map(|t| t.1).collect();
+        let places: Vec<(f64, f64)> = pois.iter().map(|p| (p.lat, p.lon)).collect();
+        let mut order: Vec<u32> = (0..pois.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            pois[a as usize]
+                .id
+                .cmp(&pois[b as usize].id)
+                .then(input[a as usize].cmp(&input[b as usize]))
+        });
+        let mut id_rank = vec![0; pois.len()];
+        for (rank, &i) in order.iter().enumerate() {
+            id_rank[i as usize] = rank as u32;
+        }
         let mut twins_before = vec![0; pois.len()];
         let mut crowded = vec![false; pois.len()];
         let reach = candidates::CROWD_CHORD * candidates::CROWD_CHORD;
@@ -240,13 +279,26 @@ impl PoiIndex {
             .collect();
         PoiIndex {
             pois,
+            places,
             units,
             id_rank,
             twins_before,
             crowded,
             walk_class,
+            input,
+            own,
             trees,
         }
+    }
+
+    /// A POI's place (degrees), by the index's number.
+    fn place(&self, p: u32) -> (f64, f64) {
+        self.places[p as usize]
+    }
+
+    /// A POI's input position, by the index's number.
+    fn input_of(&self, p: u32) -> u32 {
+        self.input[p as usize]
     }
 
     pub fn len(&self) -> usize {
@@ -257,12 +309,13 @@ impl PoiIndex {
         self.pois.is_empty()
     }
 
+    /// The POI at input position `i` (as in [`Candidates::pois`] and [`PoiIndex::answer_at`]).
     pub fn poi(&self, i: u32) -> &Poi {
-        &self.pois[i as usize]
+        &self.pois[self.own[i as usize] as usize]
     }
 
     /// The exact answer of one point (what a client would get without cloaking), by the R-tree from
-    /// the point and [`refine::refine_indexes`]: POI indexes, nearest first.
+    /// the point and [`refine::refine_indexes`]: POIs' input positions, nearest first.
     pub fn answer_at(&self, category: &str, query: &Query, lat: f64, lon: f64) -> Vec<u32> {
         let Some(tree) = self.trees.get(category) else {
             return Vec::new();
@@ -300,7 +353,7 @@ impl PoiIndex {
             query,
         )
         .into_iter()
-        .map(|i| near[i])
+        .map(|i| self.input_of(near[i]))
         .collect()
     }
 

@@ -256,8 +256,8 @@ impl PoiIndex {
             } else if sides.iter().any(|&s| s < -SIDE_MARGIN) {
                 false
             } else {
-                let poi = &self.pois[p as usize];
-                b.contains(poi.lat.to_radians(), poi.lon.to_radians())
+                let (lat, lon) = self.place(p);
+                b.contains(lat.to_radians(), lon.to_radians())
             };
             if inside {
                 listed.push((p, Some(self.place(p))));
@@ -278,7 +278,11 @@ impl PoiIndex {
         }
         let mut need: f64 = 0.0;
         for (band, edge) in bands.iter_mut().zip(&edges) {
-            band.sort_unstable_by(|x, y| x.key.total_cmp(&y.key).then(x.poi.cmp(&y.poi)));
+            band.sort_unstable_by(|x, y| {
+                x.key
+                    .total_cmp(&y.key)
+                    .then_with(|| self.input_of(x.poi).cmp(&self.input_of(y.poi)))
+            });
             if band.is_empty() {
                 need = need.max(2.0 * reach);
                 continue;
@@ -305,12 +309,6 @@ impl PoiIndex {
             out.push(p, witness);
         }
         Fetched::List(out)
-    }
-
-    /// A POI's own place (degrees), its witness when it is inside the box.
-    fn place(&self, p: u32) -> (f64, f64) {
-        let poi = &self.pois[p as usize];
-        (poi.lat, poi.lon)
     }
 
     /// Walks one edge through the cells it crosses, pushing each owner with a witness.
