@@ -580,10 +580,15 @@ mod tests {
             });
         let rows = |name: &str| -> Vec<Vec<String>> {
             let mut text = String::new();
-            crate::workload::open_maybe_gz(&dir.join(name))
-                .unwrap()
-                .read_to_string(&mut text)
-                .unwrap();
+            let path = dir.join(name);
+            crate::workload::open_maybe_gz(&path)
+                .and_then(|mut file| file.read_to_string(&mut text))
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{}: {e} (set CLOAKD_BENCH_MOBILITY to the shared data/mobility folder)",
+                        path.display()
+                    )
+                });
             text.lines()
                 .skip(1)
                 .map(|l| l.split(',').map(str::to_string).collect())
