@@ -15,8 +15,7 @@
 //! same outcomes.
 //!
 //! Two measurements: wall-clock time (criterion's default, group `location_engine`) and the CPU time
-//! of the benchmarking thread (group `location_engine_cpu`, read from `/proc/thread-self/schedstat`,
-//! Linux only), which stays meaningful when other processes compete for the cores. Run one group with
+//! of the benchmarking thread (group `location_engine_cpu`, `common/thread_cpu.rs`), which stays meaningful when other processes compete for the cores. Run one group with
 //! `cargo bench --bench location_engine -- location_engine_cpu`.
 
 use std::hint::black_box;
@@ -30,6 +29,10 @@ use cloakd::location::replay::{
 use cloakd::location::{CloakRequest, Engine, IndexKind, Outcome, SearchMode};
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+
+#[path = "common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::thread_cpu_ns;
 
 /// Requests per iteration (about 55 s of the 10k trace).
 const PREFIX: usize = 300_000;
@@ -166,21 +169,14 @@ fn cpu(c: &mut Criterion<ThreadCpuTime>) {
 /// CPU time consumed by the calling thread, in nanoseconds.
 struct ThreadCpuTime;
 
-fn thread_cpu_ns() -> f64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-}
-
 impl Measurement for ThreadCpuTime {
     type Intermediate = f64;
     type Value = f64;
     fn start(&self) -> f64 {
-        thread_cpu_ns()
+        thread_cpu_ns() as f64
     }
     fn end(&self, start: f64) -> f64 {
-        thread_cpu_ns() - start
+        thread_cpu_ns() as f64 - start
     }
     fn add(&self, a: &f64, b: &f64) -> f64 {
         a + b

@@ -29,6 +29,10 @@ use cloakd::workload::{TracePoint, read_trace_file};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
 
+#[path = "common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::thread_cpu_ns;
+
 const MAX_AGE_MS: u64 = 10_000;
 
 fn trace_path() -> PathBuf {
@@ -46,13 +50,6 @@ fn params(target_side_m: f64) -> PresenceParams {
         max_tracked_users: 1_000_000,
         target_side_m,
     }
-}
-
-/// CPU time of this thread in nanoseconds: the engine's own work, without the time the thread waited
-/// for a core on a loaded machine (which the wall clock counts).
-fn thread_cpu_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
 }
 
 fn presence_quality(workload: &PeriodicWorkload, tolerance_m: f64, target_side_m: f64) {

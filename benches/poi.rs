@@ -19,6 +19,9 @@ use std::path::Path;
 
 #[path = "common/poi_boxes.rs"]
 mod poi_boxes;
+#[path = "common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::thread_cpu_s;
 
 use cloakd::cli::poi::read_roads;
 use cloakd::poi::generate::{Road, generate};
@@ -49,11 +52,6 @@ fn roads() -> Option<Vec<Road>> {
         return None;
     }
     Some(read_roads(&nodes_file, &dir.join("oldenburg_edges.csv.gz")).unwrap())
-}
-
-fn thread_cpu_s() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 fn percentile(v: &mut [usize], q: f64) -> usize {

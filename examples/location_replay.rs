@@ -12,21 +12,17 @@
 //! Arguments: the trace; the workload (`500m`, `log_uniform`, `hot_spot`, or `all` for one run of
 //! every workload, index and mode printing only the quality and the hash); the index (`rtree`,
 //! `grid`); the mode (`local_k`, `nbr_k`); the number of iterations (the best is reported).
-use std::hash::Hasher;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use cloakd::location::replay::{CloakingQuality, ReplayParams, requests_from_trace, workloads};
 use cloakd::location::{CloakRequest, Engine, IndexKind, Outcome, SearchMode};
 
+#[path = "../benches/common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::thread_cpu_ns;
+
 /// Requests per iteration, as the benchmark.
 const PREFIX: usize = 300_000;
-
-/// CPU time consumed by the calling thread, in nanoseconds (Linux).
-fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
 
 fn replay(mode: SearchMode, index: IndexKind, requests: &[CloakRequest]) -> Vec<Outcome> {
     let mut engine = Engine::new(mode, 7).with_index(index);
@@ -38,22 +34,12 @@ fn replay(mode: SearchMode, index: IndexKind, requests: &[CloakRequest]) -> Vec<
     out
 }
 
-/// FNV-1a over the outcomes' debug form: equal for runs that gave the same outcomes.
+/// A hash of the outcomes' debug form (std's fixed-key hasher, so equal for runs that gave the
+/// same outcomes, across builds made with the same toolchain).
 fn outcome_hash(out: &[Outcome]) -> u64 {
-    struct Fnv(u64);
-    impl Hasher for Fnv {
-        fn finish(&self) -> u64 {
-            self.0
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            for &b in bytes {
-                self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-            }
-        }
-    }
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    let mut h = DefaultHasher::new();
     for o in out {
-        h.write(format!("{o:?}").as_bytes());
+        format!("{o:?}").hash(&mut h);
     }
     h.finish()
 }

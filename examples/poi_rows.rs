@@ -9,16 +9,14 @@ use std::path::Path;
 
 #[path = "../benches/common/poi_boxes.rs"]
 mod poi_boxes;
+#[path = "../benches/common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::thread_cpu_s;
 
 use cloakd::cli::poi::read_roads;
 use cloakd::poi::generate::generate;
 use cloakd::poi::{Limits, PoiIndex, Query};
 use poi_boxes::{Tolerance, boxes};
-
-fn thread_cpu_s() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);
