@@ -142,32 +142,50 @@ async fn produce(
 }
 
 /// Reads released windows of the stream through `endpoint` from window 0 until they hold `records`
-/// records in all.
+/// records in all. A feed that ends UNAVAILABLE (the store's leader elected anew under it) is
+/// resumed from the next window, as docs/api.md tells consumers to, at most `RESUMES` times.
 async fn releases_through(endpoint: &str, records: usize) -> Vec<cloakd::proto::ReleasedWindow> {
+    const RESUMES: usize = 5;
     let channel = tonic::transport::Endpoint::from_shared(endpoint.to_string())
         .unwrap()
         .connect()
         .await
         .unwrap();
     let mut feed = cloakd::proto::release_feed_client::ReleaseFeedClient::new(channel);
-    let mut stream = feed
-        .subscribe(cloakd::proto::ReleaseSubscription {
-            stream: STREAM.into(),
-            from_window: 0,
-        })
-        .await
-        .expect("Subscribe")
-        .into_inner();
-    let mut windows = Vec::new();
+    let mut windows: Vec<cloakd::proto::ReleasedWindow> = Vec::new();
     let mut seen = 0;
+    let mut resumes = 0;
     while seen < records {
-        let window = tokio::time::timeout(PATIENCE * 2, stream.message())
+        let from_window = windows.last().map_or(0, |w| w.window_id + 1);
+        let mut stream = feed
+            .subscribe(cloakd::proto::ReleaseSubscription {
+                stream: STREAM.into(),
+                from_window,
+            })
             .await
-            .unwrap_or_else(|_| panic!("{seen} of {records} records released after {PATIENCE:?}"))
-            .expect("release feed failed")
-            .expect("release feed ended");
-        seen += window.records.len();
-        windows.push(window);
+            .expect("Subscribe")
+            .into_inner();
+        while seen < records {
+            let next = tokio::time::timeout(PATIENCE * 2, stream.message())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{seen} of {records} records released after {PATIENCE:?}")
+                });
+            match next {
+                Ok(Some(window)) => {
+                    seen += window.records.len();
+                    windows.push(window);
+                }
+                Ok(None) => panic!("release feed ended"),
+                Err(status) if status.code() == tonic::Code::Unavailable && resumes < RESUMES => {
+                    eprintln!("release feed unavailable, resuming from the next window: {status}");
+                    resumes += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    break;
+                }
+                Err(status) => panic!("release feed failed: {status:?}"),
+            }
+        }
     }
     windows
 }
