@@ -4,7 +4,9 @@
 //! `cargo bench --bench poi` (release). POIs: `cloakd::poi::generate` along Brinkhoff's Oldenburg road
 //! network (`../shared/data/mobility/oldenburg_{nodes,edges}.csv.gz`, relative to the repository; the
 //! bench stops with a message when they are absent), 10,000 POIs (about a real town's count) for the
-//! sizes, 1,000,000 for the speed. Boxes: centred near positions of the in-repo Oldenburg trace slice
+//! sizes, 1,000,000 for the speed, twice: along the one town's roads (a hundred times a town's
+//! density), and as a "country" of 100 towns of 10,000 POIs each, copies of the network side by side
+//! with POIs of their own seeds (a town's density; `poi_boxes::country`). Boxes: centred near positions of the in-repo Oldenburg trace slice
 //! (`tests/data/oldenburg_60s.csv.gz`); for a tolerance d per axis (500 m, or dx and dy each drawn
 //! log-uniform in [20 m, 20 km], seeded) each side is uniform in [d, 2d] (a cloaking box lies in every
 //! member's constraint box, whose side is 2d) with the point uniformly inside it. Category `cafe` (6 % of
@@ -26,7 +28,7 @@ use thread_cpu::thread_cpu_s;
 use cloakd::cli::poi::read_roads;
 use cloakd::poi::generate::{Road, generate};
 use cloakd::poi::{Limits, PoiIndex, Query};
-use poi_boxes::{Tolerance, boxes};
+use poi_boxes::{Tolerance, boxes, country};
 
 /// Where the road network is: `CLOAKD_BENCH_MOBILITY` (a directory), else `../shared/data/mobility`
 /// beside the repository (a git worktree elsewhere names it with the variable).
@@ -83,7 +85,7 @@ fn main() {
         ("500 m", Tolerance::Fixed(500.0)),
         ("log-uniform [20 m, 20 km]", Tolerance::LogUniform),
     ] {
-        let boxes = boxes(tolerance, size_boxes, 1);
+        let boxes = boxes(tolerance, size_boxes, 1, &[(0.0, 0.0)]);
         for query in [
             Query::Nearest { count: 1 },
             Query::Nearest { count: 5 },
@@ -108,20 +110,40 @@ fn main() {
         }
     }
 
-    let city = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
-    let limits = Limits::default();
+    // The 1,000,000 POIs two ways: all along the one town's roads (100 times a town's
+    // density: a 500 m box's nearest-hotel list holds about 160 POIs), and as a country of 100 towns
+    // of 10,000 POIs each, side by side (a town's density, as the size table above).
     let speed_boxes = env_count("CLOAKD_POI_BENCH_BOXES", 20_000);
-    let counts: std::collections::HashMap<&str, usize> = city.categories().into_iter().collect();
+    let city = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
+    speed_tables(
+        &city,
+        "1,000,000 POIs in one town",
+        &[(0.0, 0.0)],
+        speed_boxes,
+    );
+    drop(city);
+    let (pois, towns) = country(&roads, 100, 10_000);
+    let country = PoiIndex::new(pois);
+    speed_tables(
+        &country,
+        "1,000,000 POIs as 100 towns of 10,000 (box i in town i mod 100)",
+        &towns,
+        speed_boxes,
+    );
+}
+
+/// The answers/s tables of one POI set: both tolerances, three categories, three queries.
+fn speed_tables(index: &PoiIndex, set: &str, towns: &[(f64, f64)], speed_boxes: usize) {
+    let limits = Limits::default();
+    let counts: std::collections::HashMap<&str, usize> = index.categories().into_iter().collect();
     for (name, tolerance) in [
         ("500 m", Tolerance::Fixed(500.0)),
         ("log-uniform [20 m, 20 km]", Tolerance::LogUniform),
     ] {
-        println!(
-            "\nanswers per CPU-second of one thread, 1,000,000 POIs, {name}, {speed_boxes} boxes"
-        );
+        println!("\nanswers per CPU-second of one thread, {set}, {name}, {speed_boxes} boxes");
         println!("| category (POIs) | query | answers/s | candidates median | refused |");
         println!("|---|---|---|---|---|");
-        let boxes = boxes(tolerance, speed_boxes, 2);
+        let boxes = boxes(tolerance, speed_boxes, 2, towns);
         for category in ["hotel", "cafe", "restaurant"] {
             for query in [
                 Query::Nearest { count: 1 },
@@ -132,7 +154,7 @@ fn main() {
                 let mut refused = 0;
                 let start = thread_cpu_s();
                 for b in &boxes {
-                    match city.candidates(category, &query, b, &limits) {
+                    match index.candidates(category, &query, b, &limits) {
                         Ok(list) => sizes.push(std::hint::black_box(list).pois.len()),
                         Err(_) => refused += 1,
                     }

@@ -2,7 +2,8 @@
 //! every candidate list (ids, order, witnesses, undecided and examined counts), so two builds can be compared side by
 //! side: `cargo run --release --example poi_rows -- [BOXES] [ROW...]`, rows like `hotel/n1`,
 //! `cafe/n5`, `restaurant/r300` (default: the nine rows of the bench's 500 m table);
-//! `POI_ROWS_TOLERANCE=log-uniform` takes the bench's log-uniform boxes, `POI_ROWS_REPEAT` repeats
+//! `POI_ROWS_TOLERANCE=log-uniform` takes the bench's log-uniform boxes, `POI_ROWS_SET=country` the
+//! bench's 100 towns of 10,000 POIs instead of 1,000,000 in one town, `POI_ROWS_REPEAT` repeats
 //! each row (for a profiler).
 use std::hash::{Hash, Hasher};
 use std::path::Path;
@@ -16,7 +17,7 @@ use thread_cpu::thread_cpu_s;
 use cloakd::cli::poi::read_roads;
 use cloakd::poi::generate::generate;
 use cloakd::poi::{Limits, PoiIndex, Query};
-use poi_boxes::{Tolerance, boxes};
+use poi_boxes::{Tolerance, boxes, country};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -38,13 +39,17 @@ fn main() {
     )
     .unwrap();
     let t = thread_cpu_s();
-    let city = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
+    let (pois, towns) = match std::env::var("POI_ROWS_SET").as_deref() {
+        Ok("country") => country(&roads, 100, 10_000),
+        _ => (generate(&roads, 1_000_000, 1).unwrap(), vec![(0.0, 0.0)]),
+    };
+    let city = PoiIndex::new(pois);
     eprintln!("built in {:.2} s", thread_cpu_s() - t);
     let tolerance = match std::env::var("POI_ROWS_TOLERANCE").as_deref() {
         Ok("log-uniform") => Tolerance::LogUniform,
         _ => Tolerance::Fixed(500.0),
     };
-    let boxes = boxes(tolerance, count, 2);
+    let boxes = boxes(tolerance, count, 2, &towns);
     let limits = Limits::default();
     let repeat: usize = std::env::var("POI_ROWS_REPEAT")
         .ok()

@@ -157,6 +157,21 @@ impl Edge {
     }
 }
 
+/// The walk's working lists, kept per thread between boxes so that a box allocates only its
+/// answer instead of growing four bands and a list afresh (measured: about 6 % more nearest-1
+/// answers per second, docs/provider.md).
+#[derive(Default)]
+struct Scratch {
+    /// Per edge, the POIs within the reach of its circle.
+    bands: [Vec<Banded>; 4],
+    /// The POIs listed so far, with their witnesses.
+    listed: Vec<(u32, Option<(f64, f64)>)>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
 /// A POI of an edge's band: its coordinate along the edge, its offset from the edge's circle
 /// ([`Edge::offset`]), its unit vector and index.
 struct Banded {
@@ -229,6 +244,23 @@ impl PoiIndex {
     /// `reach`, the walk goes on with the POIs at hand: the nearest of a subset is never nearer than
     /// the nearest of all, so the largest distance it meets bounds the reach a second fetch needs.
     fn walk_box(&self, tree: &RTree<Entry>, b: &SphBox, limits: &Limits, reach: f64) -> Fetched {
+        SCRATCH.with_borrow_mut(|scratch| {
+            for band in &mut scratch.bands {
+                band.clear();
+            }
+            scratch.listed.clear();
+            self.walk_box_in(tree, b, limits, reach, scratch)
+        })
+    }
+
+    fn walk_box_in(
+        &self,
+        tree: &RTree<Entry>,
+        b: &SphBox,
+        limits: &Limits,
+        reach: f64,
+        scratch: &mut Scratch,
+    ) -> Fetched {
         // South, north, west, east: inside is north of the first, south of the second, and so on.
         let edges = [
             Edge::new(false, b.lat0, b.lon0, b.lon1),
@@ -236,8 +268,7 @@ impl PoiIndex {
             Edge::new(true, b.lon0, b.lat0, b.lat1),
             Edge::new(true, b.lon1, b.lat0, b.lat1),
         ];
-        let mut bands: [Vec<Banded>; 4] = Default::default();
-        let mut listed: Vec<(u32, Option<(f64, f64)>)> = Vec::new();
+        let Scratch { bands, listed } = scratch;
         let mut examined = 0;
         for entry in tree.locate_in_envelope_intersecting(expand(b.envelope(), reach + 1e-12)) {
             examined += 1;
@@ -287,7 +318,7 @@ impl PoiIndex {
                 need = need.max(2.0 * reach);
                 continue;
             }
-            match self.walk_edge(edge, band, &mut need, &mut listed) {
+            match self.walk_edge(edge, band, &mut need, listed) {
                 Walk::Done => {}
                 Walk::General(why) => return Fetched::General(why),
             }
@@ -305,7 +336,9 @@ impl PoiIndex {
             examined,
             ..Candidates::default()
         };
-        for (p, witness) in listed {
+        out.pois.reserve_exact(listed.len());
+        out.witnesses.reserve_exact(listed.len());
+        for &(p, witness) in listed.iter() {
             out.push(p, witness);
         }
         Fetched::List(out)
