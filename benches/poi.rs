@@ -5,12 +5,13 @@
 //! network (`../shared/data/mobility/oldenburg_{nodes,edges}.csv.gz`, relative to the repository; the
 //! bench stops with a message when they are absent), 10,000 POIs (about a real town's count) for the
 //! sizes, 1,000,000 for the speed, twice: along the one town's roads (a hundred times a town's
-//! density), and as a "country" of 100 towns of 10,000 POIs each, copies of the network side by side
-//! with POIs of their own seeds (a town's density; `poi_boxes::country`). Boxes: centred near positions of the in-repo Oldenburg trace slice
-//! (`tests/data/oldenburg_60s.csv.gz`); for a tolerance d per axis (500 m, or dx and dy each drawn
-//! log-uniform in [20 m, 20 km], seeded) each side is uniform in [d, 2d] (a cloaking box lies in every
-//! member's constraint box, whose side is 2d) with the point uniformly inside it. Category `cafe` (6 % of
-//! the POIs) unless named. Times are the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so other load
+//! density), and as a "country" of 100 towns of 10,000 POIs each, copies of the network side by
+//! side with POIs of their own seeds (a town's density; `poi_boxes::country`). Boxes: centred near
+//! positions of the in-repo Oldenburg trace slice (`tests/data/oldenburg_60s.csv.gz`; in the
+//! country, box i is moved into town i mod 100); for a tolerance d per axis (500 m, or dx and dy
+//! each drawn log-uniform in [20 m, 20 km], seeded) each side is uniform in [d, 2d] (a cloaking box
+//! lies in every member's constraint box, whose side is 2d) with the point uniformly inside it.
+//! Category `cafe` (6 % of the POIs) unless named. Times are the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so other load
 //! on a shared machine slows the wall clock more than these figures.
 //!
 //! Environment: `CLOAKD_BENCH_MOBILITY` the directory of the road network (for a git worktree whose
@@ -111,7 +112,7 @@ fn main() {
     }
 
     // The 1,000,000 POIs two ways: all along the one town's roads (100 times a town's
-    // density: a 500 m box's nearest-hotel list holds about 160 POIs), and as a country of 100 towns
+    // density: a 500 m box's nearest-hotel list holds about 170 POIs), and as a country of 100 towns
     // of 10,000 POIs each, side by side (a town's density, as the size table above).
     let speed_boxes = env_count("CLOAKD_POI_BENCH_BOXES", 20_000);
     let city = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());

@@ -168,6 +168,23 @@ struct Scratch {
     listed: Vec<(u32, Option<(f64, f64)>)>,
 }
 
+impl Scratch {
+    /// Entries a list keeps room for between boxes; a larger one (a box of many kilometres in a
+    /// dense town) gives its memory back.
+    const KEPT: usize = 4096;
+
+    fn release_if_large(&mut self) {
+        for band in &mut self.bands {
+            if band.capacity() > Self::KEPT {
+                *band = Vec::new();
+            }
+        }
+        if self.listed.capacity() > Self::KEPT {
+            self.listed = Vec::new();
+        }
+    }
+}
+
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
@@ -249,7 +266,9 @@ impl PoiIndex {
                 band.clear();
             }
             scratch.listed.clear();
-            self.walk_box_in(tree, b, limits, reach, scratch)
+            let fetched = self.walk_box_in(tree, b, limits, reach, scratch);
+            scratch.release_if_large();
+            fetched
         })
     }
 
