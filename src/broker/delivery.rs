@@ -219,6 +219,18 @@ impl Broker {
         for pseudonym in state.unacknowledged {
             self.hand_on(pseudonym, why);
         }
+        // In a cluster, the last provider of the service here left: new requests are relayed to other
+        // replicas, and what waits on this queue (relayed here, or queued before) would sit there
+        // until `location.answer_ttl_ms`; its clients get `Undelivered` (no provider) now. (A single
+        // daemon keeps them for a provider that subscribes again, docs/api.md.)
+        if self.cluster.is_some() && !self.providers.values().any(|p| p.service == state.service) {
+            let queue = self.provider_queues[state.service].receiver.clone();
+            while let Ok(waiting) = queue.try_recv() {
+                if let Ok(pseudonym) = waiting.pseudonym.parse::<Pseudonym>() {
+                    self.hand_on(pseudonym, HandOver::Gone);
+                }
+            }
+        }
     }
 
     /// Hands a request whose stream stalled or ended to another provider of its service (through

@@ -81,7 +81,12 @@ impl Broker {
             tracing::warn!("a relayed request carries an unreadable pseudonym; refused");
             return false;
         };
-        if self.provider_queues[service].sender.is_full() {
+        // Full, or the last provider of the service here left while this request was on its way
+        // (the subscription drains what is in flight): nobody would take it off the queue, so the
+        // relaying replica asks another, or tells the client `Undelivered`.
+        if self.provider_queues[service].sender.is_full()
+            || !self.providers.values().any(|p| p.service == service)
+        {
             return false;
         }
         self.clients.insert(

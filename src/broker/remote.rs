@@ -7,8 +7,9 @@
 //! found), `Forwarded` (sent; waiting for Cloaked, Expired or Rejected), `Cloaked` (waiting for the
 //! provider's first reply or `Undelivered`, as a local route does). Each phase has a deadline: a
 //! request whose owner never answers is Rejected with UNAVAILABLE after its own deadline plus
-//! `cluster.request_timeout_ms`; a cloaked one is forgotten after `location.answer_ttl_ms` plus that
-//! (the owner reports `Undelivered` before). Events for a request the origin no longer tracks (its
+//! `cluster.request_timeout_ms`; a cloaked one that heard neither an answer nor `Undelivered` by
+//! `location.answer_ttl_ms` plus that (the owner or the providing replica reports `Undelivered`
+//! before, unless it stopped) gets `Undelivered` here, so its client always hears its end. Events for a request the origin no longer tracks (its
 //! client went away, or it was given up) are dropped, so a client never gets two outcomes.
 //!
 //! On the owner, a forwarded request is a one-request client stream (its events go to the origin):
@@ -403,7 +404,18 @@ impl Broker {
                     };
                     self.reject(entry.client, entry.request_no, &rejection);
                 }
-                Phase::Cloaked { .. } => {}
+                // Nothing came back (the providing replica stopped, or its event was lost): the
+                // client still hears the request's end.
+                Phase::Cloaked { answered: false } => {
+                    let event = LocationEvent {
+                        request_no: entry.request_no,
+                        outcome: Some(EventOutcome::Undelivered(crate::proto::Undelivered {
+                            reason: "no answer nor Undelivered came back from the replica cloaking or serving it within location.answer_ttl_ms plus cluster.request_timeout_ms".into(),
+                        })),
+                    };
+                    self.send(entry.client, event);
+                }
+                Phase::Cloaked { answered: true } => {}
             }
             self.maybe_close(entry.client);
         }
