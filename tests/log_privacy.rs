@@ -144,7 +144,7 @@ async fn no_token_user_id_or_position_in_trace_logs() {
         .unwrap()
         .port();
     let mut config = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n[transactions]\ndata_dir = {:?}\n[location]\nmax_requests_per_s_per_principal = 2\n[auth]\nrequired = true\n",
+        "[telemetry]\nmetrics_listen = \"127.0.0.1:0\"\n[server]\nlisten = \"127.0.0.1:{port}\"\n[transactions]\ndata_dir = {:?}\n[location]\nmax_requests_per_s_per_principal = 2\n[auth]\nrequired = true\n",
         dir.path().join("data")
     );
     for (name, role, scope) in [

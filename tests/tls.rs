@@ -191,7 +191,7 @@ async fn sighup_reloads_certificates_without_dropping_the_listener() {
     std::fs::write(
         &config,
         format!(
-            "[server]\nlisten = \"{addr}\"\n[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n[transactions]\ndata_dir = {:?}\n",
+            "[telemetry]\nmetrics_listen = \"127.0.0.1:0\"\n[server]\nlisten = \"{addr}\"\n[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n[transactions]\ndata_dir = {:?}\n",
             tls.cert_file,
             tls.key_file,
             data.path()
