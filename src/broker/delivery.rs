@@ -223,7 +223,7 @@ impl Broker {
         // replicas, and what waits on this queue (relayed here, or queued before) would sit there
         // until `location.answer_ttl_ms`; its clients get `Undelivered` (no provider) now. (A single
         // daemon keeps them for a provider that subscribes again, docs/api.md.)
-        if self.cluster.is_some() && !self.providers.values().any(|p| p.service == state.service) {
+        if self.cluster.is_some() && !self.has_provider(state.service) {
             let queue = self.provider_queues[state.service].receiver.clone();
             while let Ok(waiting) = queue.try_recv() {
                 if let Ok(pseudonym) = waiting.pseudonym.parse::<Pseudonym>() {
@@ -246,7 +246,7 @@ impl Broker {
         route.holder = None;
         route.delivered_to = None;
         let (client, request_no, service) = (route.client, route.request_no, route.service);
-        let another = self.providers.values().any(|p| p.service == service);
+        let another = self.has_provider(service);
         let refusal = if another {
             match self.provider_queues[service].sender.try_send(*forwarded) {
                 Ok(()) => {

@@ -16,13 +16,17 @@ use crate::location::{Pseudonym, UserKey};
 use crate::proto::CloakedRequest;
 
 impl Broker {
+    /// Whether a provider of `service` is subscribed to this replica.
+    pub(super) fn has_provider(&self, service: usize) -> bool {
+        self.providers.values().any(|p| p.service == service)
+    }
+
     /// Whether a cloaked request of `service` goes to another replica: in a cluster, when no
     /// provider of the service is subscribed here, or the service's provider queue here is full
     /// (another replica's providers may have room).
     pub(super) fn relays(&self, service: usize) -> bool {
         self.cluster.is_some()
-            && (self.provider_queues[service].sender.is_full()
-                || !self.providers.values().any(|p| p.service == service))
+            && (self.provider_queues[service].sender.is_full() || !self.has_provider(service))
     }
 
     /// Relays the cloaked request of `client` to a replica with a provider of its service.
@@ -84,9 +88,7 @@ impl Broker {
         // Full, or the last provider of the service here left while this request was on its way
         // (the subscription drains what is in flight): nobody would take it off the queue, so the
         // relaying replica asks another, or tells the client `Undelivered`.
-        if self.provider_queues[service].sender.is_full()
-            || !self.providers.values().any(|p| p.service == service)
-        {
+        if self.provider_queues[service].sender.is_full() || !self.has_provider(service) {
             return false;
         }
         self.clients.insert(
