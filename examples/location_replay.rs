@@ -11,11 +11,13 @@
 //! ```
 //! Arguments: the trace; the workload (`500m`, `log_uniform`, `hot_spot`, or `all` for one run of
 //! every workload, index and mode printing only the quality and the hash); the index (`rtree`,
-//! `grid`); the mode (`local_k`, `nbr_k`); the number of iterations (the best is reported).
+//! `grid`); the mode (`local_k`, `nbr_k`); the number of iterations (the best is reported). A second
+//! line counts the work per arrival ([`cloakd::location::SearchStats`]): pending requests, what the
+//! index returned and what was kept, and the clique searches' branches and adjacency rows.
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use cloakd::location::replay::{CloakingQuality, ReplayParams, requests_from_trace, workloads};
-use cloakd::location::{CloakRequest, Engine, IndexKind, Outcome, SearchMode};
+use cloakd::location::{CloakRequest, Engine, IndexKind, Outcome, SearchMode, SearchStats};
 
 #[path = "../benches/common/thread_cpu.rs"]
 mod thread_cpu;
@@ -24,14 +26,38 @@ use thread_cpu::thread_cpu_ns;
 /// Requests per iteration, as the benchmark.
 const PREFIX: usize = 300_000;
 
-fn replay(mode: SearchMode, index: IndexKind, requests: &[CloakRequest]) -> Vec<Outcome> {
+fn replay(
+    mode: SearchMode,
+    index: IndexKind,
+    requests: &[CloakRequest],
+) -> (Vec<Outcome>, SearchStats) {
     let mut engine = Engine::new(mode, 7).with_index(index);
     let mut out = Vec::new();
     for req in requests {
         let _ = engine.submit(req.clone(), &mut out);
     }
     engine.expire(i64::MAX, &mut out);
-    out
+    (out, engine.search_stats())
+}
+
+/// The work per arrival: what the index returned, what qualified and was kept, and what the clique
+/// searches cost (mean branches and adjacency rows per search).
+fn work(s: &SearchStats) -> String {
+    let per = |n: u64, d: u64| n as f64 / d.max(1) as f64;
+    let searches = s.found + s.exhausted + s.out_of_budget;
+    format!(
+        "per arrival: {:.0} pending, {:.1} candidates, {:.1} qualified, {:.1} kept; {searches} searches \
+         ({} found, {} exhausted, {} out of budget), {:.1} branches and {:.1} rows each",
+        per(s.pending, s.arrivals),
+        per(s.candidates, s.arrivals),
+        per(s.qualified, s.arrivals),
+        per(s.kept, s.arrivals),
+        s.found,
+        s.exhausted,
+        s.out_of_budget,
+        per(s.branches, searches),
+        per(s.rows, searches),
+    )
 }
 
 /// A hash of the outcomes' debug form (std's fixed-key hasher, so equal for runs that gave the
@@ -67,7 +93,7 @@ fn main() -> anyhow::Result<()> {
         for (name, requests) in &all {
             for (mode_name, mode) in modes {
                 for index in IndexKind::ALL {
-                    let out = replay(mode, index, requests);
+                    let (out, _) = replay(mode, index, requests);
                     println!(
                         "{name} {} {mode_name}: {}",
                         index.name(),
@@ -92,7 +118,7 @@ fn main() -> anyhow::Result<()> {
         .1;
     let iterations: usize = arg(4, "3").parse()?;
     let mut best = u64::MAX;
-    let mut last = Vec::new();
+    let mut last = (Vec::new(), SearchStats::default());
     for _ in 0..iterations.max(1) {
         let start = thread_cpu_ns();
         last = replay(mode, index, requests);
@@ -103,7 +129,8 @@ fn main() -> anyhow::Result<()> {
         index.name(),
         arg(3, "local_k"),
         requests.len() as f64 / (best as f64 * 1e-9) / 1e3,
-        summary(&last, requests)
+        summary(&last.0, requests)
     );
+    println!("{}", work(&last.1));
     Ok(())
 }

@@ -317,6 +317,35 @@ impl SlotHot {
     }
 }
 
+/// What the engine's arrivals have cost so far, in counts (not time), for profiling and for
+/// reasoning about where the time of a workload goes ([`Engine::search_stats`]; printed by
+/// `examples/location_replay.rs`). Counted with plain additions on the arrival path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SearchStats {
+    /// Arrivals whose neighbours were collected (every accepted submission not refused by its
+    /// session).
+    pub arrivals: u64,
+    /// Requests pending when they arrived, summed.
+    pub pending: u64,
+    /// Slots the index (or, in a session, the user map) returned for them.
+    pub candidates: u64,
+    /// Of those, the ones that passed the edge test with the arrival.
+    pub qualified: u64,
+    /// Of those, the ones kept as neighbours (the nearest [`MAX_NEIGHBOURS`]).
+    pub kept: u64,
+    /// Clique searches that found a group (a search is one size tried for one arrival, among
+    /// enough eligible neighbours; nbr-k may try several sizes).
+    pub found: u64,
+    /// Clique searches that tried every branch and found none.
+    pub exhausted: u64,
+    /// Clique searches stopped by [`BACKTRACK_BUDGET`].
+    pub out_of_budget: u64,
+    /// Branches explored by all searches.
+    pub branches: u64,
+    /// Adjacency rows computed by all searches.
+    pub rows: u64,
+}
+
 /// A pending request with what is derived from it once.
 #[derive(Debug, Clone)]
 struct Pending {
@@ -359,6 +388,7 @@ pub struct Engine {
     slots_of_user: HashMap<UserKey, Vec<u32>>,
     /// The time of the arrival being searched (the formation time of a group it completes).
     now_ms: i64,
+    stats: SearchStats,
 }
 
 impl Engine {
@@ -383,6 +413,7 @@ impl Engine {
             sessions: SessionTable::new(SessionSettings::OFF),
             slots_of_user: HashMap::new(),
             now_ms: 0,
+            stats: SearchStats::default(),
         }
     }
 
@@ -489,6 +520,11 @@ impl Engine {
 
     pub fn pending_len(&self) -> usize {
         self.slot_of.len()
+    }
+
+    /// The counts of the work done by every arrival so far (see [`SearchStats`]).
+    pub fn search_stats(&self) -> SearchStats {
+        self.stats
     }
 
     /// The slot of `id` if it is pending with this deadline (i.e. the heap entry is not stale).
@@ -628,6 +664,10 @@ impl Engine {
             self.order
                 .push(((east * east + north * north).to_bits(), h.id, slot));
         }
+        self.stats.arrivals += 1;
+        self.stats.pending += self.slot_of.len() as u64;
+        self.stats.candidates += candidates.len() as u64;
+        self.stats.qualified += self.order.len() as u64;
         self.candidate_slots = candidates;
         // Nearest first, ties by id (unique among pending requests): a total order, so the kept
         // neighbours and their order do not depend on the order the index found them in. A squared
@@ -640,6 +680,7 @@ impl Engine {
             self.order.truncate(MAX_NEIGHBOURS);
         }
         self.order.sort_unstable();
+        self.stats.kept += self.order.len() as u64;
         self.neighbours.clear();
         for &(_, _, slot) in &self.order {
             let h = &self.slot_hot[slot as usize];
@@ -713,6 +754,7 @@ impl Engine {
         if (eligible.count_ones() as usize) < need {
             return false;
         }
+        let rows_before = self.adjacency_ready.count_ones();
         let mut adjacency = Adjacency {
             neighbours: &self.neighbours,
             arrays: &self.arrays,
@@ -724,13 +766,24 @@ impl Engine {
                 .then_some((&self.sessions, self.now_ms)),
         };
         let mut budget = BACKTRACK_BUDGET;
-        extend_clique(
+        let found = extend_clique(
             &mut adjacency,
             eligible,
             &mut self.chosen,
             need,
             &mut budget,
-        )
+        );
+        let stats = &mut self.stats;
+        stats.branches += (BACKTRACK_BUDGET - budget) as u64;
+        stats.rows += u64::from(self.adjacency_ready.count_ones() - rows_before);
+        if found {
+            stats.found += 1;
+        } else if budget == 0 {
+            stats.out_of_budget += 1;
+        } else {
+            stats.exhausted += 1;
+        }
+        found
     }
 
     /// Removes the chosen neighbours from the pending state and pushes the group of `new` and them.
@@ -942,6 +995,23 @@ mod tests {
         assert!(group.cloaking_box.min_lon < 8.2100 && group.cloaking_box.max_lon > 8.2110);
         assert_eq!(engine.pending_len(), 0);
         assert_eq!(engine.next_deadline(), None);
+        // Only the third arrival had enough neighbours (two) to search: it picked both, computing
+        // each one's adjacency row once.
+        assert_eq!(
+            engine.search_stats(),
+            SearchStats {
+                arrivals: 3,
+                pending: 3,
+                candidates: 3,
+                qualified: 3,
+                kept: 3,
+                found: 1,
+                exhausted: 0,
+                out_of_budget: 0,
+                branches: 2,
+                rows: 2,
+            }
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub mod replay;
 pub mod session;
 pub mod tracking;
 
-pub use engine::Engine;
+pub use engine::{Engine, SearchStats};
 pub use geo::GeoBox;
 pub use point_index::IndexKind;
 pub use presence::{PresenceEngine, PresenceOutcome, PresenceParams, PresenceRequest};
