@@ -60,9 +60,38 @@ pub(crate) mod wire;
 /// Messages waiting for the NATS publisher; past this the broker treats the replica as too slow.
 const OUTBOUND_QUEUE: usize = 65_536;
 
+/// Who owns the grid cells, as the broker asks.
+#[derive(Clone)]
+enum Cells {
+    /// The cell leases of the cluster.
+    Leased(LeaseTable),
+    /// Every cell has this owner, and none is ever contended for: the broker's unit tests drive one
+    /// replica without NATS.
+    #[cfg(test)]
+    Fixed(Owner),
+}
+
+impl Cells {
+    fn owner(&self, name: &str) -> Owner {
+        match self {
+            Cells::Leased(table) => table.owner(name),
+            #[cfg(test)]
+            Cells::Fixed(owner) => owner.clone(),
+        }
+    }
+
+    async fn resolve(&self, name: &str, wait: Duration) -> Owner {
+        match self {
+            Cells::Leased(table) => table.resolve(name, wait).await,
+            #[cfg(test)]
+            Cells::Fixed(owner) => owner.clone(),
+        }
+    }
+}
+
 /// The broker's handle on the cluster: who owns which cell, and the way out to NATS.
 pub(crate) struct ClusterLink {
-    cells: LeaseTable,
+    cells: Cells,
     grid: CellGrid,
     node: Arc<str>,
     out: mpsc::Sender<Outbound>,
@@ -162,6 +191,35 @@ impl ClusterLink {
     }
 }
 
+#[cfg(test)]
+impl ClusterLink {
+    /// The link of replica `node` in the broker's unit tests, which drive one replica without NATS:
+    /// every cell is owned by `owner`; what the replica sends other replicas waits on `out` (the
+    /// channel the NATS side reads), and what it hands itself on `commands`.
+    pub(super) fn detached(
+        node: &str,
+        owner: Owner,
+        out: mpsc::Sender<Outbound>,
+        commands: mpsc::Sender<Command>,
+        request_timeout: Duration,
+    ) -> ClusterLink {
+        ClusterLink {
+            cells: Cells::Fixed(owner),
+            grid: CellGrid::new(
+                crate::config::Config::embedded_defaults()
+                    .cluster
+                    .cell_size_m,
+            ),
+            node: Arc::from(node),
+            out,
+            commands,
+            providing: watch::channel(BTreeSet::new()).0,
+            resolve_within: request_timeout,
+            request_timeout,
+        }
+    }
+}
+
 /// The NATS side of location across replicas, before the broker starts.
 pub(crate) struct LocationCluster {
     cluster: Cluster,
@@ -216,7 +274,7 @@ impl LocationCluster {
         let request_timeout = nats.map_or(Duration::from_secs(5), |n| n.request_timeout);
         let (providing, wanted) = watch::channel(BTreeSet::new());
         let link = ClusterLink {
-            cells: self.cells.clone(),
+            cells: Cells::Leased(self.cells.clone()),
             grid: self.grid,
             node,
             out: out.clone(),

@@ -222,12 +222,13 @@ impl Broker {
         // In a cluster, the last provider of the service here left: new requests are relayed to other
         // replicas, and what waits on this queue (relayed here, or queued before) would sit there
         // until `location.answer_ttl_ms`; its clients get `Undelivered` (no provider) now. (A single
-        // daemon keeps them for a provider that subscribes again, docs/api.md.)
+        // daemon keeps them for a provider that subscribes again, docs/api.md.) The queue's depth
+        // gauge follows after this wake-up, as for every change of the queue (`record_gauges`).
         if self.cluster.is_some() && !self.has_provider(state.service) {
             let queue = self.provider_queues[state.service].receiver.clone();
             while let Ok(waiting) = queue.try_recv() {
                 if let Ok(pseudonym) = waiting.pseudonym.parse::<Pseudonym>() {
-                    self.hand_on(pseudonym, HandOver::Gone);
+                    self.hand_on(pseudonym, HandOver::Unsubscribed);
                 }
             }
         }
@@ -260,23 +261,20 @@ impl Broker {
                 Err(err) => self.queue_refusal(service, err.is_full()),
             }
         } else {
-            let cause = match why {
+            let service = &self.provider_queues[service].service;
+            let reason = match why {
                 HandOver::Stalled => format!(
-                    "the provider that received it did not acknowledge it within {} ms (location.provider_ack_ms)",
+                    "the provider that received it did not acknowledge it within {} ms (location.provider_ack_ms) and no other provider of service {service:?} is subscribed",
                     self.cfg.provider_ack_ms
                 ),
-                HandOver::Gone => {
-                    "the provider stream that received it ended before acknowledging it (location.provider_ack_ms)"
-                        .to_string()
-                }
-            };
-            (
-                "no_provider",
-                format!(
-                    "{cause} and no other provider of service {:?} is subscribed",
-                    self.provider_queues[service].service
+                HandOver::Gone => format!(
+                    "the provider stream that received it ended before acknowledging it (location.provider_ack_ms) and no other provider of service {service:?} is subscribed"
                 ),
-            )
+                HandOver::Unsubscribed => format!(
+                    "it was waiting on a replica's provider queue of service {service:?} when that replica's last provider of the service left"
+                ),
+            };
+            ("no_provider", reason)
         };
         // Undelivered: the route is over (an answer that still comes is undeliverable).
         self.routes.remove(&pseudonym);
@@ -449,10 +447,13 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    use super::super::message::{AnswerTally, Command, StreamEnd};
+    use super::super::message::{AnswerTally, Command, Outbound, StreamEnd};
     use super::super::testing::{Fixture, config, drain, pseudonym, request};
+    use crate::cluster::Owner;
     use crate::location::Pseudonym;
+    use crate::proto::CloakedRequest;
     use crate::proto::location_event::Outcome;
+    use crate::telemetry::catalog::LOCATION_PROVIDER_QUEUE_DEPTH;
 
     /// Two clients of two users at one spot with k = 2: one group, cloaked at once.
     fn cloak_a_pair(
@@ -690,5 +691,76 @@ mod tests {
             f.broker.pending.is_empty(),
             "its pending request was withdrawn"
         );
+    }
+
+    /// Two requests of this replica's clients and one another replica relayed here wait on the
+    /// provider queue; the one provider subscribed took none of them yet.
+    fn queue_three(
+        f: &mut Fixture,
+        wire: &super::super::testing::Wire,
+    ) -> [super::super::testing::Events; 2] {
+        let (a, b) = cloak_a_pair(f);
+        let relayed = CloakedRequest {
+            pseudonym: Pseudonym(1).to_string(),
+            payload: b"query relayed".to_vec(),
+            service: "poi".into(),
+            ..Default::default()
+        };
+        assert!(f.relayed(wire, 100, 7, relayed), "a provider is subscribed");
+        f.tick();
+        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 3);
+        assert_eq!(f.gauge_of_poi(LOCATION_PROVIDER_QUEUE_DEPTH), Some(3.0));
+        [a, b]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_a_cluster_the_last_provider_leaving_undelivers_what_waits_on_its_queue() {
+        let (mut f, mut wire) = Fixture::clustered(config(), Owner::Local);
+        let provider = f.subscribe(10);
+        let mut clients = queue_three(&mut f, &wire);
+        for events in &mut clients {
+            assert!(matches!(drain(events).0.as_slice(), [Outcome::Cloaked(_)]));
+        }
+
+        f.leave(&provider);
+        f.tick();
+        for events in &mut clients {
+            let reason = undelivered_reason(&drain(events).0);
+            assert_eq!(
+                reason,
+                "it was waiting on a replica's provider queue of service \"poi\" when that replica's last provider of the service left",
+                "it was never sent to the provider that left"
+            );
+        }
+        assert_eq!(f.broker.clients[&1].awaiting_answer, 0);
+        // The relayed request's client hears it through its own replica.
+        match wire.sent().as_slice() {
+            [Outbound::Event { to, event }] => {
+                assert_eq!((&*to.node, to.tag), ("b", 7));
+                assert!(
+                    matches!(&event.outcome, Some(Outcome::Undelivered(_))),
+                    "{event:?}"
+                );
+            }
+            other => panic!("expected one event for the relayed request, got {other:?}"),
+        }
+        assert!(!f.broker.clients.contains_key(&100), "its stream is over");
+        assert!(f.queues.get("poi").unwrap().receiver.is_empty());
+        assert_eq!(f.gauge_of_poi(LOCATION_PROVIDER_QUEUE_DEPTH), Some(0.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_daemon_keeps_what_waits_on_the_queue_for_a_provider_that_subscribes_again() {
+        let mut f = Fixture::new(config());
+        let provider = f.subscribe(10);
+        let (mut a, _b) = cloak_a_pair(&mut f);
+        drain(&mut a);
+        f.leave(&provider);
+        f.tick();
+        assert!(drain(&mut a).0.is_empty());
+        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 2);
+        assert_eq!(f.gauge_of_poi(LOCATION_PROVIDER_QUEUE_DEPTH), Some(2.0));
+        let again = f.subscribe(11);
+        assert_eq!(f.take(&again, "lbs").len(), 2);
     }
 }

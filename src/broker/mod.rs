@@ -126,13 +126,16 @@ struct ProviderState {
     unacknowledged: HashSet<Pseudonym>,
 }
 
-/// Why the requests of a provider stream are handed on.
+/// Why a request is handed on: the requests of a provider stream, or one waiting on its queue.
 #[derive(Debug, Clone, Copy)]
 enum HandOver {
     /// The stream did not acknowledge one of them within `provider_ack_ms` (it was closed).
     Stalled,
     /// The stream ended.
     Gone,
+    /// In a cluster, the last provider of its service here left while it waited on the service's
+    /// provider queue.
+    Unsubscribed,
 }
 
 /// The actor that owns the engine and every routing table.

@@ -124,3 +124,40 @@ impl Broker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Fixture, config};
+    use crate::cluster::Owner;
+    use crate::location::Pseudonym;
+    use crate::proto::CloakedRequest;
+
+    fn relayed(pseudonym: u128) -> CloakedRequest {
+        CloakedRequest {
+            pseudonym: Pseudonym(pseudonym).to_string(),
+            payload: b"query relayed".to_vec(),
+            service: "poi".into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_whose_last_provider_left_refuses_a_relayed_request() {
+        let (mut f, wire) = Fixture::clustered(config(), Owner::Local);
+        let provider = f.subscribe(10);
+        // The request was on its way when the provider left (the subscription still drains what
+        // is in flight); its queue has room.
+        f.leave(&provider);
+        assert!(
+            !f.relayed(&wire, 100, 1, relayed(1)),
+            "refused: nobody here would take it off the queue"
+        );
+        assert!(f.queues.get("poi").unwrap().receiver.is_empty());
+        assert!(!f.broker.clients.contains_key(&100), "nothing kept of it");
+
+        // Taken again once a provider of the service is subscribed.
+        let _again = f.subscribe(11);
+        assert!(f.relayed(&wire, 101, 2, relayed(2)));
+        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 1);
+    }
+}

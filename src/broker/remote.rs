@@ -9,8 +9,9 @@
 //! request whose owner never answers is Rejected with UNAVAILABLE after its own deadline plus
 //! `cluster.request_timeout_ms`; a cloaked one that heard neither an answer nor `Undelivered` by
 //! `location.answer_ttl_ms` plus that (the owner or the providing replica reports `Undelivered`
-//! before, unless it stopped) gets `Undelivered` here, so its client always hears its end. Events for a request the origin no longer tracks (its
-//! client went away, or it was given up) are dropped, so a client never gets two outcomes.
+//! before, unless it stopped) gets `Undelivered` here, so its client always hears its end. Events
+//! for a request the origin no longer tracks (its client went away, or it was given up) are
+//! dropped, so a client never gets two outcomes.
 //!
 //! On the owner, a forwarded request is a one-request client stream (its events go to the origin):
 //! it is cloaked here and never forwarded on.
@@ -248,9 +249,12 @@ impl Broker {
             self.reject(client, request_no, &super::already_pending(request_no));
             return None;
         }
+        // Its deadline comes with its phase at once (`send_to_owner`): a deadline only grows, so
+        // it starts from now, not from a "never".
+        let now = self.clock.now_ms();
         let tag = self
             .remote
-            .insert(client, request_no, user, Phase::Resolving, i64::MAX);
+            .insert(client, request_no, user, Phase::Resolving, now);
         self.send_to_owner(tag, request, owner);
         None
     }
@@ -390,7 +394,8 @@ impl Broker {
     }
 
     /// Ends the remote requests whose deadline passed: one still waiting for its owner is Rejected
-    /// with UNAVAILABLE; a cloaked one is forgotten.
+    /// with UNAVAILABLE; a cloaked one that heard neither an answer nor `Undelivered` gets
+    /// `Undelivered`; an answered one is forgotten.
     pub(super) fn expire_remote(&mut self) {
         let now = self.clock.now_ms();
         for entry in self.remote.take_expired(now) {
@@ -471,5 +476,147 @@ impl Broker {
         );
         self.submit(client, request);
         self.maybe_close(client);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::message::{Command, Outbound};
+    use super::super::testing::{Events, Fixture, REQUEST_TIMEOUT, Wire, config, drain, request};
+    use crate::cluster::Owner;
+    use crate::proto::location_event::Outcome;
+    use crate::proto::{Cloaked, LocationEvent};
+
+    /// The window a cloaked remote request waits in for its answer or `Undelivered`, in ms.
+    fn answer_window(ttl_ms: u64) -> u64 {
+        ttl_ms + u64::try_from(REQUEST_TIMEOUT.as_millis()).unwrap()
+    }
+
+    /// Nothing comes back until one ms before the window ends; at its end client 1 (whose inbound
+    /// stream ended) gets `Undelivered` and its stream closes.
+    async fn silence_ends_undelivered(f: &mut Fixture, a: &mut Events, window_ms: u64) {
+        tokio::time::advance(Duration::from_millis(window_ms - 1)).await;
+        f.tick();
+        assert!(drain(a).0.is_empty());
+        assert!(f.broker.clients.contains_key(&1), "it still waits");
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+        f.tick();
+        let (outcomes, _) = drain(a);
+        match outcomes.as_slice() {
+            [Outcome::Undelivered(u)] => assert!(
+                u.reason
+                    .contains("within location.answer_ttl_ms plus cluster.request_timeout_ms"),
+                "{}",
+                u.reason
+            ),
+            other => panic!("expected Undelivered, got {other:?}"),
+        }
+        assert!(
+            !f.broker.clients.contains_key(&1),
+            "closed once it had its outcome"
+        );
+    }
+
+    fn only_relays(wire: &mut Wire) -> usize {
+        let sent = wire.sent();
+        for message in &sent {
+            assert!(
+                matches!(message, Outbound::Relay { to, .. } if &*to.node == "a"),
+                "{message:?}"
+            );
+        }
+        sent.len()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relayed_request_that_hears_nothing_back_is_undelivered_at_the_end_of_its_window() {
+        let cfg = config();
+        let window_ms = answer_window(cfg.answer_ttl_ms);
+        let (mut f, mut wire) = Fixture::clustered(cfg, Owner::Local);
+        // Cloaked here; no provider of the service here: both requests are relayed, their events
+        // to come back to this replica.
+        let mut a = f.open(1, "app", false);
+        let _b = f.open(2, "app", false);
+        f.submit(1, request("alice", 1, 2));
+        f.submit(2, request("bob", 1, 2));
+        f.broker.handle(Command::InboundClosed { client: 1 });
+        assert_eq!(only_relays(&mut wire), 2);
+        assert!(matches!(drain(&mut a).0.as_slice(), [Outcome::Cloaked(_)]));
+
+        // The providing replica stopped: neither the answer nor its Undelivered comes back.
+        silence_ends_undelivered(&mut f, &mut a, window_ms).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_whose_cells_owner_never_answers_is_rejected_after_its_deadline() {
+        let (mut f, mut wire) = Fixture::clustered(config(), Owner::Remote("b".into()));
+        let mut a = f.open(1, "app", false);
+        let forwarded = request("alice", 1, 2);
+        let deadline_ms = forwarded.dt_ms + u64::try_from(REQUEST_TIMEOUT.as_millis()).unwrap();
+        f.submit(1, forwarded);
+        assert!(matches!(
+            wire.sent().as_slice(),
+            [Outbound::Forward { owner, .. }] if owner == "b"
+        ));
+        // b accepted it and stopped: nothing comes back.
+        tokio::time::advance(Duration::from_millis(deadline_ms - 1)).await;
+        f.tick();
+        assert!(drain(&mut a).0.is_empty());
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+        f.tick();
+        match drain(&mut a).0.as_slice() {
+            [Outcome::Rejected(r)] => {
+                assert_eq!(r.code, tonic::Code::Unavailable as i32);
+                assert!(
+                    r.reason
+                        .contains("did not answer by the request's deadline"),
+                    "{}",
+                    r.reason
+                );
+            }
+            other => panic!("expected Rejected, got {other:?}"),
+        }
+        // Its request number is free again.
+        f.submit(1, request("alice", 1, 2));
+        assert_eq!(
+            wire.sent().len(),
+            1,
+            "forwarded again, not refused as pending"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_cloaked_on_its_cells_owner_that_hears_nothing_more_is_undelivered() {
+        let cfg = config();
+        let window_ms = answer_window(cfg.answer_ttl_ms);
+        let (mut f, mut wire) = Fixture::clustered(cfg, Owner::Remote("b".into()));
+        let mut a = f.open(1, "app", false);
+        f.submit(1, request("alice", 1, 2));
+        f.broker.handle(Command::InboundClosed { client: 1 });
+        let tag = match wire.sent().as_slice() {
+            [Outbound::Forward { owner, tag, .. }] if owner == "b" => *tag,
+            other => panic!("expected the request forwarded to b, got {other:?}"),
+        };
+        // The owner cloaked it (what its event hands this broker).
+        let cloaked = LocationEvent {
+            request_no: 1,
+            outcome: Some(Outcome::Cloaked(Cloaked {
+                pseudonym: "1".into(),
+                group_size: 2,
+                ..Default::default()
+            })),
+        };
+        f.broker.handle(Command::RemoteEvent {
+            tag,
+            event: cloaked,
+        });
+        assert!(matches!(drain(&mut a).0.as_slice(), [Outcome::Cloaked(_)]));
+
+        // Its provider's answer or Undelivered never comes.
+        silence_ends_undelivered(&mut f, &mut a, window_ms).await;
     }
 }
