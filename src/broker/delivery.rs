@@ -706,7 +706,11 @@ mod tests {
             service: "poi".into(),
             ..Default::default()
         };
-        assert!(f.relayed(wire, 100, 7, relayed), "a provider is subscribed");
+        assert_eq!(
+            f.relayed(wire, 100, 7, relayed),
+            Ok(()),
+            "a provider is subscribed"
+        );
         f.tick();
         assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 3);
         assert_eq!(f.gauge_of_poi(LOCATION_PROVIDER_QUEUE_DEPTH), Some(3.0));

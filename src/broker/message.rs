@@ -219,9 +219,22 @@ pub(crate) enum Command {
         events: EventQueue,
         service: usize,
         request: CloakedRequest,
-        /// Whether it was put on the provider queue (refused when the queue is full).
-        taken: oneshot::Sender<bool>,
+        /// Whether it was put on the provider queue, or why not.
+        taken: oneshot::Sender<Result<(), RelayRefusal>>,
     },
+}
+
+/// Why a replica did not take a cloaked request another replica relayed to its providers (the
+/// relaying replica then asks another, and tells the client the last refusal's reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RelayRefusal {
+    /// The service's provider queue is full (`location.provider_queue`).
+    QueueFull,
+    /// No provider of the service is subscribed here any more (the last one left while the
+    /// request was on its way).
+    NoProvider,
+    /// The request's pseudonym cannot be read.
+    UnreadablePseudonym,
 }
 
 /// What became of one Report batch.

@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use super::message::{ClientId, EventQueue, RemoteClient};
+use super::message::{ClientId, EventQueue, RelayRefusal, RemoteClient};
 use super::{Broker, ClientState};
 use crate::location::{Pseudonym, UserKey};
 use crate::proto::CloakedRequest;
@@ -72,24 +72,28 @@ impl Broker {
     }
 
     /// A cloaked request another replica relayed here: a stream of its own, closed once its one
-    /// request is answered or undelivered. False (and nothing kept) when the service's queue is
-    /// full: the relaying replica asks another.
+    /// request is answered or undelivered. Refused (and nothing kept) when the service's queue is
+    /// full or no provider of it is left here: the relaying replica asks another.
     pub(super) fn take_relayed(
         &mut self,
         client: ClientId,
         events: EventQueue,
         service: usize,
         request: CloakedRequest,
-    ) -> bool {
+    ) -> Result<(), RelayRefusal> {
         let Ok(pseudonym) = request.pseudonym.parse::<Pseudonym>() else {
             tracing::warn!("a relayed request carries an unreadable pseudonym; refused");
-            return false;
+            return Err(RelayRefusal::UnreadablePseudonym);
         };
-        // Full, or the last provider of the service here left while this request was on its way
-        // (the subscription drains what is in flight): nobody would take it off the queue, so the
-        // relaying replica asks another, or tells the client `Undelivered`.
-        if self.provider_queues[service].sender.is_full() || !self.has_provider(service) {
-            return false;
+        // The last provider of the service here left while this request was on its way (the
+        // subscription drains what is in flight): nobody would take it off the queue. Or the
+        // queue is full. Either way the relaying replica asks another, or tells the client
+        // `Undelivered` with this reason.
+        if !self.has_provider(service) {
+            return Err(RelayRefusal::NoProvider);
+        }
+        if self.provider_queues[service].sender.is_full() {
+            return Err(RelayRefusal::QueueFull);
         }
         self.clients.insert(
             client,
@@ -107,7 +111,7 @@ impl Broker {
         // The client's replica puts the request's own number in every event.
         self.enqueue(client, 0, service, pseudonym, request);
         self.maybe_close(client);
-        true
+        Ok(())
     }
 
     /// Tells the cluster side which services have a provider subscribed here now. (Membership
@@ -127,6 +131,7 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
+    use super::super::message::RelayRefusal;
     use super::super::testing::{Fixture, config};
     use crate::cluster::Owner;
     use crate::location::Pseudonym;
@@ -148,8 +153,9 @@ mod tests {
         // The request was on its way when the provider left (the subscription still drains what
         // is in flight); its queue has room.
         f.leave(&provider);
-        assert!(
-            !f.relayed(&wire, 100, 1, relayed(1)),
+        assert_eq!(
+            f.relayed(&wire, 100, 1, relayed(1)),
+            Err(RelayRefusal::NoProvider),
             "refused: nobody here would take it off the queue"
         );
         assert!(f.queues.get("poi").unwrap().receiver.is_empty());
@@ -157,7 +163,29 @@ mod tests {
 
         // Taken again once a provider of the service is subscribed.
         let _again = f.subscribe(11);
-        assert!(f.relayed(&wire, 101, 2, relayed(2)));
+        assert_eq!(f.relayed(&wire, 101, 2, relayed(2)), Ok(()));
         assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_refuses_a_relayed_request_when_its_queue_is_full_and_says_so() {
+        let mut cfg = config();
+        cfg.provider_queue = 2;
+        let (mut f, wire) = Fixture::clustered(cfg, Owner::Local);
+        let _provider = f.subscribe(10);
+        assert_eq!(f.relayed(&wire, 100, 1, relayed(1)), Ok(()));
+        assert_eq!(f.relayed(&wire, 101, 2, relayed(2)), Ok(()));
+        assert_eq!(
+            f.relayed(&wire, 102, 3, relayed(3)),
+            Err(RelayRefusal::QueueFull)
+        );
+        assert!(!f.broker.clients.contains_key(&102), "nothing kept of it");
+        let mut unreadable = relayed(4);
+        unreadable.pseudonym = "not a pseudonym".into();
+        assert_eq!(
+            f.relayed(&wire, 103, 4, unreadable),
+            Err(RelayRefusal::UnreadablePseudonym)
+        );
+        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 2);
     }
 }

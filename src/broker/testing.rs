@@ -14,7 +14,7 @@ use super::Broker;
 use super::cluster::ClusterLink;
 use super::message::{
     AdmittedRequest, ClientId, Command, EventQueue, Outbound, ProviderId, ProviderWindow,
-    RemoteClient, StreamEnd,
+    RelayRefusal, RemoteClient, StreamEnd,
 };
 use super::providers::ProviderQueues;
 use crate::cluster::Owner;
@@ -167,7 +167,7 @@ impl Fixture {
         client: ClientId,
         tag: u64,
         request: CloakedRequest,
-    ) -> bool {
+    ) -> Result<(), RelayRefusal> {
         let (taken, mut answer) = oneshot::channel();
         let to = RemoteClient {
             node: Arc::from("b"),

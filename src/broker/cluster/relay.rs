@@ -40,7 +40,7 @@ use tonic::Code;
 
 use super::wire::ForwardReply;
 use super::{publish_event, refused, subject};
-use crate::broker::message::{Command, EventQueue, Outbound, RemoteClient};
+use crate::broker::message::{Command, EventQueue, Outbound, RelayRefusal, RemoteClient};
 use crate::broker::providers::ProviderQueues;
 use crate::cluster::Cluster;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
@@ -295,14 +295,29 @@ async fn take(
             let reply = match taken {
                 Err(refusal) => refusal,
                 Ok(answer) => match answer.await {
-                    Ok(true) => ForwardReply {
+                    Ok(Ok(())) => ForwardReply {
                         accepted: true,
                         ..Default::default()
                     },
-                    _ => refused(
+                    Ok(Err(RelayRefusal::QueueFull)) => refused(
                         Code::ResourceExhausted,
                         "service",
                         "the provider queue of the service is full on every replica asked (location.provider_queue)",
+                    ),
+                    Ok(Err(RelayRefusal::NoProvider)) => refused(
+                        Code::Unavailable,
+                        "service",
+                        "the last provider of the service on the replica asked left while the request was on its way",
+                    ),
+                    Ok(Err(RelayRefusal::UnreadablePseudonym)) => refused(
+                        Code::InvalidArgument,
+                        "pseudonym",
+                        "unreadable relayed pseudonym",
+                    ),
+                    Err(_) => refused(
+                        Code::Unavailable,
+                        "service",
+                        "the replica asked stopped before taking the request",
                     ),
                 },
             };
