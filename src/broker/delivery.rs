@@ -262,13 +262,14 @@ impl Broker {
             }
         } else {
             let service = &self.provider_queues[service].service;
+            let no_other = format!("no other provider of service {service:?} is subscribed");
             let reason = match why {
                 HandOver::Stalled => format!(
-                    "the provider that received it did not acknowledge it within {} ms (location.provider_ack_ms) and no other provider of service {service:?} is subscribed",
+                    "the provider that received it did not acknowledge it within {} ms (location.provider_ack_ms) and {no_other}",
                     self.cfg.provider_ack_ms
                 ),
                 HandOver::Gone => format!(
-                    "the provider stream that received it ended before acknowledging it (location.provider_ack_ms) and no other provider of service {service:?} is subscribed"
+                    "the provider stream that received it ended before acknowledging it (location.provider_ack_ms) and {no_other}"
                 ),
                 HandOver::Unsubscribed => format!(
                     "it was waiting on a replica's provider queue of service {service:?} when that replica's last provider of the service left"
