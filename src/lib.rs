@@ -1,16 +1,18 @@
 //! cloakd: a privacy broker.
 //!
-//! Three engines hold the science and nothing else (plain synchronous Rust, time passed in, randomness
-//! from a seeded RNG): [`location`] (CliqueCloak k-anonymous location cloaking), [`transactions`]
-//! (personalized rho-uncertainty by suppression) and [`relational`] (Mondrian with k-anonymity,
-//! l-diversity, t-closeness, delta-disclosure) with the privacy/utility [`measures`]. Between the
-//! engines and the adapters, the stateful actors: [`broker`] (the location broker actor: admission,
-//! cloaking and dispatch, delivery and acknowledgements, replica routing) and [`windows`] (the durable
-//! window pipeline of the transaction streams: the writer, the releasers, replicas' stream routing).
-//! Around them, thin
-//! adapters: [`service`] (gRPC: proto <-> domain, validation, one status mapping per service),
-//! [`store`] (durable state), [`telemetry`] (Prometheus metrics), [`daemon`] (wiring, shutdown),
-//! [`reload`] (SIGHUP configuration reload) and [`cli`] (batch commands).
+//! Six engines hold the science and nothing else (plain synchronous Rust, time passed in, randomness
+//! from a seeded RNG): [`location`] (CliqueCloak and presence k-anonymous location cloaking),
+//! [`poi`] (the reference provider's exact candidate lists for a cloaked box), [`transactions`]
+//! (personalized rho-uncertainty by suppression), [`relational`] (Mondrian, KACA and OLA with
+//! k-anonymity, l-diversity, t-closeness, delta-disclosure), the privacy/utility [`measures`] and
+//! [`learning`] (the classifiers of the learning workload); [`plots`] draws the measures' charts.
+//! Between the engines and the adapters, the stateful actors: [`broker`] (the location broker actor:
+//! admission, cloaking and dispatch, delivery and acknowledgements, replica routing) and [`windows`]
+//! (the durable window pipeline of the transaction streams: the writer, the releasers, replicas'
+//! stream routing). Around them, thin adapters: [`service`] (gRPC: proto <-> domain, validation, one
+//! status mapping per service; the workbench's HTTP API), [`store`] (durable state), [`telemetry`]
+//! (Prometheus metrics), [`daemon`] (wiring, shutdown), [`reload`] (SIGHUP configuration reload) and
+//! [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
 pub mod auth;
