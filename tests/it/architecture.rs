@@ -2,11 +2,14 @@
 //! import cycle between the files of `src/`, every top-level module imports only what its layer may
 //! ("What each layer may import"), the engines stay pure, and no file outgrows 1,000 lines of code.
 //!
+//! Also: every integration test is a module of the one test binary `tests/it/main.rs` (with
+//! `autotests = false` cargo would silently ignore any other `tests/*.rs`), unless `Cargo.toml`
+//! gives it a `[[test]]` target of its own.
+//!
 //! Imports are read from the text: every `crate::a::b` path and every `super::` path outside
 //! comments and test code (items under `#[cfg(test)]`, and the files of test modules), with `{..}`
 //! groups expanded, resolved to the longest prefix that is a file of `src/`.
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 /// A module: its path below `src/` without `.rs` or `mod.rs` (`["broker", "message"]`); the crate
 /// root (`lib.rs`, `main.rs`) is empty.
@@ -39,7 +42,7 @@ fn sources() -> BTreeMap<Module, Source> {
 }
 
 fn all_sources() -> BTreeMap<Module, Source> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = crate::support::repo().join("src");
     let mut out = BTreeMap::new();
     let mut dirs = vec![root.clone()];
     while let Some(dir) = dirs.pop() {
@@ -355,6 +358,47 @@ fn no_file_of_src_has_over_1000_lines_of_code() {
         }
     }
     assert!(long.is_empty(), "files over 1,000 lines of code: {long:#?}");
+}
+
+/// The `path`s of `Cargo.toml`'s `[[test]]` targets.
+fn test_targets(manifest: &str) -> BTreeSet<String> {
+    let manifest: toml::Table = manifest.parse().expect("Cargo.toml parses");
+    manifest
+        .get("test")
+        .and_then(|t| t.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|target| target.get("path")?.as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn every_integration_test_is_a_module_of_the_test_binary() {
+    let repo = crate::support::repo();
+    let targets = test_targets(&std::fs::read_to_string(repo.join("Cargo.toml")).unwrap());
+    assert!(targets.contains("tests/it/main.rs"), "{targets:?}");
+    let mut stray = Vec::new();
+    for entry in std::fs::read_dir(repo.join("tests")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let candidate = if path.is_dir() {
+            format!("tests/{name}/main.rs")
+        } else {
+            format!("tests/{name}")
+        };
+        let is_crate = if path.is_dir() {
+            path.join("main.rs").is_file()
+        } else {
+            name.ends_with(".rs")
+        };
+        if is_crate && !targets.contains(&candidate) {
+            stray.push(candidate);
+        }
+    }
+    assert!(
+        stray.is_empty(),
+        "test crates no [[test]] target of Cargo.toml builds (make them modules of tests/it/main.rs): {stray:?}"
+    );
 }
 
 #[test]

@@ -2,15 +2,14 @@
 //! processes started by the test): mutual exclusion under contention, takeover once the holder stops
 //! renewing, loss on a failed compare-and-set, and a holder that keeps its lease while one NATS
 //! server is killed with SIGKILL and restarted.
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cloakd::cluster::lease::LeaseState;
 use cloakd::cluster::{Cluster, Lease};
-use common::nats::NatsCluster;
 use tokio::time::Instant;
+
+use crate::support::nats::NatsCluster;
 
 async fn replica(nats: &NatsCluster, seeds: &[usize], name: &str, lease_ms: u64) -> Cluster {
     cloakd::cluster::connect(&nats.cluster_config(seeds, name, 3, lease_ms))

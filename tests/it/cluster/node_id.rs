@@ -4,13 +4,10 @@
 //! started again at once under its explicit id waits for its old registration to lapse, then
 //! serves; after a graceful stop the id is free at once; replicas left with the default id each get
 //! their own.
-mod common;
-
-use std::process::Command;
 use std::time::Duration;
 
-use common::nats::NatsCluster;
-use common::process::DaemonProcess;
+use crate::support::nats::NatsCluster;
+use crate::support::process::DaemonProcess;
 
 fn config(nats: &NatsCluster, node_id: &str) -> String {
     format!(
@@ -22,7 +19,7 @@ fn config(nats: &NatsCluster, node_id: &str) -> String {
 /// Runs `cloakd serve` on `config_path` until it exits (it must, within 60 s): exit success and stderr.
 async fn run_to_exit(config_path: std::path::PathBuf) -> (bool, String) {
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        let mut child = crate::support::bin()
             .args(["serve", "--config"])
             .arg(&config_path)
             .env_remove("RUST_LOG")

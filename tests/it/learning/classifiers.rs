@@ -4,10 +4,9 @@
 //! same estimators); the forest draws its trees differently from Weka, so its accuracy must be
 //! within a stated tolerance of Weka's. Skipped, with the reason printed, only where `java` or
 //! Weka's jar is absent (CI installs both).
-mod learning_support;
-
 use cloakd::learning::{Learner, NaiveBayes, RandomForest, cross_validate};
-use learning_support::{adult, weka_cv, weka_missing};
+
+use crate::support::learning::{adult, weka_cv, weka_missing};
 
 fn compare<L: Learner + Sync>(
     learner: &L,

@@ -3,11 +3,9 @@
 //! for speed (flat count buffers, in-place partitioning); a change that alters a single draw, sum
 //! or tie-break moves them. Adult subsets (one numeric attribute, nominal ones of up to 41 values)
 //! and a synthetic table with several numeric attributes full of ties.
-#[path = "learning_support/mod.rs"]
-mod learning_support;
-
 use cloakd::learning::{Dataset, RandomForest, cross_validate};
-use learning_support::adult;
+
+use crate::support::learning::adult;
 
 /// A table of 2,000 rows: two nominal attributes (5 and 41 values), three numeric ones (integers
 /// 0..60 with many ties, a continuous one, a constant), and a 3-valued class decided noisily by them.

@@ -1,12 +1,11 @@
 //! cloakd's J48 against Weka 3.6's J48 on the same data and the same folds (`-x 10 -s 1`): small
 //! seeded random datasets of nominal and numeric attributes, and the paper's Adult table. Skipped,
 //! with the reason printed, only where Weka's jar or java is absent (CI installs Weka).
-mod learning_support;
-
 use cloakd::learning::dataset::Column;
 use cloakd::learning::{Attribute, AttributeKind, Dataset, J48, cross_validate};
-use learning_support::{adult, weka_cv, weka_missing};
 use rand::{Rng, SeedableRng};
+
+use crate::support::learning::{adult, weka_cv, weka_missing};
 
 /// A random dataset: `rows` rows, nominal and numeric attributes, a nominal class (last) that
 /// depends on some of them, with noise.
@@ -205,7 +204,7 @@ fn sanitized_releases_agree_with_weka() {
         println!("SKIP: {reason}");
         return;
     }
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::support::repo();
     let dir = tempfile::tempdir().unwrap();
     let sample = dir.path().join("adult-3000.csv");
     {

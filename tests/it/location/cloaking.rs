@@ -1,13 +1,12 @@
 //! End to end: many mobile clients and providers; requests are cloaked k-anonymously, providers see only
 //! cloaked requests, and their answers are routed back to the right client.
-mod common;
-
 use std::collections::HashMap;
 
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LocationEvent};
-use common::{MobileClient, TestDaemon, next_cloaked, request_at, subscribe_provider};
+
+use crate::support::{MobileClient, TestDaemon, next_cloaked, request_at, subscribe_provider};
 
 fn inside(b: &cloakd::proto::BoundingBox, lat: f64, lon: f64) -> bool {
     b.min_lat <= lat && lat <= b.max_lat && b.min_lon <= lon && lon <= b.max_lon

@@ -4,8 +4,6 @@
 //! brute-force checker of every group), a provider on the owner answers clients of the other
 //! replica, and when the owner is killed with SIGKILL its cells move to the surviving replica,
 //! which serves them.
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -14,9 +12,10 @@ use cloakd::location::geo::constraint_box;
 use cloakd::location::grid::CellGrid;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LocationRequest};
-use common::nats::NatsCluster;
-use common::process::DaemonProcess;
-use common::{MobileClient, TestDaemon, next_cloaked, subscribe_provider};
+
+use crate::support::nats::NatsCluster;
+use crate::support::process::DaemonProcess;
+use crate::support::{MobileClient, TestDaemon, next_cloaked, subscribe_provider};
 
 const LEASE_MS: u64 = 1500;
 const CELL_M: f64 = 5000.0;
@@ -38,7 +37,7 @@ fn replica_config(nats: &NatsCluster, node: &str) -> Config {
 
 /// A request `east_m` metres east and `north_m` north of Oldenburg's centre.
 fn request(user: &str, request_no: u64, east_m: f64, north_m: f64, k: u32) -> LocationRequest {
-    let mut request = common::request_at(user, request_no, east_m, k);
+    let mut request = crate::support::request_at(user, request_no, east_m, k);
     request.lat += north_m / 111_195.0;
     request
 }

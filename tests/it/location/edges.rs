@@ -4,14 +4,13 @@
 //! never clamped, wrapped or shifted); and every box forwarded lies in [-90, 90] x [-180, 180] with
 //! each edge at least 2 m off every member's coordinate, also at the smallest tolerance and right
 //! next to the served boundaries.
-mod common;
-
 use cloakd::location::geo::METRES_PER_DEGREE_LAT;
 use cloakd::location::padding::{MAX_ABS_LAT, MIN_PAD_M, MIN_TOLERANCE_M};
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{BoundingBox, LocationRequest};
-use common::{MobileClient, TestDaemon, request_at, subscribe_provider};
 use tonic::Code;
+
+use crate::support::{MobileClient, TestDaemon, request_at, subscribe_provider};
 
 fn at(user: &str, request_no: u64, lat: f64, lon: f64, d_m: f64) -> LocationRequest {
     LocationRequest {

@@ -1,10 +1,9 @@
 //! A request that cannot reach k before its deadline expires, is never forwarded, and its client is told.
-mod common;
-
 use std::time::{Duration, Instant};
 
 use cloakd::proto::location_event::Outcome;
-use common::{MobileClient, TestDaemon, next_cloaked, request_at, subscribe_provider};
+
+use crate::support::{MobileClient, TestDaemon, next_cloaked, request_at, subscribe_provider};
 
 #[tokio::test]
 async fn lonely_requests_expire_at_their_deadline_and_are_not_forwarded() {

@@ -1,10 +1,11 @@
 //! `location.forward_jitter_ms`: a formed group is forwarded after a random delay within every
 //! member's deadline; clients and providers still get every request exactly once, and a group whose
 //! members are shut down while it waits is reported as not forwarded.
-mod common;
-
 use cloakd::proto::location_event::Outcome;
-use common::{MobileClient, TestDaemon, config_with, next_cloaked, request_at, subscribe_provider};
+
+use crate::support::{
+    MobileClient, TestDaemon, config_with, next_cloaked, request_at, subscribe_provider,
+};
 
 #[tokio::test]
 async fn jittered_groups_are_forwarded_once_within_their_deadlines() {

@@ -3,8 +3,6 @@
 //! (at least k reported users inside, inside the constraint box, reciprocal: the users inside who asked
 //! with the same k got the same region); expired requests are never forwarded; bad updates end the
 //! Report stream naming the field; the tracked-user limit answers RESOURCE_EXHAUSTED; positions age out.
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -13,10 +11,11 @@ use cloakd::location::presence_checker::PresenceChecker;
 use cloakd::proto::location_broker_client::LocationBrokerClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{CloakModel, LocationRequest, PositionUpdate};
-use common::{MobileClient, TestDaemon, config_with, subscribe_provider};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tonic::Code;
+
+use crate::support::{MobileClient, TestDaemon, config_with, subscribe_provider};
 
 const TOLERANCE_M: f64 = 1_000.0;
 

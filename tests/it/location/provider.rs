@@ -1,11 +1,12 @@
 //! Provider side: requests wait (bounded) while no provider is subscribed, a full queue is reported to
 //! the client, and a provider that disconnects does not take the broker down.
-mod common;
-
 use cloakd::proto::LbsAnswer;
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_event::Outcome;
-use common::{MobileClient, TestDaemon, config_with, next_cloaked, request_at, subscribe_provider};
+
+use crate::support::{
+    MobileClient, TestDaemon, config_with, next_cloaked, request_at, subscribe_provider,
+};
 
 #[tokio::test]
 async fn requests_wait_for_a_provider_then_flow() {

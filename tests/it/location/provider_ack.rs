@@ -2,8 +2,6 @@
 //! requests, is closed with RESOURCE_EXHAUSTED naming `location.provider_ack_ms` once it misses an
 //! acknowledgement, and the requests it held are answered through another provider or reported
 //! Undelivered; none is silently lost. An acknowledgement (ack = true) keeps a slow provider's stream.
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -11,9 +9,12 @@ use cloakd::config::Config;
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{CloakedRequest, LbsAnswer};
-use common::{MobileClient, TestDaemon, config_with, next_cloaked, request_at, subscribe_provider};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+
+use crate::support::{
+    MobileClient, TestDaemon, config_with, next_cloaked, request_at, subscribe_provider,
+};
 
 const REQUESTS: u64 = 2_000;
 const WINDOW: usize = 32;

@@ -1,12 +1,11 @@
 //! Bad input is rejected with INVALID_ARGUMENT naming the field and the rule; past the limits the broker
 //! answers RESOURCE_EXHAUSTED; a bad request never stops the stream or other clients.
-mod common;
-
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LbsSubscription, LocationRequest};
-use common::{MobileClient, TestDaemon, config_with, request_at};
 use tonic::Code;
+
+use crate::support::{MobileClient, TestDaemon, config_with, request_at};
 
 async fn expect_rejected(
     client: &mut MobileClient,

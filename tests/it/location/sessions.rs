@@ -3,17 +3,15 @@
 //! (query tracking) never leaves fewer than k users. Checked against the real daemon: a hand-made
 //! scenario that tracking breaks without the defence, and a trace replay whose client-side view is
 //! checked by the session-anonymity measure (`location::tracking`, not the engine's code).
-mod common;
-
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
 use cloakd::location::tracking::{CloakedObservation, session_anonymity};
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{Cloaked, LocationRequest};
 use cloakd::workload::read_trace_file;
-use common::{MobileClient, TestDaemon, config_with, request_at};
+
+use crate::support::{MobileClient, TestDaemon, config_with, request_at};
 
 /// The key the provider and an observer tell a group by: its shared box and interval.
 fn group_key(c: &Cloaked) -> String {
@@ -99,13 +97,13 @@ const SPEEDUP: f64 = 4.0;
 
 /// Replays a trace slice (k is each user's setting) and returns the session anonymity the clients see.
 async fn replay(session_ms: u64) -> cloakd::location::tracking::SessionAnonymity {
-    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
+    let trace = crate::support::repo().join("tests/data/oldenburg_60s.csv.gz");
     let points = read_trace_file(&trace, Some(ROWS)).unwrap();
     let daemon = TestDaemon::start(config_with(|c| {
         c.location.sessions.session_ms = session_ms;
     }))
     .await;
-    let _provider = common::subscribe_provider(daemon.channel().await, "poi").await;
+    let _provider = crate::support::subscribe_provider(daemon.channel().await, "poi").await;
     let mut users: HashMap<&str, u64> = HashMap::new();
     let requests: Vec<(u64, LocationRequest)> = points
         .iter()

@@ -1,9 +1,8 @@
 //! Graceful shutdown: pending requests are told they were not forwarded, streams end, serve returns.
-mod common;
-
 use cloakd::proto::location_event::Outcome;
-use common::{MobileClient, TestDaemon, request_at, subscribe_provider};
 use tonic::Code;
+
+use crate::support::{MobileClient, TestDaemon, request_at, subscribe_provider};
 
 #[tokio::test]
 async fn shutdown_answers_pending_requests_and_ends_streams() {

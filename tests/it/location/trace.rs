@@ -3,10 +3,7 @@
 //! outcome from what the clients and the provider saw: each cloaked request shares its box and interval
 //! with >= k requests of >= k distinct users, the box contains its point and lies inside its constraint
 //! box, and every request gets exactly one outcome.
-mod common;
-
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,9 +11,10 @@ use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LocationRequest};
 use cloakd::workload::read_trace_file;
-use common::{MobileClient, TestDaemon, subscribe_provider};
 use rand::{Rng, SeedableRng};
 use tokio_stream::wrappers::ReceiverStream;
+
+use crate::support::{MobileClient, TestDaemon, subscribe_provider};
 
 const ROWS: usize = 6_000;
 const STREAMS: usize = 8;
@@ -30,7 +28,7 @@ fn half_widths(lat: f64, dx: f64, dy: f64) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oldenburg_slice_is_cloaked_k_anonymously() {
-    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
+    let trace = crate::support::repo().join("tests/data/oldenburg_60s.csv.gz");
     let points = read_trace_file(&trace, Some(ROWS)).unwrap();
     assert_eq!(points.len(), ROWS);
     let daemon = TestDaemon::start_default().await;

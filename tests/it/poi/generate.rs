@@ -2,12 +2,12 @@
 //! out (the same for the same seed); a broken network refused naming the file, the line and the
 //! field, with no output written.
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use cloakd::poi::table::{TableLimits, read_pois};
 
 fn generate(nodes: &Path, edges: &Path, output: &Path, seed: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    crate::support::bin()
         .args(["poi", "generate", "--count", "200", "--seed", seed])
         .arg("--nodes")
         .arg(nodes)

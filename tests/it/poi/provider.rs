@@ -4,9 +4,6 @@
 //! every client refines the candidate list with its own point and must get exactly the answer a
 //! brute force over all POIs gives for that point. The provider sees only boxes that strictly contain
 //! the clients' points (never a point), and a malformed query is answered with an error, not a crash.
-mod common;
-
-use std::path::Path;
 use std::time::Duration;
 
 use cloakd::cli::provider::PoiProvider;
@@ -15,9 +12,10 @@ use cloakd::poi::{Limits, Poi, PoiIndex, Query};
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::poi::{Nearest, PoiCandidates, PoiQuery, poi_query};
 use cloakd::proto::{LbsAnswer, LocationRequest};
-use common::{MobileClient, TestDaemon, subscribe_provider};
 use prost::Message;
 use rand::{Rng, SeedableRng};
+
+use crate::support::{MobileClient, TestDaemon, subscribe_provider};
 
 const CATEGORIES: [&str; 3] = ["cafe", "bank", "fuel"];
 
@@ -37,7 +35,7 @@ fn pois() -> Vec<Poi> {
 
 /// One request per user at the trace's first instant: (user, lat, lon), at most `users`.
 fn clients(users: usize) -> Vec<(String, f64, f64)> {
-    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
+    let trace = crate::support::repo().join("tests/data/oldenburg_60s.csv.gz");
     let points = cloakd::workload::read_trace_file(&trace, Some(20_000)).unwrap();
     let first = points[0].timestamp;
     let mut seen = std::collections::HashSet::new();
@@ -126,7 +124,7 @@ async fn clients_get_their_exact_nearest_through_the_real_provider_process() {
     let file = dir.path().join("pois.csv");
     cloakd::poi::table::write_pois(std::fs::File::create(&file).unwrap(), &pois).unwrap();
     let daemon = TestDaemon::start_default().await;
-    let mut provider = std::process::Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let mut provider = crate::support::bin()
         .args([
             "provider",
             "--service",

@@ -1,9 +1,6 @@
 //! Authentication and roles against the real daemon (`auth.required = true`, bearer tokens): health
 //! stays open, no or an unknown credential is UNAUTHENTICATED, each role reaches its services and no
 //! other (PERMISSION_DENIED naming the rule), and scopes bind services, user ids and streams.
-mod common;
-mod security_support;
-
 use std::time::Duration;
 
 use cloakd::proto::EvaluateRequest;
@@ -16,11 +13,12 @@ use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
 use cloakd::proto::{
     LbsAnswer, LbsSubscription, LocationRequest, ReleaseSubscription, Transaction,
 };
-use common::{TestDaemon, request_at};
-use security_support::{as_principal, secured_config};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+
+use crate::support::security::{as_principal, secured_config};
+use crate::support::{TestDaemon, request_at};
 
 /// Opens a Submit stream as `name` and returns (requests, events) or the call's status.
 async fn submit_as(
@@ -127,7 +125,7 @@ async fn health_is_open_and_everything_else_needs_a_credential() {
     // An unknown token, and a malformed header, are refused; neither is echoed.
     let mut client = LbsGatewayClient::new(tonic::service::interceptor::InterceptedService::new(
         daemon.channel().await,
-        security_support::Bearer(Some("not-a-configured-token".into())),
+        crate::support::security::Bearer(Some("not-a-configured-token".into())),
     ));
     let status = client
         .subscribe(LbsSubscription {
@@ -277,8 +275,8 @@ async fn answers_are_accepted_only_from_the_principal_that_received_the_pseudony
             Some(Outcome::Cloaked(_))
         ));
     }
-    let first = common::next_cloaked(&mut provider, 10).await;
-    let second = common::next_cloaked(&mut provider, 10).await;
+    let first = crate::support::next_cloaked(&mut provider, 10).await;
+    let second = crate::support::next_cloaked(&mut provider, 10).await;
 
     // Another provider of the same service, and a provider of another service, forge answers.
     for forger in ["lbs-poi-2", "lbs-traffic"] {

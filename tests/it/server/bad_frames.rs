@@ -2,15 +2,14 @@
 //! RESOURCE_EXHAUSTED / INVALID_ARGUMENT naming the limit or the problem, never with OK (they used
 //! to end Submit and Publish with OK and no event); requests already pending on that stream still get
 //! their outcome first, and the same connection keeps working.
-mod common;
-
 use std::time::Duration;
 
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LocationEvent, PublishAck};
-use common::{TestDaemon, config_with, raw_streaming_call, request_at};
 use prost::Message;
 use tonic::Code;
+
+use crate::support::{TestDaemon, config_with, raw_streaming_call, request_at};
 
 /// The bodies, then the stream stays open (the client does not half-close).
 fn held_open(bodies: Vec<Vec<u8>>) -> impl futures::Stream<Item = Vec<u8>> + Send + 'static {

@@ -2,17 +2,11 @@
 //! (`/dev/zero`) and one over-long line each fail at once, naming the file, the line number and the
 //! limit (`cloakd::lines::MAX_LINE_BYTES`), instead of buffering without bound.
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use cloakd::lines::MAX_LINE_BYTES;
 
-fn cloakd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cloakd")
-}
+use crate::support::cloakd;
 
 fn path_str(path: &Path) -> &str {
     path.to_str().unwrap()
@@ -159,7 +153,7 @@ fn simulate_traces_and_the_token_on_stdin_are_bounded() {
     );
     fails_naming(&simulate(path_str(&trace)), "trace.csv", 3);
 
-    let run = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let run = crate::support::bin()
         .args(["auth", "hash-token"])
         .stdin(std::fs::File::open("/dev/zero").unwrap())
         .output()

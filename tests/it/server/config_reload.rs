@@ -3,14 +3,15 @@
 //! while a window closed before keeps its parameters; a change to a restart-only key refuses the
 //! whole reload with a log line naming the key, and an invalid file is refused; in both cases the
 //! running configuration stays and the daemon keeps serving. Reloads are counted by outcome.
-mod common;
-
 use std::time::Duration;
 
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
 use cloakd::proto::{LocationEvent, Transaction, location_event};
-use common::process::DaemonProcess;
-use common::{MobileClient, next_cloaked, released_windows, request_at, subscribe_provider};
+
+use crate::support::process::DaemonProcess;
+use crate::support::{
+    MobileClient, next_cloaked, released_windows, request_at, subscribe_provider,
+};
 
 const CONFIG: &str = r#"
 [location]

@@ -4,8 +4,6 @@
 //! Asserts: the daemon lives, every stream holding a message that cannot be decoded (or is larger
 //! than `server.max_message_bytes`) ends with a non-OK status, and a canary client keeps working
 //! throughout.
-mod common;
-
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,11 +12,12 @@ use cloakd::proto::{
     AnonymizeRequest, AnswerSummary, LbsAnswer, LocationEvent, LocationRequest, PublishAck,
     TableJob, Transaction,
 };
-use common::{MobileClient, TestDaemon, config_with, raw_streaming_call, request_at};
 use prost::Message;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::io::AsyncWriteExt;
+
+use crate::support::{MobileClient, TestDaemon, config_with, raw_streaming_call, request_at};
 
 const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 const STREAMS: usize = 420;

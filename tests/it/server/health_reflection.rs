@@ -1,10 +1,9 @@
 //! The daemon answers gRPC health checks and server reflection on its port, and shuts down gracefully.
-mod common;
-
-use common::TestDaemon;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+
+use crate::support::TestDaemon;
 
 #[tokio::test]
 async fn health_reports_every_service_serving() {

@@ -1,8 +1,6 @@
 //! No token, user id or exact position in any log line, at the most verbose level: the real binary runs
 //! with `RUST_LOG=trace` while clients authenticate (and fail to), submit, get cloaked, get answers,
 //! forge answers, pose as other users and run into the rate limit; then its whole stderr is searched.
-mod security_support;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -10,9 +8,10 @@ use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_broker_client::LocationBrokerClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LbsSubscription, LocationRequest};
-use security_support::{Bearer, connect_when_listening, token_of};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+use crate::support::security::{Bearer, connect_when_listening, token_of};
 
 const USERS: [&str; 3] = ["ulrike-zq7x", "ulf-kv3m", "mallory-pw9t"];
 const FORGED_TOKEN: &str = "forged-token-ghj7u2";
@@ -138,11 +137,7 @@ async fn workload(channel: Channel) {
 #[tokio::test]
 async fn no_token_user_id_or_position_in_trace_logs() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let mut config = format!(
         "[telemetry]\nmetrics_listen = \"127.0.0.1:0\"\n[server]\nlisten = \"127.0.0.1:{port}\"\n[transactions]\ndata_dir = {:?}\n[location]\nmax_requests_per_s_per_principal = 2\n[auth]\nrequired = true\n",
         dir.path().join("data")
@@ -161,7 +156,7 @@ async fn no_token_user_id_or_position_in_trace_logs() {
     let config_path = dir.path().join("cloakd.toml");
     std::fs::write(&config_path, config).unwrap();
     let log_path = dir.path().join("stderr.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let mut child = crate::support::bin()
         .args(["serve", "--config"])
         .arg(&config_path)
         .env("RUST_LOG", "trace")

@@ -1,12 +1,11 @@
 //! `/metrics` of the real daemon during a workload: the counters move as the clients saw things
 //! happen (every location request ends in exactly one outcome; every acknowledged record is counted;
 //! every closed window is released), and the gRPC layer counts calls by service, method and code.
-mod common;
-
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
 use cloakd::proto::{Transaction, location_event};
-use common::process::DaemonProcess;
-use common::{MobileClient, released_windows, request_at};
+
+use crate::support::process::DaemonProcess;
+use crate::support::{MobileClient, released_windows, request_at};
 
 const CONFIG: &str = r#"
 [location]

@@ -2,19 +2,18 @@
 //! a producer pipelining 200,000 small records, and a client flooding requests that are all rejected.
 //! Our back-pressure answers each bad stream with its documented status on that stream alone; HTTP/2
 //! never closes the connection (no GOAWAY): the canary loses nothing and the channel still serves.
-mod common;
-
 use std::time::Duration;
 
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
 use cloakd::proto::{LocationRequest, Transaction};
-use common::{MobileClient, TestDaemon, config_with, request_at};
 use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+
+use crate::support::{MobileClient, TestDaemon, config_with, request_at};
 
 const RECORDS: usize = 200_000;
 const FLOOD: u64 = 50_000;

@@ -6,19 +6,13 @@ use std::time::{Duration, Instant};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::support::free_port;
 
 #[tokio::test]
 async fn serve_answers_health_and_exits_cleanly_on_sigterm() {
     let port = free_port();
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let mut child = crate::support::bin()
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .env("CLOAKD_TRANSACTIONS__DATA_DIR", data.path())
         .env("CLOAKD_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0")
@@ -75,7 +69,7 @@ async fn serve_answers_health_and_exits_cleanly_on_sigterm() {
 
 /// Runs `cloakd serve` with `args` and `env`, expects it to refuse to start, and returns its stderr.
 fn refused(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let output = crate::support::bin()
         .arg("serve")
         .args(args)
         .envs(env.iter().copied())

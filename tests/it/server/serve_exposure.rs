@@ -5,9 +5,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn serve(env: &[(&str, &str)]) -> std::process::Child {
-    let data = std::env::temp_dir().join(format!("cloakd-exposure-{}", std::process::id()));
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
+use crate::support::bin;
+
+/// `cloakd serve` on 0.0.0.0 with `data` as its data directory and `env` added to its environment.
+fn serve(data: &std::path::Path, env: &[(&str, &str)]) -> std::process::Child {
+    bin()
         .args(["serve", "--listen", "0.0.0.0:0"])
         .env("CLOAKD_TRANSACTIONS__DATA_DIR", data)
         .envs(env.iter().copied())
@@ -19,7 +21,8 @@ fn serve(env: &[(&str, &str)]) -> std::process::Child {
 
 #[test]
 fn refuses_a_non_loopback_address_without_tls_and_auth() {
-    let output = serve(&[]).wait_with_output().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let output = serve(data.path(), &[]).wait_with_output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("refusing to listen"), "{stderr}");
@@ -33,7 +36,8 @@ fn refuses_a_non_loopback_address_without_tls_and_auth() {
 
 #[test]
 fn starts_insecurely_only_when_allowed_and_warns() {
-    let mut child = serve(&[("CLOAKD_SERVER__ALLOW_INSECURE", "true")]);
+    let data = tempfile::tempdir().unwrap();
+    let mut child = serve(data.path(), &[("CLOAKD_SERVER__ALLOW_INSECURE", "true")]);
     let stderr = child.stderr.take().unwrap();
     let (lines_tx, lines_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -62,7 +66,7 @@ fn starts_insecurely_only_when_allowed_and_warns() {
 
 #[test]
 fn hash_token_prints_the_line_to_paste() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let mut child = bin()
         .args(["auth", "hash-token"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -76,7 +80,7 @@ fn hash_token_prints_the_line_to_paste() {
         String::from_utf8_lossy(&output.stdout),
         "token_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n"
     );
-    let empty = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let empty = bin()
         .args(["auth", "hash-token"])
         .stdin(Stdio::null())
         .output()

@@ -4,18 +4,17 @@
 //! sending are cancelled after `tables.upload_idle_ms` and free their job slot; HTTP/2 connections
 //! without an open stream are closed after `server.idle_connection_timeout_ms`, and never while a stream
 //! is open on them.
-mod common;
-
 use std::time::Duration;
 
 use cloakd::proto::anonymize_request::Part;
 use cloakd::proto::table_anonymizer_client::TableAnonymizerClient;
 use cloakd::proto::{AnonymizeRequest, TableJob};
-use common::{TestDaemon, config_with};
 use tokio::io::AsyncReadExt;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+
+use crate::support::{TestDaemon, config_with};
 
 #[tokio::test]
 async fn idle_sockets_are_closed_and_real_clients_served() {

@@ -1,23 +1,21 @@
 //! TLS against the real daemon with certificates made in the test: the handshake and a token over
 //! it, a client certificate as the credential under mutual TLS, refusal of plaintext and of untrusted
 //! servers, and (with the real binary) certificates reloaded on SIGHUP while the listener stays up.
-mod common;
-mod security_support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cloakd::auth::Role;
 use cloakd::proto::LbsSubscription;
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
-use common::TestDaemon;
-use security_support::{
-    Bearer, TestPki, connect_when_listening, principal, secured_config, tls_channel, token_of,
-};
 use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+
+use crate::support::TestDaemon;
+use crate::support::security::{
+    Bearer, TestPki, connect_when_listening, principal, secured_config, tls_channel, token_of,
+};
 
 async fn subscribe(
     channel: tonic::transport::Channel,
@@ -180,11 +178,7 @@ async fn client_certificate_identity_is_matched_exactly() {
 async fn sighup_reloads_certificates_without_dropping_the_listener() {
     let pki = TestPki::new();
     let tls = pki.server_tls(false);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let data = tempfile::tempdir().unwrap();
     let config = pki.path("cloakd.toml");
@@ -198,7 +192,7 @@ async fn sighup_reloads_certificates_without_dropping_the_listener() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let mut child = crate::support::bin()
         .args(["serve", "--config"])
         .arg(&config)
         .stdout(Stdio::null())

@@ -2,14 +2,10 @@
 //! the directory and the holder's pid (it used to start, and half of the records acknowledged through
 //! the two daemons were lost at the next restart); the first daemon is unaffected, and once it stops
 //! the directory can be used again.
-mod common;
-mod transactions_support;
-
-use std::process::Command;
 use std::time::Duration;
 
-use common::{TestDaemon, config_with};
-use transactions_support::{next_windows, publish, random_records, subscribe};
+use crate::support::transactions::{next_windows, publish, random_records, subscribe};
+use crate::support::{TestDaemon, config_with};
 
 #[tokio::test]
 async fn a_second_daemon_on_the_same_data_dir_is_refused() {
@@ -26,7 +22,7 @@ async fn a_second_daemon_on_the_same_data_dir_is_refused() {
     let second = tokio::task::spawn_blocking({
         let path = path.clone();
         move || {
-            Command::new(env!("CARGO_BIN_EXE_cloakd"))
+            crate::support::bin()
                 .args(["serve", "--listen", "127.0.0.1:0"])
                 .env("CLOAKD_TRANSACTIONS__DATA_DIR", &path)
                 .output()

@@ -1,13 +1,12 @@
-//! The store suite ([`store_support`]) against the embedded file stores: a fresh data directory per
-//! check; opening the same directory again is a restart.
-mod store_support;
-
+//! The store suite ([`crate::support::store`]) against the embedded file stores: a fresh data
+//! directory per check; opening the same directory again is a restart.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use cloakd::store::{FileRecordLog, ReleasedWindows};
-use store_support::{Opened, Stores};
+
+use crate::support::store::{Opened, Stores};
 
 /// File stores in a temporary data directory, removed when dropped.
 struct FileStores {
@@ -41,4 +40,4 @@ impl Stores for FileStores {
     }
 }
 
-store_suite!(FileStores::fresh());
+crate::store_suite!(FileStores::fresh());

@@ -1,16 +1,13 @@
-//! The store suite ([`store_support`]) against the JetStream stores, on real `nats-server`
-//! processes (`common::nats`): each check gets its own server; the model test's cases get a fresh
-//! subject prefix (an independent deployment) each on one server. Opening the same prefix again is
-//! a restart. Also: a 3-node cluster with replication 3 loses nothing acknowledged when a node is
+//! The store suite ([`crate::support::store`]) against the JetStream stores, on real `nats-server`
+//! processes (`crate::support::nats`): each check gets its own server; the model test's cases get a
+//! fresh subject prefix (an independent deployment) each on one server. Opening the same prefix
+//! again is a restart. Also: a 3-node cluster with replication 3 loses nothing acknowledged when a node is
 //! killed and restarted. Batch messages carry a message id of stream, fence and content: a batch
 //! republished byte for byte is a JetStream duplicate, and an append whose batch was stored before
 //! its PubAck was lost is acknowledged, once (the loss made by a proxy that swallows the PubAck
 //! and drops the connection, so the log's retry is what acknowledges it). And the fence: a writer whose view of a stream is stale cannot append to
 //! it, so two writers racing on one stream leave a log whose every window close follows exactly its
 //! records, with every acknowledged record in it once.
-mod common;
-mod store_support;
-
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,8 +17,9 @@ use async_nats::jetstream::context::PublishErrorKind;
 use cloakd::store::jetstream::{BatchMessage, JetStreamRecordLog, JetStreamReleases, Layout};
 use cloakd::store::{EntryOutcome, LogEntry};
 use cloakd::store::{LogPosition, RecordLog};
-use common::nats::NatsCluster;
-use store_support::{Opened, Stores, close, record};
+
+use crate::support::nats::NatsCluster;
+use crate::support::store::{Opened, Stores, close, record};
 
 /// Upper bound on a failover (liveness, not timing).
 const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -82,7 +80,7 @@ impl Stores for JetStreamStores {
     }
 }
 
-store_suite!(JetStreamStores::fresh());
+crate::store_suite!(JetStreamStores::fresh());
 
 #[tokio::test]
 async fn a_restarted_node_of_three_loses_nothing_acknowledged() {

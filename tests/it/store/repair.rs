@@ -6,8 +6,6 @@
 //! acknowledged into a released window and every earlier release comes back byte-identical. A lost
 //! release file is re-anonymized from the log byte for byte, and a release damaged while the daemon
 //! runs reaches the subscriber as DATA_LOSS, logged and counted.
-mod transactions_support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,17 +14,11 @@ use cloakd::proto::ReleasedWindow;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
-use transactions_support::{PATIENCE, next_windows, publish, subscribe, transaction};
+
+use crate::support::free_port;
+use crate::support::transactions::{PATIENCE, next_windows, publish, subscribe, transaction};
 
 const STREAM: &str = "s1";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -66,7 +58,7 @@ impl Daemon {
     fn spawn(s: &Setup) -> Daemon {
         let addr = format!("127.0.0.1:{}", free_port());
         let log = s.root.join("cloakd.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        let child = crate::support::bin()
             .args(["serve", "--config"])
             .arg(&s.config)
             .args(["--listen", &addr])
@@ -148,7 +140,7 @@ impl Drop for Daemon {
 
 /// Runs `cloakd store ARGS`; (success, stdout + stderr).
 fn store(args: &[&str], dir: &Path) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let out = crate::support::bin()
         .arg("store")
         .args(args)
         .arg(dir)

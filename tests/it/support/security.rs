@@ -1,7 +1,6 @@
 //! Shared by the security tests: principals with tokens, bearer-token clients, and a certificate
 //! authority made in the test (rcgen) for TLS and mutual TLS.
-#![allow(dead_code)]
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use cloakd::auth::{Principal, Role, StreamPattern};
 use cloakd::config::{Config, PrincipalConfig, TlsConfig};
@@ -166,10 +165,6 @@ pub async fn tls_channel(
         .tls_config(tls)?
         .connect()
         .await
-}
-
-pub fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap()
 }
 
 /// Retries `connect` until a daemon started as a separate process listens (30 s at most).

@@ -4,7 +4,6 @@
 //!
 //! Faults (failed and torn appends, failed release writes) are injected through the traits with
 //! [`Faults`], never inside an implementation.
-#![allow(dead_code)]
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -87,31 +86,34 @@ macro_rules! store_suite {
     ($fresh:expr) => {
         #[tokio::test]
         async fn append_and_replay() {
-            store_support::append_and_replay(&$fresh.await).await;
+            $crate::support::store::append_and_replay(&$fresh.await).await;
         }
         #[tokio::test]
         async fn ids_are_idempotent() {
-            store_support::ids_are_idempotent(&$fresh.await).await;
+            $crate::support::store::ids_are_idempotent(&$fresh.await).await;
         }
         #[tokio::test]
         async fn failed_and_torn_appends_acknowledge_nothing() {
-            store_support::failed_and_torn_appends_acknowledge_nothing(&$fresh.await).await;
+            $crate::support::store::failed_and_torn_appends_acknowledge_nothing(&$fresh.await)
+                .await;
         }
         #[tokio::test]
         async fn releases_are_stored_once() {
-            store_support::releases_are_stored_once(&$fresh.await).await;
+            $crate::support::store::releases_are_stored_once(&$fresh.await).await;
         }
         #[tokio::test]
         async fn failed_release_writes_store_nothing() {
-            store_support::failed_release_writes_store_nothing(&$fresh.await).await;
+            $crate::support::store::failed_release_writes_store_nothing(&$fresh.await).await;
         }
         #[tokio::test]
         async fn log_matches_model() {
             let base = $fresh.await;
             // The model test drives its own runtime, on a thread of its own.
-            std::thread::spawn(move || store_support::log_matches_model(move || base.another()))
-                .join()
-                .unwrap();
+            std::thread::spawn(move || {
+                $crate::support::store::log_matches_model(move || base.another())
+            })
+            .join()
+            .unwrap();
         }
     };
 }

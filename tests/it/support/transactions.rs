@@ -1,6 +1,5 @@
 //! Shared by the transaction stream tests: producer and consumer clients, a seeded record generator,
 //! and an independent brute-force checker of personalized rho^m-uncertainty on a released window.
-#![allow(dead_code)]
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -1,20 +1,16 @@
-//! Shared by the workbench's tests (`tests/workbench_api.rs`, `tests/workbench_browser.rs`): the
-//! real daemon with its workbench listener (`daemon::serve_reporting` on 127.0.0.1:0 with
-//! `ui.listen = "127.0.0.1:0"`), the repository's paths, and the Adult example as the independent
-//! relational checker reads it with the privacy requirement of one frontier point. The includer
-//! declares `mod relational_checker;` beside this module and brings `PrivacySpec`, `LDiversity`,
-//! `TCloseness` and `Distance` (`cloakd::relational::models`) into scope for the checker.
-#![allow(dead_code)]
+//! Shared by the workbench's tests (`workbench::api`, `workbench::browser`): the real daemon with its
+//! workbench listener (`daemon::serve_reporting` on 127.0.0.1:0 with `ui.listen = "127.0.0.1:0"`),
+//! and the Adult example as the independent relational checker reads it with the privacy requirement
+//! of one frontier point.
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use cloakd::config::Config;
 use tokio::sync::oneshot;
 
 use super::relational_checker::{CheckQuasi, Original, hierarchy_lines, parse_csv};
-use super::{Distance, LDiversity, PrivacySpec, TCloseness};
+use super::{Distance, LDiversity, PrivacySpec, TCloseness, repo};
 
 /// The real daemon serving the workbench on its own loopback listener.
 pub struct Workbench {
@@ -72,11 +68,6 @@ impl Workbench {
             .expect("daemon task")
             .expect("daemon ends cleanly");
     }
-}
-
-/// The repository's root.
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The Adult example as the checker reads it: QIs age (numeric) and the five hierarchies of

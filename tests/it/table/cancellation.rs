@@ -4,17 +4,16 @@
 //! the engine itself reports the stop (`cloakd_table_jobs_stopped_total`), its slot is given back
 //! (`cloakd_table_jobs_running` returns to 0, which happens only when the computing thread has
 //! returned) — and the next job is then served at its first try.
-mod common;
-
 use std::time::Duration;
 
 use cloakd::proto::anonymize_request::Part as RequestPart;
 use cloakd::proto::anonymize_response::Part as ResponsePart;
 use cloakd::proto::table_anonymizer_client::TableAnonymizerClient;
 use cloakd::proto::{AnonymizeRequest, ColumnSpec, PrivacySpec, Row, RowChunk, TableJob};
-use common::process::{DaemonProcess, Metrics};
 use tonic::Code;
 use tonic::transport::Channel;
+
+use crate::support::process::{DaemonProcess, Metrics};
 
 const STOPPED: &str = "cloakd_table_jobs_stopped_total";
 const RUNNING: &str = "cloakd_table_jobs_running";

@@ -2,19 +2,9 @@
 //! re-read and its classes recomputed here, independently of the engine) and on bad inputs (each
 //! error names the file, line/column and rule, and no output file is left behind).
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cloakd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(args)
-        .output()
-        .expect("run cloakd")
-}
+use crate::support::{cloakd, repo};
 
 fn example(name: &str) -> String {
     repo().join("examples").join(name).display().to_string()

@@ -3,7 +3,6 @@
 //! proptest-generated tables and releases, and the CLI on a sample of Adult.
 use std::collections::HashMap;
 use std::f64::consts::LN_2;
-use std::process::Command;
 
 use cloakd::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
 use cloakd::measures::queries::{
@@ -18,6 +17,8 @@ use cloakd::relational::table::{
     ColumnRole, ColumnSchema, QuasiKind, Table, TableSchema, Unlisted, read_csv,
 };
 use proptest::prelude::*;
+
+use crate::support::bin;
 
 /// Independent JS divergence (natural log), written out from the definition.
 fn js(p: &[f64], q: &[f64]) -> f64 {
@@ -292,10 +293,6 @@ proptest! {
         // Generalization never beats the original on utility nor loses more privacy.
         prop_assert!(e.ploss <= original.ploss + 1e-9);
     }
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
 }
 
 #[test]

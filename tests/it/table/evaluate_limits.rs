@@ -3,14 +3,13 @@
 //! and an evaluation whose caller's deadline (or the server's `tables.max_job_ms`) passes is
 //! cancelled, freeing its job slot at once; a learning workload whose models would pass
 //! `tables.max_bytes` is refused with RESOURCE_EXHAUSTED naming the limit.
-mod common;
-
 use std::time::Duration;
 
 use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
 use cloakd::proto::{EvaluateRequest, HierarchyFile};
-use common::{TestDaemon, config_with, evaluate_once_a_slot_frees};
 use tonic::Code;
+
+use crate::support::{TestDaemon, config_with, evaluate_once_a_slot_frees};
 
 const QIS: [&str; 5] = ["workclass", "education", "marital-status", "race", "sex"];
 

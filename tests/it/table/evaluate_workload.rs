@@ -3,26 +3,20 @@
 //! (a generalization and a bucketization of an Adult sample); bad options are INVALID_ARGUMENT naming
 //! the field and the rule, before any work; only analysts and operators may ask; a workload past `tables.max_job_ms` is
 //! stopped between folds and frees its job slot.
-mod common;
-mod security_support;
-
 use std::io::Read;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
 use cloakd::proto::{EvaluateRequest, EvaluateResponse, HierarchyFile};
-use common::{TestDaemon, config_with, evaluate_once_a_slot_frees};
-use security_support::{as_principal, secured_config};
 use tonic::Code;
+
+use crate::support::bin;
+use crate::support::security::{as_principal, secured_config};
+use crate::support::{TestDaemon, config_with, evaluate_once_a_slot_frees};
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/adult-sample");
 const HIERARCHIES: [&str; 5] = ["workclass", "education", "marital-status", "race", "sex"];
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-}
 
 fn job() -> String {
     format!("{SAMPLE}/job.toml")

@@ -5,15 +5,12 @@
 //! (with `--workload`) on the release `table anonymize` makes of the same job.
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::support::{bin, repo};
 
 /// The header and the first `rows` rows of the examples' Adult.
 fn sample(dir: &Path, rows: usize) -> PathBuf {
-    let file = std::fs::File::open(root().join("examples/data/adult.csv.gz")).unwrap();
+    let file = std::fs::File::open(repo().join("examples/data/adult.csv.gz")).unwrap();
     let lines = BufReader::new(flate2::read::GzDecoder::new(file)).lines();
     let path = dir.join("adult-sample.csv");
     let mut out = std::fs::File::create(&path).unwrap();
@@ -23,12 +20,9 @@ fn sample(dir: &Path, rows: usize) -> PathBuf {
     path
 }
 
-fn cloakd(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
+/// Runs `cloakd ARGS` in the repository's root (the arguments name paths relative to it).
+fn cloakd_in_repo(args: &[&str]) -> std::process::Output {
+    bin().current_dir(repo()).args(args).output().unwrap()
 }
 
 #[test]
@@ -36,7 +30,7 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
     let dir = tempfile::tempdir().unwrap();
     let input = sample(dir.path(), 3000);
     let out = dir.path().join("figures");
-    let output = cloakd(&[
+    let output = cloakd_in_repo(&[
         "table",
         "figures",
         "--marital",
@@ -166,7 +160,7 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
         ),
     ] {
         let release = dir.path().join(format!("release-{figure}.csv"));
-        let anonymized = cloakd(&[
+        let anonymized = cloakd_in_repo(&[
             "table",
             "anonymize",
             job,
@@ -182,7 +176,7 @@ fn figures_are_drawn_and_agree_with_table_evaluate() {
             "{}",
             String::from_utf8_lossy(&anonymized.stderr)
         );
-        let evaluated = cloakd(&[
+        let evaluated = cloakd_in_repo(&[
             "table",
             "evaluate",
             job,
@@ -244,7 +238,7 @@ fn figures_refuse_bad_input_naming_the_flag() {
     let refused = |args: &[&str], expected: &str| {
         let mut all = vec!["table", "figures", "--out", out];
         all.extend_from_slice(args);
-        let output = cloakd(&all);
+        let output = cloakd_in_repo(&all);
         assert!(!output.status.success(), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");

@@ -2,7 +2,6 @@
 //! release with the documented columns, flags exactly the non-dominated releases as efficient, and
 //! writes the three SVG plots; with a learning workload each row carries U_base and the gains, equal
 //! to `table evaluate --workload`'s on the same release, and a fourth plot shows them.
-use std::process::Command;
 
 #[test]
 fn frontier_writes_csv_and_plots() {
@@ -11,7 +10,7 @@ fn frontier_writes_csv_and_plots() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/adult-sample/job.toml"
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let output = crate::support::bin()
         .args(["table", "frontier", job, "--out"])
         .arg(dir.path())
         .args([
@@ -94,10 +93,7 @@ fn frontier_learns_the_workload_axis() {
         "/tests/data/adult-sample/job.toml"
     );
     let cloakd = |args: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
-            .args(args)
-            .output()
-            .unwrap();
+        let output = crate::support::bin().args(args).output().unwrap();
         assert!(
             output.status.success(),
             "{args:?}: {}",
@@ -176,7 +172,7 @@ fn frontier_rejects_bad_parameters() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/adult-sample/job.toml"
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let output = crate::support::bin()
         .args(["table", "frontier", job, "--out"])
         .arg(dir.path())
         .args(["--t", "1.5"])
@@ -192,7 +188,7 @@ fn frontier_rejects_bad_parameters() {
 #[test]
 fn frontier_compares_algorithms_on_one_axis() {
     let dir = tempfile::tempdir().unwrap();
-    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/adult-sample");
+    let sample = crate::support::repo().join("tests/data/adult-sample");
     let mut job = format!(
         "input = {:?}\n[columns]\n",
         sample.join("adult-2000.csv.gz").display().to_string()
@@ -207,7 +203,7 @@ fn frontier_compares_algorithms_on_one_axis() {
     let job_path = dir.path().join("job.toml");
     std::fs::write(&job_path, job).unwrap();
     let out = dir.path().join("out");
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let output = crate::support::bin()
         .args(["table", "frontier"])
         .arg(&job_path)
         .arg("--out")
@@ -271,7 +267,7 @@ fn frontier_compares_algorithms_on_one_axis() {
         "one series per algorithm"
     );
     // An algorithm that cannot run is refused before any work, naming the flag.
-    let refused = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let refused = crate::support::bin()
         .args(["table", "frontier"])
         .arg(&job_path)
         .arg("--out")

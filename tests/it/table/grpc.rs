@@ -1,8 +1,6 @@
 //! TableAnonymizer over the real daemon: the Adult example job (TOML text with its hierarchies
 //! inline) and the Adult rows streamed in chunks; the released rows are re-grouped here and checked
 //! for k, and the limit on concurrent jobs / rows answers RESOURCE_EXHAUSTED.
-mod common;
-
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
@@ -11,10 +9,11 @@ use cloakd::proto::anonymize_request::Part as RequestPart;
 use cloakd::proto::anonymize_response::Part as ResponsePart;
 use cloakd::proto::table_anonymizer_client::TableAnonymizerClient;
 use cloakd::proto::{AnonymizeRequest, HierarchyText, Row, RowChunk, TableJob};
-use common::TestDaemon;
+
+use crate::support::TestDaemon;
 
 fn examples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples")
+    crate::support::repo().join("examples")
 }
 
 /// The Adult job and rows as requests (first `limit` rows).

@@ -3,11 +3,8 @@
 //! `cloakd` binary writes for the same job and flags (one job configuration for both), its report
 //! carries OLA's search and the attacks; bad fields are INVALID_ARGUMENT naming the field and the
 //! rule; a TOML job's `[release] algorithm` is honoured.
-mod common;
-
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::Command;
 
 use cloakd::proto::anonymize_request::Part as RequestPart;
 use cloakd::proto::anonymize_response::Part as ResponsePart;
@@ -15,10 +12,11 @@ use cloakd::proto::table_anonymizer_client::TableAnonymizerClient;
 use cloakd::proto::{
     AnonymizeRequest, ColumnSpec, HierarchyText, PrivacySpec, Row, RowChunk, TableJob, TableReport,
 };
-use common::TestDaemon;
+
+use crate::support::TestDaemon;
 
 fn sample() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/adult-sample")
+    crate::support::repo().join("tests/data/adult-sample")
 }
 
 const QUASI: [&str; 4] = ["workclass", "education", "marital-status", "sex"];
@@ -148,10 +146,7 @@ fn run_cli(flags: &[&str]) -> (Vec<String>, Vec<Vec<String>>, serde_json::Value)
         report.to_str().unwrap(),
     ];
     args.extend_from_slice(flags);
-    let result = Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(&args)
-        .output()
-        .unwrap();
+    let result = crate::support::bin().args(&args).output().unwrap();
     assert!(
         result.status.success(),
         "{}",

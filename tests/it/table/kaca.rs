@@ -5,18 +5,9 @@
 //! KACA's limits (generalization only, no suppression) are refused naming the flag and the rule.
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cloakd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::support::{cloakd, repo};
 
 /// A KACA job over the Adult sample: age (through the ARX age hierarchy), workclass, education,
 /// marital-status and sex; sensitive occupation.

@@ -4,18 +4,8 @@
 //! the flag and the rule.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cloakd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::support::{cloakd, repo};
 
 /// A job over the Adult sample with its four categorical QIs.
 fn job(dir: &Path) -> PathBuf {

@@ -3,7 +3,8 @@
 //! folds); a k = 20 generalization reports U_max, U_base with its sanitization and classifier, and
 //! U_san − U_base per classifier beside the privacy measures; bad options are refused naming the
 //! option and the rule.
-use std::process::Command;
+
+use crate::support::bin;
 
 const JOB: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -13,10 +14,6 @@ const INPUT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/adult-sample/adult-2000.csv.gz"
 );
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-}
 
 fn evaluate(release: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let output = bin()

@@ -2,16 +2,14 @@
 //! `transactions.max_window_antecedents`, so every acknowledged record's window is released (each
 //! checked by the independent rho-uncertainty checker); a record over the item limit is refused with
 //! INVALID_ARGUMENT and the records before it are still released.
-mod common;
-mod transactions_support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cloakd::config::{Config, Mode, StreamSettings};
-use common::TestDaemon;
 use tonic::Code;
-use transactions_support::{check_window, next_windows, publish, subscribe, transaction};
+
+use crate::support::TestDaemon;
+use crate::support::transactions::{check_window, next_windows, publish, subscribe, transaction};
 
 #[tokio::test]
 async fn a_window_closes_before_its_antecedent_budget_is_exceeded() {

@@ -1,20 +1,12 @@
 //! `cloakd transactions anonymize|constraints` run as the real binary: the released file passes the
 //! independent checker, order and report behave as documented, bad input names file:line and rule.
-mod rho_checker;
-
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use cloakd::transactions::Record;
-use rho_checker::check_exact;
 
-fn cloakd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(args)
-        .output()
-        .expect("run cloakd")
-}
+use crate::support::cloakd;
+use crate::support::rho_checker::check_exact;
 
 fn path_str(path: &Path) -> &str {
     path.to_str().unwrap()

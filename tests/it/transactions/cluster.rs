@@ -5,8 +5,6 @@
 //! window its acknowledgement named; windows are released without gaps; the releases read through
 //! either replica are identical; a record published again through either replica is a duplicate in
 //! its window.
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,8 +12,9 @@ use std::time::Duration;
 
 use cloakd::proto::Transaction;
 use cloakd::proto::transaction_ingest_client::TransactionIngestClient;
-use common::nats::NatsCluster;
-use common::process::DaemonProcess;
+
+use crate::support::nats::NatsCluster;
+use crate::support::process::DaemonProcess;
 
 const STREAM: &str = "orders";
 const PRODUCERS: usize = 2;
@@ -369,7 +368,7 @@ async fn publish_load_goes_through_both_replicas() {
     let addrs = format!("http://{},http://{}", a.addr, b.addr);
     let pid = std::process::id().to_string();
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        crate::support::bin()
             .args(["publish-load", "--addr", &addrs, "--records", "3000"])
             .args([
                 "--producers",
@@ -797,7 +796,7 @@ async fn past_the_failover_wait_records_are_refused_one_by_one() {
 /// fresh stream is sealed by one replica, producers publish it through the other, the sealer is
 /// killed with SIGKILL and started again. Prints the longest gap without an acknowledgement per
 /// kill, and p50 / p99 (the largest of 10). A measurement, not a check:
-/// `cargo test --test transactions_cluster failover_pause -- --ignored --nocapture`.
+/// `cargo test --test it transactions::cluster::failover_pause -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement (docs/operations.md \"Failover\"); run it with --ignored --nocapture"]
 async fn failover_pause_over_ten_kills() {
@@ -839,7 +838,7 @@ async fn failover_pause_over_ten_kills() {
 /// `failover_round`; `failover_wait_ms` long enough that no record is refused for timing). Prints per kill the longest gap without an acknowledgement and the Publish
 /// streams that ended, then p50 / max per binary (not `CLOAKD_...`: the daemons would read that as
 /// configuration). A measurement, not a check:
-/// `PAUSE_BEFORE_BINARY=path/to/old/cloakd cargo test --test transactions_cluster nats_node_pause -- --ignored --nocapture`.
+/// `PAUSE_BEFORE_BINARY=path/to/old/cloakd cargo test --test it transactions::cluster::nats_node_pause -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement (docs/operations.md \"Failover\"); run it with --ignored --nocapture"]
 async fn nats_node_pause_before_and_after() {
@@ -847,7 +846,7 @@ async fn nats_node_pause_before_and_after() {
     if let Some(before) = std::env::var_os("PAUSE_BEFORE_BINARY") {
         binaries.push(("before", std::path::PathBuf::from(before)));
     }
-    binaries.push(("after", common::process::binary()));
+    binaries.push(("after", crate::support::binary()));
     let rounds: usize = std::env::var("PAUSE_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())

@@ -7,11 +7,9 @@
 //!
 //! The kill moments come from a seeded RNG; set `TRANSACTIONS_CRASH_SEED` to try others. The rounds
 //! take the store configuration as an argument, so each store implementation runs them.
-mod transactions_support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,21 +19,15 @@ use cloakd::proto::{PublishAck, ReleaseSubscription, ReleasedWindow, Transaction
 use rand::{Rng, SeedableRng};
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
-use transactions_support::{PATIENCE, check_window, next_windows, random_records};
+
+use crate::support::free_port;
+use crate::support::transactions::{PATIENCE, check_window, next_windows, random_records};
 
 const STREAM: &str = "crash";
 const RHO: f64 = 0.5;
 const M: usize = 2;
 const ROUNDS: usize = 8;
 const RECORDS_PER_ROUND: usize = 1500;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The configuration of the embedded file stores in `dir`.
 fn file_stores(dir: &Path) -> String {
@@ -69,7 +61,7 @@ impl Daemon {
             .append(true)
             .open(log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+        let child = crate::support::bin()
             .args(["serve", "--config"])
             .arg(config)
             .args(["--listen", &addr])

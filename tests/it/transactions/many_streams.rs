@@ -3,17 +3,15 @@
 //! windows are anonymized on a pool of `transactions.release_workers` places shared by all streams
 //! (each stream's releaser is a task, not a thread). The process's peak thread count and RSS are
 //! printed (run with `--nocapture`); the issue saw 515 threads for 20,000 streams.
-mod common;
-mod transactions_support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{TestDaemon, config_with};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
-use transactions_support::{next_windows, publish, subscribe, transaction};
+
+use crate::support::transactions::{next_windows, publish, subscribe, transaction};
+use crate::support::{TestDaemon, config_with};
 
 const STREAMS: usize = 20_000;
 const WORKERS: usize = 2;

@@ -2,17 +2,15 @@
 //! durable acks, windows closing by count and by time, subscribe and resume, idempotent re-publish,
 //! bad input, NOT_FOUND, RESOURCE_EXHAUSTED, and a restart on the same data directory. Every released
 //! window is checked for personalized rho^m-uncertainty by the independent checker.
-mod common;
-mod transactions_support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cloakd::config::{Config, Mode, StreamSettings};
 use cloakd::proto::{ReleasedWindow, Transaction};
-use common::TestDaemon;
 use tonic::Code;
-use transactions_support::{
+
+use crate::support::TestDaemon;
+use crate::support::transactions::{
     check_window, next_windows, publish, random_records, subscribe, transaction,
 };
 

@@ -2,30 +2,26 @@
 //! `ui.listen = "127.0.0.1:0"`): a sweep's points equal `cloakd table frontier`'s frontier.csv for
 //! the same job and sweep (the real binary), a release's downloads equal what `cloakd table
 //! anonymize` writes from the exported job.toml and pass the independent relational checker
-//! (`tests/relational_checker`: classes recomputed from the released CSV), cancelling frees the job place, bad
-//! input gets the error shape naming the field (a body past tables.max_bytes is 413 before it is
-//! read), auth and the security headers hold, and a non-loopback ui.listen is refused.
-mod relational_checker;
-mod security_support;
-mod workbench_support;
-
+//! (`tests/it/support/relational_checker.rs`: classes recomputed from the released CSV), cancelling
+//! frees the job place, bad input gets the error shape naming the field (a body past
+//! tables.max_bytes is 413 before it is read), auth and the security headers hold, and a
+//! non-loopback ui.listen is refused.
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use cloakd::config::Config;
-// The checker's models (it and `workbench_support` name them through `super::`).
-use cloakd::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
-use relational_checker::{check_generalized_csv, parse_csv};
-use security_support::{secured_config, token_of};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use workbench_support::{Workbench, adult_original, repo, spec_of};
+
+use crate::support::relational_checker::{check_generalized_csv, parse_csv};
+use crate::support::security::{secured_config, token_of};
+use crate::support::workbench::{Workbench, adult_original, spec_of};
+use crate::support::{cloakd, repo};
 
 // ------------------------------------------------------------------------------------------------
 // A plain HTTP/1.1 client (no client crate: the test also needs to send a request whose body never
-// comes); the daemon is `workbench_support`'s.
+// comes); the daemon is `crate::support::workbench`'s.
 // ------------------------------------------------------------------------------------------------
 
 #[derive(Debug)]
@@ -161,11 +157,9 @@ async fn post(addr: SocketAddr, path: &str, body: &Value) -> Reply {
     .await
 }
 
-fn cloakd(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(args)
-        .output()
-        .expect("run cloakd");
+/// Runs `cloakd ARGS`, failing the test unless it succeeds.
+fn cloakd_succeeds(args: &[&str]) {
+    let out = cloakd(args);
     assert!(
         out.status.success(),
         "cloakd {args:?}: {}",
@@ -259,7 +253,7 @@ async fn a_sweep_equals_the_cli_frontier_and_its_releases_the_cli_anonymization(
     let job_path = dir.path().join("adult.toml");
     std::fs::write(&job_path, adult_job()).unwrap();
     let out = dir.path().join("frontier");
-    cloakd(&[
+    cloakd_succeeds(&[
         "table",
         "frontier",
         job_path.to_str().unwrap(),
@@ -334,7 +328,7 @@ async fn a_sweep_equals_the_cli_frontier_and_its_releases_the_cli_anonymization(
     let exported = dir.path().join("release.toml");
     std::fs::write(&exported, &job.body).unwrap();
     let (cli_csv, cli_report) = (dir.path().join("r.csv"), dir.path().join("r.json"));
-    cloakd(&[
+    cloakd_succeeds(&[
         "table",
         "anonymize",
         exported.to_str().unwrap(),
@@ -356,8 +350,8 @@ async fn a_sweep_equals_the_cli_frontier_and_its_releases_the_cli_anonymization(
     page_report["seconds"] = json!(0);
     file_report["seconds"] = json!(0);
     assert_eq!(page_report, file_report);
-    // The independent checker (tests/relational_checker) on both downloads; Mondrian's regions
-    // are checked for containment in the browser test, here each class against its model.
+    // The independent checker (tests/it/support/relational_checker.rs) on both downloads; Mondrian's
+    // regions are checked for containment in the browser test, here each class against its model.
     let adult = adult_original();
     check_generalized_csv(&adult, &spec_of("l-diversity", 2.0), &csv.body, false);
     let k10 = get(ui, &format!("/api/v1/sweeps/{id}/releases/1/release.csv")).await;

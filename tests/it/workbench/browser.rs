@@ -6,19 +6,15 @@
 //! from the page's release list and compare them with `cloakd table frontier` (the real binary) run
 //! on the job the page exports with the command the page shows; open one release, download its CSV
 //! through the page (Chromium's download directory), check it with the independent relational
-//! checker (`tests/relational_checker`) and against `cloakd table anonymize` on the release's
-//! job.toml downloaded from the page. With `auth.required`: no token → the token prompt and the
-//! API refuses, a consumer's token → refused in the page, an analyst's token → works. Keyboard only:
+//! checker (`tests/it/support/relational_checker.rs`) and against `cloakd table anonymize` on the
+//! release's job.toml downloaded from the page. With `auth.required`: no token → the token prompt
+//! and the API refuses, a consumer's token → refused in the page, an analyst's token → works. Keyboard only:
 //! the main path with Tab/Enter/Space presses, visible focus, and an accessible label on every
 //! control. Screenshots of each step go to `target/workbench-screenshots/`.
 //!
 //! Without `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium`, `chromium-driver`;
 //! `CLOAKD_CHROMIUM` / `CLOAKD_CHROMEDRIVER` override the paths) each test prints a SKIP line and
 //! returns.
-mod relational_checker;
-mod security_support;
-mod workbench_support;
-
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -26,14 +22,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cloakd::config::Config;
-// The checker's models (it and `workbench_support` name them through `super::`).
-use cloakd::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
-use relational_checker::check_generalized_csv;
 use serde_json::{Value, json};
-use workbench_support::{Workbench, adult_original, repo, spec_of};
+
+use crate::support::relational_checker::check_generalized_csv;
+use crate::support::repo;
+use crate::support::workbench::{Workbench, adult_original, spec_of};
 
 // ------------------------------------------------------------------------------------------------
 // Chromium through chromedriver
@@ -71,11 +67,7 @@ struct Browser {
 
 impl Browser {
     async fn start((chromium, chromedriver): &(PathBuf, PathBuf)) -> Browser {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::support::free_port();
         // In a process group of its own, with the Chromium it starts: a failing test ends both.
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
@@ -380,10 +372,7 @@ fn cli_frontier(command: &str, job: &[u8]) -> Vec<HashMap<String, String>> {
             other => args.push(other.to_string()),
         }
     }
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
-        .args(&args)
-        .output()
-        .unwrap();
+    let output = crate::support::bin().args(&args).output().unwrap();
     assert!(
         output.status.success(),
         "cloakd {args:?}: {}",
@@ -417,7 +406,7 @@ fn job_dir(job: &[u8]) -> (tempfile::TempDir, PathBuf) {
 fn cli_anonymize(job: &[u8]) -> Vec<u8> {
     let (dir, job_path) = job_dir(job);
     let out = dir.path().join("release.csv");
-    let output = Command::new(env!("CARGO_BIN_EXE_cloakd"))
+    let output = crate::support::bin()
         .args(["table", "anonymize"])
         .arg(&job_path)
         .arg("--output")
@@ -640,7 +629,7 @@ async fn adult_sweep_matches_the_cli_and_the_download_passes_the_checker() {
 async fn with_auth_the_page_asks_for_a_token_and_refuses_a_consumer() {
     let Some((workbench, browser)) = open(
         "with_auth_the_page_asks_for_a_token_and_refuses_a_consumer",
-        security_support::secured_config(),
+        crate::support::security::secured_config(),
     )
     .await
     else {
@@ -672,7 +661,7 @@ async fn with_auth_the_page_asks_for_a_token_and_refuses_a_consumer() {
 
     // A consumer's token: refused in the page.
     browser
-        .fill("#token", &security_support::token_of("reader"))
+        .fill("#token", &crate::support::security::token_of("reader"))
         .await;
     browser.click("#token-submit").await;
     browser
@@ -698,7 +687,7 @@ async fn with_auth_the_page_asks_for_a_token_and_refuses_a_consumer() {
 
     // An analyst's token: the workbench works (the example loads with its columns).
     browser
-        .fill("#token", &security_support::token_of("analyst"))
+        .fill("#token", &crate::support::security::token_of("analyst"))
         .await;
     browser.click("#token-submit").await;
     wait_ready(&browser).await;
@@ -808,7 +797,7 @@ async fn the_main_path_works_by_keyboard_alone() {
 /// whole Adult example (k's and l's 8 + 7 values of Li & Li's sets, both methods, Mondrian) from the
 /// page's side: time to the first point and to the last, read from the page's performance marks.
 /// A measurement, not a check (no thresholds): run it with
-/// `cargo test --test workbench_browser -- --ignored --nocapture thirty`.
+/// `cargo test --test it workbench::browser::thirty -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; run by hand on a machine whose load you know"]
 async fn thirty_release_sweep_timings() {
