@@ -7,7 +7,8 @@
 //! `set_current_dir` (give a child process its own `current_dir` instead), no global metrics
 //! recorder or tracing subscriber of its own, no fixed port (ports come from
 //! [`support::free_port`] or a listener bound to 127.0.0.1:0). A test that cannot avoid one of
-//! these gets its own `[[test]]` target in `Cargo.toml` instead (none does today).
+//! these gets its own `[[test]]` target in `Cargo.toml` instead: only
+//! `tests/transactions_many_streams.rs`, which counts its process's threads.
 //!
 //! A new test file: `tests/it/<area>/<behaviour>.rs` opening with `//!` (what it checks), declared
 //! as `mod <behaviour>;` in `tests/it/<area>/mod.rs` (a new area: a folder with such a `mod.rs`,

@@ -6,5 +6,4 @@ mod cli;
 mod cluster;
 mod crash;
 mod guarantee;
-mod many_streams;
 mod stream;
