@@ -10,7 +10,7 @@
 //! where `/usr/share/java/weka.jar` or java is absent, or with `LEARNING_BENCH_WEKA=0`;
 //! `LEARNING_BENCH_CLASSIFIERS=j48` (or `rf`) runs one classifier. Prints one line per classifier
 //! and class: accuracy and times of each.
-#[path = "../tests/learning_support/mod.rs"]
+#[path = "../tests/it/support/learning.rs"]
 mod learning_support;
 
 use std::time::Instant;

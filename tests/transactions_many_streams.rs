@@ -3,17 +3,28 @@
 //! windows are anonymized on a pool of `transactions.release_workers` places shared by all streams
 //! (each stream's releaser is a task, not a thread). The process's peak thread count and RSS are
 //! printed (run with `--nocapture`); the issue saw 515 threads for 20,000 streams.
-mod common;
-mod transactions_support;
-
+//!
+//! A test binary of its own (its `[[test]]` target in `Cargo.toml`), not a module of `tests/it`:
+//! it counts the threads of its process (`/proc/self/task`), which in the shared binary would
+//! include every test running beside it. It takes the harness files it needs from
+//! `tests/it/support/` as `#[path]` modules.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{TestDaemon, config_with};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
-use transactions_support::{next_windows, publish, subscribe, transaction};
+
+// This binary uses a part of each shared harness only.
+#[allow(dead_code)]
+#[path = "it/support/daemon.rs"]
+mod daemon;
+#[allow(dead_code)]
+#[path = "it/support/transactions.rs"]
+mod transactions;
+
+use daemon::{TestDaemon, config_with};
+use transactions::{next_windows, publish, subscribe, transaction};
 
 const STREAMS: usize = 20_000;
 const WORKERS: usize = 2;

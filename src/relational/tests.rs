@@ -1,7 +1,8 @@
 //! Tests of the whole relational pipeline against an independent brute-force checker (written from
 //! the definitions in docs/architecture.md#definitions, reading only the released CSV text and the
-//! original rows, sharing no code with the engine; it lives in `tests/relational_checker`, shared
-//! with the integration tests that check releases downloaded from the daemon), over
+//! original rows, sharing no code with the engine; it lives in
+//! `tests/it/support/relational_checker.rs`, shared with the integration tests that check releases
+//! downloaded from the daemon), over
 //! proptest-generated tables and jobs; and golden tests on the worked examples (tables 1-4) of
 //! Wiegand & Schallner, "Barriers to the implementation of k-anonymity".
 use std::collections::BTreeMap;
@@ -25,7 +26,7 @@ use crate::relational::table::{
 // The brute-force checker
 // ------------------------------------------------------------------------------------------------
 
-#[path = "../../tests/relational_checker/mod.rs"]
+#[path = "../../tests/it/support/relational_checker.rs"]
 mod checker;
 pub(super) use checker::{
     CheckQuasi, Multiset, Original, brute_violation, check_bucketized_csv, check_generalized_csv,
@@ -33,7 +34,8 @@ pub(super) use checker::{
 };
 
 /// Checks a release against the original table and the requested models (the CSV-level checker of
-/// `tests/relational_checker`, on the release's CSV text). Panics with the reason on any failure.
+/// `tests/it/support/relational_checker.rs`, on the release's CSV text). Panics with the reason on
+/// any failure.
 pub(super) fn check_release(original: &Original, privacy: &PrivacySpec, release: &Release) {
     check_release_with(original, privacy, release, true)
 }

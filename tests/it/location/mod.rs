@@ -1,0 +1,15 @@
+//! Location cloaking against the real daemon: k-anonymous boxes, providers, sessions, presence,
+//! edges, replicas.
+
+mod cloaking;
+mod cluster;
+mod edges;
+mod expiry;
+mod jitter;
+mod presence;
+mod provider;
+mod provider_ack;
+mod rejection;
+mod sessions;
+mod shutdown;
+mod trace;

@@ -1,0 +1,118 @@
+//! Shared by the workbench's tests (`workbench::api`, `workbench::browser`): the real daemon with its
+//! workbench listener (`daemon::serve_reporting` on 127.0.0.1:0 with `ui.listen = "127.0.0.1:0"`),
+//! and the Adult example as the independent relational checker reads it with the privacy requirement
+//! of one frontier point.
+use std::io::Read;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cloakd::config::Config;
+use tokio::sync::oneshot;
+
+use super::relational_checker::{CheckQuasi, Original, hierarchy_lines, parse_csv};
+use super::{Distance, LDiversity, PrivacySpec, TCloseness, repo};
+
+/// The real daemon serving the workbench on its own loopback listener.
+pub struct Workbench {
+    pub ui: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _data: tempfile::TempDir,
+}
+
+impl Workbench {
+    /// Starts the daemon with `config`, its data in a temporary directory, no metrics listener and
+    /// the workbench on a free loopback port.
+    pub async fn start(mut config: Config) -> Workbench {
+        let data = tempfile::tempdir().unwrap();
+        config.transactions.data_dir = data.path().to_path_buf();
+        config.telemetry.metrics_listen = None;
+        config.ui.listen = Some("127.0.0.1:0".parse().unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (bound_tx, bound_rx) = oneshot::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(cloakd::daemon::serve_reporting(
+            config,
+            listener,
+            async move {
+                let _ = stopped.await;
+            },
+            bound_tx,
+        ));
+        let ui = tokio::time::timeout(Duration::from_secs(30), bound_rx)
+            .await
+            .expect("the workbench listener is up within 30 s")
+            .expect("the daemon reports its listeners")
+            .ui
+            .expect("the workbench listener is on");
+        Workbench {
+            ui,
+            stop: Some(stop),
+            task,
+            _data: data,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.ui)
+    }
+
+    /// Stops the daemon and waits (at most 30 s) for it to end cleanly.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("daemon stops within 30 s")
+            .expect("daemon task")
+            .expect("daemon ends cleanly");
+    }
+}
+
+/// The Adult example as the checker reads it: QIs age (numeric) and the five hierarchies of
+/// examples/adult.toml, sensitive occupation.
+pub fn adult_original() -> Original {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(
+        std::fs::File::open(repo().join("examples/data/adult.csv.gz")).unwrap(),
+    )
+    .read_to_string(&mut text)
+    .unwrap();
+    let (header, rows) = parse_csv(text.as_bytes());
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let mut quasi = vec![(col("age"), CheckQuasi::Numeric)];
+    for name in ["workclass", "education", "marital-status", "race", "sex"] {
+        let h =
+            std::fs::read_to_string(repo().join(format!("examples/data/hierarchies/{name}.csv")))
+                .unwrap();
+        quasi.push((col(name), CheckQuasi::Categorical(hierarchy_lines(&h))));
+    }
+    let sensitive = col("occupation");
+    Original {
+        header,
+        rows,
+        quasi,
+        sensitive,
+        sensitive_numeric: false,
+        id: None,
+    }
+}
+
+/// The privacy requirement of one frontier point (`cloakd table frontier`'s models).
+pub fn spec_of(model: &str, parameter: f64) -> PrivacySpec {
+    let mut spec = PrivacySpec::default();
+    match model {
+        "k-anonymity" => spec.k = Some(parameter.round() as u64),
+        "l-diversity" => spec.l = Some(LDiversity::Probabilistic(parameter)),
+        "t-closeness" => {
+            spec.t = Some(TCloseness {
+                t: parameter,
+                distance: Distance::Js,
+            })
+        }
+        "delta-disclosure" => spec.delta = Some(parameter),
+        other => panic!("unknown model {other}"),
+    }
+    spec
+}

@@ -1,0 +1,15 @@
+//! Batch relational anonymization: the `table` CLI, gRPC table jobs, evaluation, frontier, figures,
+//! cancellation.
+
+mod cancellation;
+mod cli;
+mod evaluate;
+mod evaluate_limits;
+mod evaluate_workload;
+mod figures;
+mod frontier;
+mod grpc;
+mod grpc_algorithms;
+mod kaca;
+mod ola;
+mod workload;

@@ -1,0 +1,678 @@
+//! The workbench's HTTP API against the real daemon (`daemon::serve_reporting` on 127.0.0.1:0 with
+//! `ui.listen = "127.0.0.1:0"`): a sweep's points equal `cloakd table frontier`'s frontier.csv for
+//! the same job and sweep (the real binary), a release's downloads equal what `cloakd table
+//! anonymize` writes from the exported job.toml and pass the independent relational checker
+//! (`tests/it/support/relational_checker.rs`: classes recomputed from the released CSV), cancelling
+//! frees the job place, bad input gets the error shape naming the field (a body past
+//! tables.max_bytes is 413 before it is read), auth and the security headers hold, and a
+//! non-loopback ui.listen is refused.
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cloakd::config::Config;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::relational_checker::{check_generalized_csv, parse_csv};
+use crate::support::security::{secured_config, token_of};
+use crate::support::workbench::{Workbench, adult_original, spec_of};
+use crate::support::{cloakd, repo};
+
+// ------------------------------------------------------------------------------------------------
+// A plain HTTP/1.1 client (no client crate: the test also needs to send a request whose body never
+// comes); the daemon is `crate::support::workbench`'s.
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or("")
+    }
+
+    /// Asserts the status, showing the body when it differs.
+    fn status_is(&self, status: u16) {
+        assert_eq!(
+            self.status,
+            status,
+            "{}",
+            String::from_utf8_lossy(&self.body)
+        );
+    }
+
+    /// The error object, checked for the contract's shape.
+    fn error(&self, status: u16, code: &str, field: Option<&str>) -> String {
+        self.status_is(status);
+        let e = &self.json()["error"];
+        assert_eq!(e["code"], code, "{e}");
+        let message = e["message"].as_str().unwrap().to_string();
+        if let Some(field) = field {
+            assert_eq!(e["field"], field, "{e}");
+            assert!(message.contains(field), "{message}");
+        }
+        message
+    }
+}
+
+/// One request on a fresh connection (`Connection: close`); `body` is sent with its length.
+async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Reply {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    if let Some(body) = body {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    if let Some(body) = body {
+        stream.write_all(body).await.unwrap();
+    }
+    read_reply(&mut stream).await
+}
+
+async fn read_reply(stream: &mut tokio::net::TcpStream) -> Reply {
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(600), stream.read_to_end(&mut raw))
+        .await
+        .expect("a reply in time")
+        .unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header");
+    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: HashMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .get("transfer-encoding")
+        .is_some_and(|t| t == "chunked")
+    {
+        let mut out = Vec::new();
+        let mut rest = body.as_slice();
+        loop {
+            let at = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..at]).unwrap().trim(), 16)
+                .unwrap();
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[at + 2..at + 2 + size]);
+            rest = &rest[at + 4 + size..];
+        }
+        body = out;
+    }
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Reply {
+    call(addr, "GET", path, None, None).await
+}
+
+async fn post(addr: SocketAddr, path: &str, body: &Value) -> Reply {
+    call(
+        addr,
+        "POST",
+        path,
+        None,
+        Some(&serde_json::to_vec(body).unwrap()),
+    )
+    .await
+}
+
+/// Runs `cloakd ARGS`, failing the test unless it succeeds.
+fn cloakd_succeeds(args: &[&str]) {
+    let out = cloakd(args);
+    assert!(
+        out.status.success(),
+        "cloakd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A directory where a job saved from the page runs as it would in `examples/`: `data/` is the
+/// examples' data.
+fn job_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo().join("examples/data"), dir.path().join("data")).unwrap();
+    dir
+}
+
+async fn wait_done(addr: SocketAddr, sweep: &str) -> Value {
+    for _ in 0..6000 {
+        let status = get(addr, &format!("/api/v1/sweeps/{sweep}")).await.json();
+        if status["state"] != "running" {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the sweep did not finish");
+}
+
+fn adult_job() -> String {
+    std::fs::read_to_string(repo().join("examples/adult.toml")).unwrap()
+}
+
+/// The report without its `seconds` (the wall time of one run), as text.
+fn without_seconds(report: &[u8]) -> String {
+    String::from_utf8(report.to_vec())
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("\"seconds\":"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ------------------------------------------------------------------------------------------------
+// The tests
+// ------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_equals_the_cli_frontier_and_its_releases_the_cli_anonymization() {
+    let daemon = Workbench::start(Config::embedded_defaults()).await;
+    let ui = daemon.ui;
+
+    let examples = get(ui, "/api/v1/examples").await.json();
+    assert_eq!(examples[0]["name"], "adult");
+    assert_eq!(examples[0]["rows"], 45_222);
+    let table = post(ui, "/api/v1/tables", &json!({"example": "adult"})).await;
+    table.status_is(200);
+    let table = table.json();
+    assert_eq!(table["rows"], 45_222);
+    assert_eq!(table["name"], "data/adult.csv.gz");
+    assert_eq!(table["job"], adult_job());
+    let age = &table["columns"][0];
+    assert_eq!(age["name"], "age");
+    assert_eq!(age["kind"], "numeric");
+    assert_eq!(age["distinct"], 74);
+    assert!(
+        table["files"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("data/hierarchies/workclass.csv"))
+    );
+
+    // Few COUNT queries: the daemon and the CLI use the same, and debug builds are slow.
+    let sweep = post(
+        ui,
+        "/api/v1/sweeps",
+        &json!({"table": table["table"], "job": adult_job(), "k": [5, 10], "l": [2], "t": [],
+                "delta": [], "methods": ["generalization"], "algorithms": ["mondrian"],
+                "queries": 50}),
+    )
+    .await;
+    sweep.status_is(202);
+    let sweep = sweep.json();
+    assert_eq!(sweep["total"], 3);
+    let id = sweep["sweep"].as_str().unwrap().to_string();
+    let status = wait_done(ui, &id).await;
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(status["done"], 3);
+    let points = status["points"].as_array().unwrap();
+    assert_eq!(points.len(), 3);
+
+    // The CLI's frontier of the same job and sweep.
+    let dir = job_dir();
+    let job_path = dir.path().join("adult.toml");
+    std::fs::write(&job_path, adult_job()).unwrap();
+    let out = dir.path().join("frontier");
+    cloakd_succeeds(&[
+        "table",
+        "frontier",
+        job_path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--k",
+        "5,10",
+        "--l",
+        "2",
+        "--t",
+        "--delta",
+        "--methods",
+        "generalization",
+        "--algorithms",
+        "mondrian",
+        "--queries",
+        "50",
+    ]);
+    let (header, rows) = parse_csv(&std::fs::read(out.join("frontier.csv")).unwrap());
+    assert!(header.contains(&"whd".to_string()) && header.contains(&"dm".to_string()));
+    assert_eq!(rows.len(), points.len());
+    for (row, point) in rows.iter().zip(points) {
+        for (name, value) in header.iter().zip(row) {
+            if name == "seconds" {
+                continue;
+            }
+            let got = &point[name.as_str()];
+            match got {
+                Value::Null => assert_eq!(value, "", "{name}"),
+                Value::Bool(b) => assert_eq!(value, &b.to_string(), "{name}"),
+                Value::String(s) => assert_eq!(value, s, "{name}"),
+                Value::Number(n) => assert_eq!(
+                    value.parse::<f64>().unwrap(),
+                    n.as_f64().unwrap(),
+                    "{name} of {point}"
+                ),
+                other => panic!("{name}: {other}"),
+            }
+        }
+    }
+
+    // Release 2 (probabilistic l = 2): the page's view, its downloads, and the CLI on job.toml.
+    let release = get(ui, &format!("/api/v1/sweeps/{id}/releases/2")).await;
+    release.status_is(200);
+    let release = release.json();
+    assert!(
+        release["job"]
+            .as_str()
+            .unwrap()
+            .contains("l = \"probabilistic:2\"")
+    );
+    assert_eq!(release["preview"]["rows"].as_array().unwrap().len(), 100);
+    let classes = release["classes"].as_u64().unwrap();
+    assert_eq!(release["report"]["classes"], classes);
+    let sizes: u64 = release["class_sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["size"].as_u64().unwrap() * c["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sizes, 45_222);
+    let job = get(ui, &format!("/api/v1/sweeps/{id}/releases/2/job.toml")).await;
+    assert_eq!(job.header("cache-control"), "no-store");
+    assert!(job.header("content-disposition").starts_with("attachment"));
+    assert_eq!(job.body, release["job"].as_str().unwrap().as_bytes());
+    let csv = get(ui, &format!("/api/v1/sweeps/{id}/releases/2/release.csv")).await;
+    assert_eq!(csv.status, 200);
+    assert!(csv.header("content-disposition").starts_with("attachment"));
+    assert_eq!(csv.header("cache-control"), "no-store");
+    let report = get(ui, &format!("/api/v1/sweeps/{id}/releases/2/report.json")).await;
+    assert_eq!(report.status, 200);
+    let exported = dir.path().join("release.toml");
+    std::fs::write(&exported, &job.body).unwrap();
+    let (cli_csv, cli_report) = (dir.path().join("r.csv"), dir.path().join("r.json"));
+    cloakd_succeeds(&[
+        "table",
+        "anonymize",
+        exported.to_str().unwrap(),
+        "--output",
+        cli_csv.to_str().unwrap(),
+        "--report",
+        cli_report.to_str().unwrap(),
+    ]);
+    assert!(
+        std::fs::read(&cli_csv).unwrap() == csv.body,
+        "release.csv differs from the CLI's"
+    );
+    assert_eq!(
+        without_seconds(&std::fs::read(&cli_report).unwrap()),
+        without_seconds(&report.body)
+    );
+    let mut page_report = release["report"].clone();
+    let mut file_report: Value = serde_json::from_slice(&report.body).unwrap();
+    page_report["seconds"] = json!(0);
+    file_report["seconds"] = json!(0);
+    assert_eq!(page_report, file_report);
+    // The independent checker (tests/it/support/relational_checker.rs) on both downloads; Mondrian's
+    // regions are checked for containment in the browser test, here each class against its model.
+    let adult = adult_original();
+    check_generalized_csv(&adult, &spec_of("l-diversity", 2.0), &csv.body, false);
+    let k10 = get(ui, &format!("/api/v1/sweeps/{id}/releases/1/release.csv")).await;
+    check_generalized_csv(&adult, &spec_of("k-anonymity", 10.0), &k10.body, false);
+
+    // One class's sensitive distribution against the table's.
+    let class = get(ui, &format!("/api/v1/sweeps/{id}/releases/1/classes/0"))
+        .await
+        .json();
+    let s = &class["sensitive"];
+    assert_eq!(s["attribute"], "occupation");
+    let in_class: u64 = s["class"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(in_class, class["size"].as_u64().unwrap());
+    assert!(in_class >= 10);
+    let in_table: u64 = s["table"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(in_table, 45_222);
+    get(
+        ui,
+        &format!("/api/v1/sweeps/{id}/releases/1/classes/{}", u32::MAX),
+    )
+    .await
+    .error(404, "not_found", Some("c"));
+    daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_sweep_frees_its_job_place() {
+    let mut config = Config::embedded_defaults();
+    config.tables.max_concurrent_jobs = 1;
+    let daemon = Workbench::start(config).await;
+    let ui = daemon.ui;
+    let table = post(ui, "/api/v1/tables", &json!({"example": "adult"}))
+        .await
+        .json();
+    // The default sweep: dozens of releases, far from done when cancelled.
+    let body = json!({"table": table["table"], "job": adult_job(), "queries": 50});
+    let first = post(ui, "/api/v1/sweeps", &body).await;
+    assert_eq!(first.status, 202);
+    let id = first.json()["sweep"].as_str().unwrap().to_string();
+    let busy = post(ui, "/api/v1/sweeps", &body).await;
+    let message = busy.error(429, "resource_exhausted", None);
+    assert!(message.contains("tables.max_concurrent_jobs"), "{message}");
+    let cancelled = call(ui, "DELETE", &format!("/api/v1/sweeps/{id}"), None, None).await;
+    assert_eq!(cancelled.status, 200);
+    assert_eq!(cancelled.json()["state"], "cancelled");
+    // The place comes back once the releases have seen the flag.
+    let mut started = None;
+    for _ in 0..600 {
+        let again = post(ui, "/api/v1/sweeps", &body).await;
+        if again.status == 202 {
+            started = Some(again.json()["sweep"].as_str().unwrap().to_string());
+            break;
+        }
+        assert_eq!(again.status, 429);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = started.expect("the cancelled sweep's place was freed");
+    let status = get(ui, &format!("/api/v1/sweeps/{id}")).await.json();
+    assert_eq!(status["state"], "cancelled");
+    assert!(status["done"].as_u64().unwrap() < status["total"].as_u64().unwrap());
+    call(ui, "DELETE", &format!("/api/v1/sweeps/{again}"), None, None).await;
+    daemon.shutdown().await;
+}
+
+const SMALL_CSV: &str = "age,sex,disease\n30,Male,flu\n31,Female,cold\n32,Male,flu\n33,Female,cough\n34,Male,cold\n35,Female,flu\n";
+const SMALL_JOB: &str = "input = \"small.csv\"\n[columns]\nage = { role = \"quasi\", kind = \"numeric\" }\nsex = { role = \"quasi\", hierarchy = \"sex.csv\" }\ndisease = { role = \"sensitive\" }\n[privacy]\nk = 2\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_the_error_shape_naming_the_field() {
+    let mut config = Config::embedded_defaults();
+    config.tables.max_bytes = 4096;
+    config.tables.max_rows = 10;
+    let daemon = Workbench::start(config).await;
+    let ui = daemon.ui;
+
+    // A body past tables.max_bytes: refused by its declared length before any of it is sent...
+    let mut stream = tokio::net::TcpStream::connect(ui).await.unwrap();
+    let head = format!(
+        "POST /api/v1/tables HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        1u64 << 40
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let reply = read_reply(&mut stream).await;
+    reply.error(413, "resource_exhausted", Some("body"));
+    // ... and, without a length, as soon as it passes the limit.
+    let mut stream = tokio::net::TcpStream::connect(ui).await.unwrap();
+    let head = format!(
+        "POST /api/v1/tables HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 1024];
+    for _ in 0..8 {
+        let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
+        if stream.write_all(&framed).await.is_err() {
+            break;
+        }
+    }
+    read_reply(&mut stream)
+        .await
+        .error(413, "resource_exhausted", Some("body"));
+
+    let too_many: String = std::iter::once("age,sex,disease\n".to_string())
+        .chain((0..11).map(|i| format!("{},Male,flu\n", 20 + i)))
+        .collect();
+    post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "t.csv", "csv": too_many}),
+    )
+    .await
+    .error(413, "resource_exhausted", Some("csv"));
+    post(ui, "/api/v1/tables", &json!({"example": "nope"}))
+        .await
+        .error(400, "invalid_argument", Some("example"));
+    post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "t.csv", "csv": "a,b\n1,2\n", "bogus": 1}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("body"));
+
+    let table = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "small.csv", "csv": SMALL_CSV, "hierarchies": {"sex.csv": "Male;*\nFemale;*\n"}}),
+    )
+    .await;
+    table.status_is(200);
+    let table = table.json();
+    assert_eq!(table["columns"][1]["hierarchies"], json!(["sex.csv"]));
+    assert_eq!(table["columns"][0]["kind"], "numeric");
+    let id = table["table"].clone();
+    let sweep = |extra: Value| {
+        let mut body = json!({"table": id, "job": SMALL_JOB, "k": [2], "l": [], "t": [], "delta": [], "queries": 10});
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        body
+    };
+    // Each bad field is refused by name.
+    for (extra, field) in [
+        (json!({"k": [0]}), "k"),
+        (json!({"t_distance": "hamming"}), "t_distance"),
+        (json!({"algorithms": ["incognito"]}), "algorithms"),
+        (json!({"job": "[columns\nage = 1"}), "job"),
+    ] {
+        post(ui, "/api/v1/sweeps", &sweep(extra))
+            .await
+            .error(400, "invalid_argument", Some(field));
+    }
+    let unknown = SMALL_JOB.replace("disease = ", "illness = ");
+    let message = post(ui, "/api/v1/sweeps", &sweep(json!({"job": unknown})))
+        .await
+        .error(400, "invalid_argument", Some("job"));
+    assert!(message.contains("illness"), "{message}");
+    let elsewhere = SMALL_JOB.replace("\"sex.csv\"", "\"/etc/passwd\"");
+    post(ui, "/api/v1/sweeps", &sweep(json!({"job": elsewhere})))
+        .await
+        .error(400, "invalid_argument", Some("job"));
+    post(ui, "/api/v1/sweeps", &sweep(json!({"table": "0123"})))
+        .await
+        .error(404, "not_found", Some("table"));
+    get(ui, "/api/v1/sweeps/feedface")
+        .await
+        .error(404, "not_found", Some("id"));
+
+    // A good sweep on the small table runs, and a release it cannot make is left out.
+    let ok = post(
+        ui,
+        "/api/v1/sweeps",
+        &sweep(json!({"k": [2, 50], "methods": ["generalization"]})),
+    )
+    .await;
+    ok.status_is(202);
+    let sid = ok.json()["sweep"].as_str().unwrap().to_string();
+    let status = wait_done(ui, &sid).await;
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(status["points"].as_array().unwrap().len(), 1);
+    assert_eq!(status["left_out"][0]["release"], 1);
+    get(ui, &format!("/api/v1/sweeps/{sid}/releases/7"))
+        .await
+        .error(404, "not_found", Some("n"));
+    get(ui, &format!("/api/v1/sweeps/{sid}/releases/1"))
+        .await
+        .error(409, "failed_precondition", None);
+    daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_roles_scopes_and_security_headers() {
+    let daemon = Workbench::start(secured_config()).await;
+    let ui = daemon.ui;
+    // The page is public and every response carries the security headers.
+    for path in ["/", "/app.js", "/app.css", "/LICENSES.txt"] {
+        let reply = get(ui, path).await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert!(
+            reply
+                .header("content-security-policy")
+                .contains("default-src 'none'; script-src 'self'"),
+            "{path}"
+        );
+        assert_eq!(reply.header("x-content-type-options"), "nosniff");
+        assert_eq!(reply.header("referrer-policy"), "no-referrer");
+        assert_eq!(reply.header("x-frame-options"), "DENY");
+    }
+    let index = String::from_utf8(get(ui, "/").await.body).unwrap();
+    assert!(index.contains("app.js") && index.contains("app.css"));
+
+    let none = get(ui, "/api/v1/session").await;
+    none.error(401, "unauthenticated", Some("authorization"));
+    assert_eq!(none.header("cache-control"), "no-store");
+    assert!(
+        none.header("content-security-policy")
+            .contains("frame-ancestors 'none'")
+    );
+    call(ui, "GET", "/api/v1/session", Some("not-a-token"), None)
+        .await
+        .error(401, "unauthenticated", Some("authorization"));
+    let consumer = call(
+        ui,
+        "GET",
+        "/api/v1/examples",
+        Some(&token_of("reader")),
+        None,
+    )
+    .await;
+    let message = consumer.error(403, "permission_denied", Some("role"));
+    assert!(!message.contains(&token_of("reader")));
+    let session = call(
+        ui,
+        "GET",
+        "/api/v1/session",
+        Some(&token_of("analyst")),
+        None,
+    )
+    .await;
+    assert_eq!(session.status, 200);
+    assert_eq!(session.header("cache-control"), "no-store");
+    let session = session.json();
+    assert_eq!(session["principal"], "analyst");
+    assert_eq!(session["role"], "analyst");
+    assert_eq!(session["auth_required"], true);
+    assert!(session["limits"]["max_rows"].as_u64().unwrap() > 0);
+
+    // A principal sees only its own tables.
+    let body = serde_json::to_vec(&json!({"name": "small.csv", "csv": SMALL_CSV, "hierarchies": {"sex.csv": "Male;*\nFemale;*\n"}})).unwrap();
+    let table = call(
+        ui,
+        "POST",
+        "/api/v1/tables",
+        Some(&token_of("analyst")),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(table.status, 200);
+    let sweep = serde_json::to_vec(&json!({"table": table.json()["table"], "job": SMALL_JOB, "k": [2], "l": [], "t": [], "delta": [], "queries": 10})).unwrap();
+    call(
+        ui,
+        "POST",
+        "/api/v1/sweeps",
+        Some(&token_of("ops")),
+        Some(&sweep),
+    )
+    .await
+    .error(404, "not_found", Some("table"));
+    let mine = call(
+        ui,
+        "POST",
+        "/api/v1/sweeps",
+        Some(&token_of("analyst")),
+        Some(&sweep),
+    )
+    .await;
+    mine.status_is(202);
+    let sid = mine.json()["sweep"].as_str().unwrap().to_string();
+    call(
+        ui,
+        "GET",
+        &format!("/api/v1/sweeps/{sid}"),
+        Some(&token_of("ops")),
+        None,
+    )
+    .await
+    .error(404, "not_found", Some("id"));
+    daemon.shutdown().await;
+}
+
+#[test]
+fn a_non_loopback_ui_listen_is_refused_at_validation() {
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let err = Config::load_with_env(None, env(&[("CLOAKD_UI__LISTEN", "\"0.0.0.0:8080\"")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("ui.listen"), "{err}");
+    assert!(
+        err.contains("loopback") && err.contains("in clear"),
+        "{err}"
+    );
+    let on =
+        Config::load_with_env(None, env(&[("CLOAKD_UI__LISTEN", "\"127.0.0.1:8080\"")])).unwrap();
+    assert_eq!(on.ui.listen, Some("127.0.0.1:8080".parse().unwrap()));
+    assert_eq!(Config::embedded_defaults().ui.listen, None);
+    let err = Config::load_with_env(None, env(&[("CLOAKD_UI__MAX_TABLES", "0")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("ui.max_tables"), "{err}");
+}

@@ -1,0 +1,4 @@
+//! The analyst's workbench: its HTTP API and the page in headless Chromium.
+
+mod api;
+mod browser;
