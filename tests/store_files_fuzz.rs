@@ -121,7 +121,7 @@ fn base() -> &'static Base {
                 let p = e.unwrap().path();
                 if p.is_dir() {
                     stack.push(p);
-                } else if !p.ends_with(".lock") {
+                } else {
                     let rel = p.strip_prefix(dir.path()).unwrap().to_path_buf();
                     files.push((rel, std::fs::read(&p).unwrap()));
                 }
@@ -184,7 +184,12 @@ fn mutate(bytes: &[u8], m: &Mutation, base: &Base) -> Vec<u8> {
         }
         Mutation::CopyRelease(from) => {
             let path = &base.releases[*from % base.releases.len()];
-            base.files.iter().find(|(p, _)| p == path).unwrap().1.clone()
+            base.files
+                .iter()
+                .find(|(p, _)| p == path)
+                .unwrap()
+                .1
+                .clone()
         }
     }
 }

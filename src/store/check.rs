@@ -40,10 +40,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::StoreError;
+use super::ack_journal::{ACKS_FILE, Lost, Verdict};
 use super::record_log::{LogEntry, WindowClose};
 use super::release_store::WindowOutcome;
 use super::released_windows::{OutcomeFile, list_window_files};
-use super::ack_journal::{ACKS_FILE, Lost, Verdict};
 use super::released_windows::{Placed, read_placed_file};
 use super::transaction_log::{LOG_FILE, LogEnd, SEAL_FILE, TransactionLog, scan_log};
 use crate::transactions::{Mode, Params};
@@ -161,7 +161,8 @@ impl Report {
             rule: format!(
                 "{}{}{}; see `cloakd store check` and `cloakd store repair` (docs/operations.md)",
                 first.finding.rule,
-                if self.lost.is_empty() || first.finding.rule.contains("acknowledged records lost") {
+                if self.lost.is_empty() || first.finding.rule.contains("acknowledged records lost")
+                {
                     String::new()
                 } else {
                     format!(
@@ -640,7 +641,11 @@ pub fn apply_repair(
                 if !target.exists() {
                     std::fs::copy(&journal, &target)
                         .map_err(StoreError::io(&target, "backing up the journal"))?;
-                    done.push(format!("copied {} to {}", journal.display(), target.display()));
+                    done.push(format!(
+                        "copied {} to {}",
+                        journal.display(),
+                        target.display()
+                    ));
                 }
                 let file = std::fs::OpenOptions::new()
                     .write(true)

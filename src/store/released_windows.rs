@@ -259,7 +259,9 @@ pub fn verify_placed(
         }
         let payload = &body[at..];
         return match kind {
-            OutcomeKind::Released => Ok((WindowOutcome::Released(payload.to_vec()), Placed::Proven)),
+            OutcomeKind::Released => {
+                Ok((WindowOutcome::Released(payload.to_vec()), Placed::Proven))
+            }
             OutcomeKind::Failed => failure(payload).map(|o| (o, Placed::Proven)),
         };
     }
@@ -380,13 +382,13 @@ pub fn read_outcome_file(file: &OutcomeFile) -> Result<WindowOutcome, StoreError
 pub fn read_placed_file(file: &OutcomeFile) -> Result<(WindowOutcome, Placed), StoreError> {
     let bytes =
         std::fs::read(&file.path).map_err(StoreError::io(&file.path, "reading a window file"))?;
-    verify_placed(&bytes, file.kind, &file.stream, file.window_id).map_err(
-        |(offset, rule)| StoreError::Corrupt {
+    verify_placed(&bytes, file.kind, &file.stream, file.window_id).map_err(|(offset, rule)| {
+        StoreError::Corrupt {
             path: file.path.clone(),
             offset,
             rule,
-        },
-    )
+        }
+    })
 }
 
 impl ReleasedWindows {

@@ -243,7 +243,10 @@ pub fn read_journal(dir: &Path) -> Result<Journal, StoreError> {
     match std::fs::read(&path) {
         Ok(bytes) => Ok(Journal::decode(Some(&bytes))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Journal::decode(None)),
-        Err(e) => Err(StoreError::io(&path, "reading the journal of acknowledged batches")(e)),
+        Err(e) => Err(StoreError::io(
+            &path,
+            "reading the journal of acknowledged batches",
+        )(e)),
     }
 }
 
@@ -307,18 +310,27 @@ impl AcksFile {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(StoreError::io(&path, "opening the journal of acknowledged batches"))?;
+            .map_err(StoreError::io(
+                &path,
+                "opening the journal of acknowledged batches",
+            ))?;
         if created {
             super::sync_dir(dir)?;
         }
         let len = file
             .metadata()
-            .map_err(StoreError::io(&path, "opening the journal of acknowledged batches"))?
+            .map_err(StoreError::io(
+                &path,
+                "opening the journal of acknowledged batches",
+            ))?
             .len();
         if len != valid_len {
             file.set_len(valid_len)
                 .and_then(|()| file.sync_all())
-                .map_err(StoreError::io(&path, "cutting the torn tail of the journal"))?;
+                .map_err(StoreError::io(
+                    &path,
+                    "cutting the torn tail of the journal",
+                ))?;
         }
         file.seek(SeekFrom::Start(valid_len))
             .map_err(StoreError::io(&path, "seeking to the end of the journal"))?;
@@ -335,7 +347,10 @@ impl AcksFile {
             .file
             .write_all(frame)
             .and_then(|()| self.file.sync_data())
-            .map_err(StoreError::io(&self.path, "appending to the journal of acknowledged batches"));
+            .map_err(StoreError::io(
+                &self.path,
+                "appending to the journal of acknowledged batches",
+            ));
         match result {
             Ok(()) => {
                 self.durable_len += frame.len() as u64;
@@ -1061,7 +1076,10 @@ mod tests {
         std::fs::remove_file(dir.path().join(SEAL_FILE)).unwrap();
         match FileRecordLog::open(dir.path()).unwrap_err() {
             StoreError::Corrupt { rule, .. } => {
-                assert!(rule.contains("2 acknowledged records lost (2 of window 0 of stream \"a\")"), "{rule}")
+                assert!(
+                    rule.contains("2 acknowledged records lost (2 of window 0 of stream \"a\")"),
+                    "{rule}"
+                )
             }
             e => panic!("{e}"),
         }
