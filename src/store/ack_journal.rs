@@ -320,7 +320,7 @@ impl Verdict {
     /// The lost records as text: "N acknowledged records lost: k of window w of stream "s", ...".
     pub fn describe_lost(&self) -> String {
         if self.lost.is_empty() {
-            return "no acknowledged record is missing from the log, but its bytes differ from what was acknowledged".into();
+            return "no acknowledged record is missing from the log, but acknowledged entries past that byte (window close markers) are missing or changed".into();
         }
         let windows: Vec<String> = self
             .lost
