@@ -441,7 +441,7 @@ async fn a_release_copied_over_another_window_is_refused_everywhere_and_rebuilt(
     served_until_data_loss(channel, 3).await;
     daemon.stop();
 
-    repair_and_release_once(&s, &[three.clone()], &before).await;
+    repair_and_release_once(&s, std::slice::from_ref(&three), &before).await;
     assert_eq!(
         std::fs::read(&three).unwrap(),
         stored,
