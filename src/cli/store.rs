@@ -69,13 +69,25 @@ fn check(dir: &std::path::Path, out: &mut impl Write) -> anyhow::Result<bool> {
     for note in &report.notes {
         writeln!(out, "NOTE {note}")?;
     }
+    if report.lost_records() > 0 {
+        writeln!(
+            out,
+            "LOST {}",
+            crate::store::ack_journal::Verdict {
+                lost: report.lost.clone(),
+                ..Default::default()
+            }
+            .describe_lost()
+        )?;
+    }
     writeln!(
         out,
-        "{}: {} log entries, {} window files, {} problems",
+        "{}: {} log entries, {} window files, {} problems, {} acknowledged records lost",
         dir.display(),
         report.log_entries,
         report.window_files,
-        report.problems.len()
+        report.problems.len(),
+        report.lost_records()
     )?;
     Ok(report.problems.is_empty())
 }

@@ -15,7 +15,11 @@
 //! 4. Every release (or failure) file belongs to a window closed in the log, with the number of
 //!    records its close marker says: a release without a close marker would let records be
 //!    acknowledged into a window already released.
-//! 5. A window has one outcome file, and a release file reads and verifies.
+//! 5. A window has one outcome file, and a release file reads and verifies, in its place: it names
+//!    the stream and window it is filed under ([`super::released_windows`] invariant 5).
+//! 6. Every batch the journal of acknowledged batches names is still in the log
+//!    ([`super::ack_journal`] invariant 3); otherwise the acknowledged records lost are named per
+//!    stream and window ([`Report::lost`]), and the check never passes while they are.
 //!
 //! Not problems, but reported: a torn tail without a seal (cut at start), a closed window below the
 //! highest released one without a file (re-anonymized from the log at start: the same bytes),
@@ -26,16 +30,21 @@
 //! plan only if every problem has a fix, first copying each file it changes into
 //! `repair-backup-<unix seconds>/` of the data directory. Fixes: cut the log at its first bad
 //! frame (everything after it is lost, and said so); remove a seal that does not match; move a
-//! damaged outcome file away when the log holds its window whole (it is re-anonymized at start, the
+//! damaged or misplaced outcome file away when the log holds its window whole (it is re-anonymized at start, the
 //! same bytes); append the close marker of a released window whose marker was lost, rebuilt from
-//! the release (its parameters and record count), so that nothing is acknowledged into it again.
+//! the release (its parameters and record count), so that nothing is acknowledged into it again;
+//! cut the journal where the log stops proving it, which is the explicit acceptance of the named
+//! loss (printed as `LOST for good: ...`); cut a damaged journal (the log's batches past the cut are
+//! journaled again at start).
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::StoreError;
+use super::ack_journal::{ACKS_FILE, Lost, Verdict};
 use super::record_log::{LogEntry, WindowClose};
 use super::release_store::WindowOutcome;
-use super::released_windows::{OutcomeFile, list_window_files, read_outcome_file};
+use super::released_windows::{OutcomeFile, list_window_files};
+use super::released_windows::{Placed, read_placed_file};
 use super::transaction_log::{LOG_FILE, LogEnd, SEAL_FILE, TransactionLog, scan_log};
 use crate::transactions::{Mode, Params};
 
@@ -70,6 +79,11 @@ pub enum Fix {
     MoveAway(PathBuf),
     /// Append the close marker of a released window, rebuilt from its release.
     AppendClose(WindowClose),
+    /// Cut the journal of acknowledged batches at `at`, accepting that the acknowledged records
+    /// `lost` are gone.
+    AcceptLoss { at: u64, lost: Vec<Lost> },
+    /// Cut a damaged journal at `at`: the log's batches after it are journaled again at start.
+    CutJournal { at: u64 },
 }
 
 impl std::fmt::Display for Fix {
@@ -80,6 +94,19 @@ impl std::fmt::Display for Fix {
                 "cut {LOG_FILE} at byte {at}, dropping {dropped} bytes (every entry in them is lost; a record id in them is forgotten and a re-published one is taken as new)"
             ),
             Fix::RemoveSeal => write!(f, "remove {SEAL_FILE}"),
+            Fix::AcceptLoss { at, lost } => write!(
+                f,
+                "cut {ACKS_FILE} at byte {at}, accepting the loss: {}; they are never released, and a producer that publishes their ids again is taken as new",
+                Verdict {
+                    lost: lost.clone(),
+                    ..Verdict::default()
+                }
+                .describe_lost()
+            ),
+            Fix::CutJournal { at } => write!(
+                f,
+                "cut {ACKS_FILE} at byte {at}; the log's batches after it are journaled again as they are at the next start"
+            ),
             Fix::MoveAway(path) => write!(
                 f,
                 "move {} into the backup; its window is re-anonymized from the log at the next start (the same bytes)",
@@ -112,6 +139,15 @@ pub struct Report {
     pub log_entries: usize,
     /// Outcome files.
     pub window_files: usize,
+    /// Acknowledged records the log no longer holds, per stream and window.
+    pub lost: Vec<Lost>,
+}
+
+impl Report {
+    /// Total of [`Self::lost`].
+    pub fn lost_records(&self) -> u64 {
+        self.lost.iter().map(|l| l.records).sum()
+    }
 }
 
 impl Report {
@@ -123,8 +159,21 @@ impl Report {
             path: first.finding.path.clone(),
             offset: first.finding.offset,
             rule: format!(
-                "{}{}; see `cloakd store check` and `cloakd store repair` (docs/operations.md)",
+                "{}{}{}; see `cloakd store check` and `cloakd store repair` (docs/operations.md)",
                 first.finding.rule,
+                if self.lost.is_empty() || first.finding.rule.contains("acknowledged records lost")
+                {
+                    String::new()
+                } else {
+                    format!(
+                        "; {}",
+                        Verdict {
+                            lost: self.lost.clone(),
+                            ..Verdict::default()
+                        }
+                        .describe_lost()
+                    )
+                },
                 if more > 0 {
                     format!(" (and {more} more problems)")
                 } else {
@@ -154,19 +203,10 @@ pub fn check_data_dir(dir: &Path) -> Result<Report, StoreError> {
     let (scan, seal_problem) = scan_log(dir)?;
     let mut report = Report {
         log_entries: scan.entries.len(),
+        lost: scan.verdict.lost.clone(),
         ..Report::default()
     };
-    if let Some((offset, rule)) = seal_problem {
-        report.problems.push(Problem {
-            finding: Finding {
-                path: dir.join(SEAL_FILE),
-                offset,
-                rule,
-            },
-            fix: Some(Fix::RemoveSeal),
-        });
-    }
-    match scan.problem() {
+    match scan.file_problem() {
         Some((offset, rule)) => {
             let fix = if scan.valid_len < scan.total_len {
                 Fix::CutLog {
@@ -195,20 +235,73 @@ pub fn check_data_dir(dir: &Path) -> Result<Report, StoreError> {
                 });
             }
         }
-        None => {
-            if let LogEnd::Torn { offset, reason } = &scan.end {
+        None => match &scan.end {
+            LogEnd::Torn { offset, reason } if scan.verdict.unproven.is_some() => {
+                // Past acknowledged data that is lost: cut with it.
+                report.problems.push(Problem {
+                    finding: Finding {
+                        path: log_path.clone(),
+                        offset: *offset,
+                        rule: format!("{reason}, after acknowledged data that is lost"),
+                    },
+                    fix: Some(Fix::CutLog {
+                        at: scan.valid_len,
+                        dropped: scan.total_len - scan.valid_len,
+                    }),
+                });
+            }
+            LogEnd::Torn { offset, reason } => {
                 report.notes.push(Finding {
                     path: log_path.clone(),
                     offset: *offset,
                     rule: format!(
-                        "torn tail ({reason}, {} bytes) after a stop without a clean shutdown: cut at start; nothing in it was acknowledged",
-                        scan.total_len - offset
+                        "torn tail ({reason}, {} bytes) after a stop without a clean shutdown: cut at start; nothing in it was acknowledged ({})",
+                        scan.total_len - offset,
+                        if scan.journal.present {
+                            format!("{ACKS_FILE} names acknowledged batches up to byte {}", scan.verdict.proven_end)
+                        } else {
+                            format!("no {ACKS_FILE}: a data directory of an older version, which cannot prove it")
+                        }
                     ),
                 });
             }
-        }
+            _ => {}
+        },
     }
 
+    if let (Some((offset, rule)), Some(unproven)) = (scan.lost_problem(), scan.verdict.unproven) {
+        report.problems.push(Problem {
+            finding: Finding {
+                path: log_path.clone(),
+                offset,
+                rule,
+            },
+            fix: Some(Fix::AcceptLoss {
+                at: unproven.journal_offset,
+                lost: scan.verdict.lost.clone(),
+            }),
+        });
+    }
+    if let Some((offset, rule)) = &scan.journal.corrupt {
+        report.problems.push(Problem {
+            finding: Finding {
+                path: dir.join(ACKS_FILE),
+                offset: *offset,
+                rule: rule.clone(),
+            },
+            fix: Some(Fix::CutJournal { at: *offset }),
+        });
+    }
+    if let Some((offset, rule)) = seal_problem {
+        report.problems.push(Problem {
+            finding: Finding {
+                path: dir.join(SEAL_FILE),
+                offset,
+                rule,
+            },
+            fix: Some(Fix::RemoveSeal),
+        });
+    }
     // Rules 1 to 3 over the valid prefix.
     let mut streams: BTreeMap<String, StreamWalk> = BTreeMap::new();
     let problem = |offset: u64, rule: String| Problem {
@@ -304,8 +397,19 @@ pub fn check_data_dir(dir: &Path) -> Result<Report, StoreError> {
         let file = outcome_files[0];
         let walk = streams.entry(stream.clone()).or_default();
         let closed = walk.closed.get(window_id).cloned();
-        let outcome = match read_outcome_file(file) {
-            Ok(outcome) => outcome,
+        let outcome = match read_placed_file(file) {
+            Ok((outcome, Placed::Proven)) => outcome,
+            Ok((outcome, Placed::LegacyFailure)) => {
+                report.notes.push(Finding {
+                    path: file.path.clone(),
+                    offset: 0,
+                    rule: format!(
+                        "failure file of window {window_id} of stream {} written by an older version: it holds only its reason and cannot prove it is filed under its own window (accepted)",
+                        crate::text::quote(stream)
+                    ),
+                });
+                outcome
+            }
             Err(StoreError::Corrupt { path, offset, rule }) => {
                 // The log holds the window whole: it is re-anonymized from it.
                 let rebuildable = closed
@@ -531,6 +635,37 @@ pub fn apply_repair(
                 done.push(format!("moved {} to {}", path.display(), target.display()));
             }
             Fix::AppendClose(close) => closes.push(LogEntry::Close(close.clone())),
+            Fix::AcceptLoss { at, .. } | Fix::CutJournal { at } => {
+                let journal = dir.join(ACKS_FILE);
+                let target = backup_of(&journal)?;
+                if !target.exists() {
+                    std::fs::copy(&journal, &target)
+                        .map_err(StoreError::io(&target, "backing up the journal"))?;
+                    done.push(format!(
+                        "copied {} to {}",
+                        journal.display(),
+                        target.display()
+                    ));
+                }
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&journal)
+                    .map_err(StoreError::io(&journal, "opening the journal to cut it"))?;
+                file.set_len(*at)
+                    .and_then(|()| file.sync_all())
+                    .map_err(StoreError::io(&journal, "cutting the journal"))?;
+                done.push(format!("cut {} at byte {at}", journal.display()));
+                if let Fix::AcceptLoss { lost, .. } = fix {
+                    done.push(format!(
+                        "LOST for good: {}",
+                        Verdict {
+                            lost: lost.clone(),
+                            ..Verdict::default()
+                        }
+                        .describe_lost()
+                    ));
+                }
+            }
         }
     }
     super::sync_dir(dir)?;

@@ -9,6 +9,7 @@
 //! a second daemon off the same directory; [`check`] holds the rules between the log and the release
 //! files, checked before the daemon opens them and by `cloakd store check` / `cloakd store repair`. [`faults`] wraps any implementation to fail or tear its
 //! writes on command, for tests of everything above the seam.
+pub mod ack_journal;
 pub mod check;
 pub mod faults;
 pub mod jetstream;

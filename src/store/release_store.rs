@@ -11,6 +11,10 @@
 //! 3. **In order.** The writer stores the windows of a stream in increasing id without gaps, so
 //!    [`ReleaseStore::next_unreleased`] (one past the highest stored window) is where releasing
 //!    resumes, and `0..next_unreleased` can all be read.
+//! 4. **In its place.** [`ReleaseStore::read`] returns only an outcome stored for that stream and
+//!    window; one that cannot be shown to be (a file copied over another window's) is an error,
+//!    never served. (The file store checks the place its header names; JetStream keys each outcome
+//!    by a subject naming its stream and window.)
 
 use async_trait::async_trait;
 

@@ -2,10 +2,16 @@
 //!
 //! Layout: `<data_dir>/windows/<hex of stream name>/<window id, 20 digits>.released` holds the exact
 //! bytes sent to subscribers (an encoded `ReleasedWindow`); `<...>.failed` instead records that the
-//! window could not be anonymized (its text is the reason) and is never released. Each file is a
-//! header `CLKWIN01` + payload length (u32 LE) + CRC-32 of the payload (u32 LE), then the payload
-//! ([`encode_outcome_file`]). Files written before the header existed (no `CLKWIN01`) are read when
-//! their content names the right stream and window.
+//! window could not be anonymized (its text is the reason) and is never released.
+//!
+//! # File format (versioned)
+//! * **Version 2** (written now, [`encode_outcome_file`]): `CLKWIN02`, body length (u32 LE),
+//!   CRC-32 of the body (u32 LE), then the body: window id (u64 LE), kind (1 release, 2 failure),
+//!   stream name length (u32 LE), stream name (UTF-8), payload.
+//! * **Version 1** (older versions): `CLKWIN01`, payload length (u32 LE), CRC-32 of the payload
+//!   (u32 LE), payload. **Headerless** files (older still) are the payload alone.
+//!
+//! Every version is read.
 //!
 //! # Invariants
 //! 1. **Atomic.** A window file is written to `<name>.tmp`, fsync'd, renamed into place and the
@@ -22,6 +28,16 @@
 //!    [`StoreError::Corrupt`] naming the file, the byte offset and the rule, never served as a
 //!    window. A damaged file is never rewritten either (invariant 2): `cloakd store repair` moves it
 //!    away explicitly.
+//!
+//! 5. **In its place.** A file is served only as the outcome of the window it is filed under: a
+//!    version-2 header must name that stream, window and kind; a release of version 1 or without a
+//!    header must decode as a `ReleasedWindow` naming that stream and window. Anything else (a file
+//!    copied over another window's, two files swapped, a failure renamed to a release) is
+//!    [`StoreError::Corrupt`] with the rule "misplaced window file", at check, at start and on
+//!    every read: never served, so no window is released twice and none is skipped.
+//!    A *failure* file of version 1 or without header holds only its reason and cannot prove its
+//!    place: it is still read (data directories of older versions keep working), and `cloakd store
+//!    check` notes each one ([`Placed::LegacyFailure`]).
 //!
 //! These are the [`ReleaseStore`] contract; the trait methods run the blocking file work on tokio's
 //! blocking pool.
@@ -45,15 +61,36 @@ pub struct ReleasedWindows {
     root: PathBuf,
 }
 
-/// Header of a window file: magic, payload length, CRC-32 of the payload.
-const MAGIC: &[u8; 8] = b"CLKWIN01";
+/// Header of a version-1 window file: magic, payload length, CRC-32 of the payload.
+const MAGIC_V1: &[u8; 8] = b"CLKWIN01";
+/// Header of a version-2 window file: magic, body length, CRC-32 of the body; the body is the
+/// file's place (window id, kind, stream) followed by the payload.
+const MAGIC_V2: &[u8; 8] = b"CLKWIN02";
 const HEADER: usize = 16;
+/// Longest stream name a version-2 header holds (longer names are refused on write).
+const MAX_STREAM_BYTES: usize = 64 << 10;
 
 /// Whether a window file holds a release or a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutcomeKind {
     Released,
     Failed,
+}
+
+impl OutcomeKind {
+    fn code(self) -> u8 {
+        match self {
+            OutcomeKind::Released => 1,
+            OutcomeKind::Failed => 2,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            OutcomeKind::Released => "release",
+            OutcomeKind::Failed => "failure",
+        }
+    }
 }
 
 /// One outcome file found in the windows directory.
@@ -73,41 +110,110 @@ pub struct WindowFiles {
     pub unknown: Vec<PathBuf>,
 }
 
-/// The bytes of the file holding `payload`.
-pub fn encode_outcome_file(payload: &[u8]) -> Vec<u8> {
+/// The bytes of the (version-2) file holding `payload` as the `kind` outcome of window
+/// `window_id` of `stream` (invariant 5).
+pub fn encode_outcome_file(
+    stream: &str,
+    window_id: u64,
+    kind: OutcomeKind,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut body = Vec::with_capacity(13 + stream.len() + payload.len());
+    body.extend_from_slice(&window_id.to_le_bytes());
+    body.push(kind.code());
+    body.extend_from_slice(&(stream.len() as u32).to_le_bytes());
+    body.extend_from_slice(stream.as_bytes());
+    body.extend_from_slice(payload);
+    let mut crc = flate2::Crc::new();
+    crc.update(&body);
+    let mut out = Vec::with_capacity(HEADER + body.len());
+    out.extend_from_slice(MAGIC_V2);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The bytes of a version-1 file (written by older versions; kept for tests of reading them).
+pub fn encode_outcome_file_v1(payload: &[u8]) -> Vec<u8> {
     let mut crc = flate2::Crc::new();
     crc.update(payload);
     let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(MAGIC_V1);
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc.sum().to_le_bytes());
     out.extend_from_slice(payload);
     out
 }
 
-/// Verifies the bytes of window `window_id` of `stream`'s outcome file (invariant 4): the outcome,
-/// or (byte offset, rule).
+/// Whether a verified outcome file proves its place by itself (version 2, or a release naming its
+/// stream and window), or is a failure file of an older version that cannot (invariant 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    Proven,
+    LegacyFailure,
+}
+
+/// The rule a misplaced file breaks.
+fn misplaced(
+    kind: OutcomeKind,
+    stream: &str,
+    window_id: u64,
+    found_kind: OutcomeKind,
+    found_stream: &str,
+    found_window: u64,
+) -> String {
+    format!(
+        "misplaced window file: filed as the {} of window {window_id} of stream {}, it is the {} of window {found_window} of stream {} (a window file must name the stream and window it is filed under)",
+        kind.name(),
+        crate::text::quote(stream),
+        found_kind.name(),
+        crate::text::quote(found_stream),
+    )
+}
+
+/// Verifies the bytes of window `window_id` of `stream`'s outcome file (invariants 4 and 5): the
+/// outcome, or (byte offset, rule).
 pub fn verify_outcome_file(
     bytes: &[u8],
     kind: OutcomeKind,
     stream: &str,
     window_id: u64,
 ) -> Result<WindowOutcome, (u64, String)> {
-    let payload = if let Some(header) = bytes.get(..HEADER).filter(|h| h.starts_with(MAGIC)) {
-        let len = u32::from_le_bytes([header[8], header[9], header[10], header[11]]) as usize;
-        let crc = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
-        let payload = &bytes[HEADER..];
-        if payload.len() != len {
+    verify_placed(bytes, kind, stream, window_id).map(|(outcome, _)| outcome)
+}
+
+/// [`verify_outcome_file`], also saying whether the file proved its place.
+pub fn verify_placed(
+    bytes: &[u8],
+    kind: OutcomeKind,
+    stream: &str,
+    window_id: u64,
+) -> Result<(WindowOutcome, Placed), (u64, String)> {
+    let headed = |magic: &[u8; 8]| {
+        bytes
+            .get(..HEADER)
+            .filter(|h| h.starts_with(magic))
+            .map(|h| {
+                (
+                    u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize,
+                    u32::from_le_bytes([h[12], h[13], h[14], h[15]]),
+                )
+            })
+    };
+    let checked = |len: usize, crc: u32| -> Result<&[u8], (u64, String)> {
+        let body = &bytes[HEADER..];
+        if body.len() != len {
             return Err((
-                (HEADER + payload.len().min(len)) as u64,
+                (HEADER + body.len().min(len)) as u64,
                 format!(
                     "the header announces {len} payload bytes, the file holds {}",
-                    payload.len()
+                    body.len()
                 ),
             ));
         }
         let mut actual = flate2::Crc::new();
-        actual.update(payload);
+        actual.update(body);
         if actual.sum() != crc {
             return Err((
                 HEADER as u64,
@@ -117,8 +223,54 @@ pub fn verify_outcome_file(
                 ),
             ));
         }
-        payload
-    } else if MAGIC.starts_with(bytes) || bytes.starts_with(&MAGIC[..4]) {
+        Ok(body)
+    };
+    if let Some((len, crc)) = headed(MAGIC_V2) {
+        let body = checked(len, crc)?;
+        let place = (|| {
+            let found_window = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+            let found_kind = match body.get(8)? {
+                1 => OutcomeKind::Released,
+                2 => OutcomeKind::Failed,
+                _ => return None,
+            };
+            let name_len = u32::from_le_bytes(body.get(9..13)?.try_into().ok()?) as usize;
+            let name = std::str::from_utf8(body.get(13..13usize.checked_add(name_len)?)?).ok()?;
+            Some((found_window, found_kind, name, 13 + name_len))
+        })();
+        let Some((found_window, found_kind, found_stream, at)) = place else {
+            return Err((
+                HEADER as u64,
+                "the header's place (window id, kind, stream name) does not decode".to_string(),
+            ));
+        };
+        if (found_window, found_kind, found_stream) != (window_id, kind, stream) {
+            return Err((
+                HEADER as u64,
+                misplaced(
+                    kind,
+                    stream,
+                    window_id,
+                    found_kind,
+                    found_stream,
+                    found_window,
+                ),
+            ));
+        }
+        let payload = &body[at..];
+        return match kind {
+            OutcomeKind::Released => {
+                Ok((WindowOutcome::Released(payload.to_vec()), Placed::Proven))
+            }
+            OutcomeKind::Failed => failure(payload).map(|o| (o, Placed::Proven)),
+        };
+    }
+    let payload = if let Some((len, crc)) = headed(MAGIC_V1) {
+        checked(len, crc)?
+    } else if MAGIC_V1.starts_with(bytes)
+        || MAGIC_V2.starts_with(bytes)
+        || bytes.starts_with(&MAGIC_V1[..4])
+    {
         return Err((
             bytes.len().min(HEADER) as u64,
             format!(
@@ -127,36 +279,41 @@ pub fn verify_outcome_file(
             ),
         ));
     } else {
-        // Written before the header existed: its content must name this window.
+        // Written before the header existed.
         bytes
     };
-    let headed = bytes.starts_with(MAGIC);
     match kind {
-        OutcomeKind::Released if headed => Ok(WindowOutcome::Released(payload.to_vec())),
+        // A release of an older version names its stream and window in its content.
         OutcomeKind::Released => {
             let window = <crate::proto::ReleasedWindow as prost::Message>::decode(payload)
                 .map_err(|e| (0, format!("the release does not decode: {e}")))?;
-            if window.stream != stream || window.window_id != window_id || window.report.is_none() {
+            if window.stream != stream || window.window_id != window_id {
                 return Err((
                     0,
-                    format!(
-                        "the file is not the release of window {window_id} of stream {stream:?}: it names window {} of stream {:?}{}",
+                    misplaced(
+                        kind,
+                        stream,
+                        window_id,
+                        kind,
+                        &window.stream,
                         window.window_id,
-                        window.stream,
-                        if window.report.is_none() {
-                            " and has no report"
-                        } else {
-                            ""
-                        }
                     ),
                 ));
             }
-            Ok(WindowOutcome::Released(payload.to_vec()))
+            if window.report.is_none() {
+                return Err((0, "the release has no report".to_string()));
+            }
+            Ok((WindowOutcome::Released(payload.to_vec()), Placed::Proven))
         }
-        OutcomeKind::Failed => match std::str::from_utf8(payload) {
-            Ok(reason) if !reason.is_empty() => Ok(WindowOutcome::Failed(reason.to_string())),
-            _ => Err((0, "the failure reason is empty or not UTF-8".to_string())),
-        },
+        // A failure file of an older version holds only its reason: accepted (documented).
+        OutcomeKind::Failed => failure(payload).map(|o| (o, Placed::LegacyFailure)),
+    }
+}
+
+fn failure(payload: &[u8]) -> Result<WindowOutcome, (u64, String)> {
+    match std::str::from_utf8(payload) {
+        Ok(reason) if !reason.is_empty() => Ok(WindowOutcome::Failed(reason.to_string())),
+        _ => Err((0, "the failure reason is empty or not UTF-8".to_string())),
     }
 }
 
@@ -216,17 +373,22 @@ pub fn list_window_files(data_dir: &Path) -> Result<WindowFiles, StoreError> {
     Ok(found)
 }
 
-/// Reads and verifies one outcome file (invariant 4).
+/// Reads and verifies one outcome file (invariants 4 and 5).
 pub fn read_outcome_file(file: &OutcomeFile) -> Result<WindowOutcome, StoreError> {
+    read_placed_file(file).map(|(outcome, _)| outcome)
+}
+
+/// [`read_outcome_file`], also saying whether the file proved its place.
+pub fn read_placed_file(file: &OutcomeFile) -> Result<(WindowOutcome, Placed), StoreError> {
     let bytes =
         std::fs::read(&file.path).map_err(StoreError::io(&file.path, "reading a window file"))?;
-    verify_outcome_file(&bytes, file.kind, &file.stream, file.window_id).map_err(
-        |(offset, rule)| StoreError::Corrupt {
+    verify_placed(&bytes, file.kind, &file.stream, file.window_id).map_err(|(offset, rule)| {
+        StoreError::Corrupt {
             path: file.path.clone(),
             offset,
             rule,
-        },
-    )
+        }
+    })
 }
 
 impl ReleasedWindows {
@@ -272,15 +434,23 @@ impl ReleasedWindows {
                 .map_err(StoreError::io(&dir, "creating a stream's window directory"))?;
             sync_dir(&self.root)?;
         }
-        let (ext, payload): (&str, &[u8]) = match outcome {
-            WindowOutcome::Released(bytes) => (RELEASED_EXT, bytes),
-            WindowOutcome::Failed(reason) => (FAILED_EXT, reason.as_bytes()),
+        let (ext, kind, payload): (&str, OutcomeKind, &[u8]) = match outcome {
+            WindowOutcome::Released(bytes) => (RELEASED_EXT, OutcomeKind::Released, bytes),
+            WindowOutcome::Failed(reason) => (FAILED_EXT, OutcomeKind::Failed, reason.as_bytes()),
         };
+        if stream.len() > MAX_STREAM_BYTES {
+            return Err(StoreError::Unavailable {
+                action: "writing a window file",
+                detail: format!(
+                    "stream names are at most {MAX_STREAM_BYTES} bytes in a window file's header"
+                ),
+            });
+        }
         let target = self.file(stream, window_id, ext);
         let tmp = self.file(stream, window_id, TMP_EXT);
         let mut file =
             std::fs::File::create(&tmp).map_err(StoreError::io(&tmp, "creating a window file"))?;
-        file.write_all(&encode_outcome_file(payload))
+        file.write_all(&encode_outcome_file(stream, window_id, kind, payload))
             .and_then(|()| file.sync_all())
             .map_err(StoreError::io(&tmp, "writing a window file"))?;
         drop(file);

@@ -7,18 +7,24 @@
 //! the payload (at most [`MAX_ENTRY_BYTES`]) is one [`LogEntry`] in its storage encoding
 //! ([`LogEntry::encode`]). A [`LogPosition`] is the byte offset of a frame. Beside it,
 //! `transactions.log.sealed` ([`SEAL_FILE`]) exists only while no daemon has the log open after a
-//! clean shutdown: it holds the log's length and the CRC-32 of all its bytes.
+//! clean shutdown: it holds the log's length and the CRC-32 of all its bytes. Beside them,
+//! `transactions.acks` is the journal of acknowledged batches ([`super::ack_journal`]).
 //!
 //! # Invariants (how the file gives the [`RecordLog`] contract)
 //! 1. **Durable prefix.** [`TransactionLog::append`] writes a whole batch with one `write` and then
-//!    `fdatasync`s (group commit); only after it returns `Ok` may any entry of the batch be
-//!    acknowledged or acted upon. So every acknowledged entry lies in the fsync'd prefix, and an
-//!    entry beyond it was never acknowledged.
+//!    `fdatasync`s (group commit), then journals the batch in `transactions.acks` and fsyncs that;
+//!    only after it returns `Ok` may any entry of the batch be acknowledged or acted upon. So every
+//!    acknowledged entry lies in the fsync'd prefix *and* is named by the journal; an entry beyond
+//!    the journal's last batch was never acknowledged.
 //! 2. **Torn tail, and only that.** A crash during an append can leave part of the last batch: the
 //!    file then ends inside a frame (an incomplete header, or a payload shorter than its length
 //!    field). That incomplete *last* frame, and nothing else, is a torn tail; [`TransactionLog::open`]
 //!    cuts it (and says so). It held nothing acknowledged only because no seal vouches for the
-//!    length (invariant 3) and the fsync of invariant 1 had not returned for its batch. Everything
+//!    length (invariant 3) and it lies past every batch the journal names (invariant 1): a log that
+//!    no longer holds a journaled batch — cut short, cut in the middle, changed — is lost
+//!    acknowledged data, refused and named per stream and window ([`LogScan::lost_problem`]),
+//!    never a torn tail. (A log without a journal, written by an older version, is journaled as it
+//!    is at its first open.) Everything
 //!    else is corruption and refused, naming the file, the byte offset and the rule
 //!    ([`super::StoreError::Corrupt`]): a complete frame whose checksum or encoding is wrong (even
 //!    the last one: a complete frame was written whole), a length field past
@@ -55,6 +61,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::StoreError;
+use super::ack_journal::{ACKS_FILE, Journal, Verdict, count_records, encode_ack};
 use super::record_log::{EntryOutcome, LogEntry, LogPosition, RecordLog, Replayed};
 use crate::telemetry::catalog;
 
@@ -112,6 +119,10 @@ pub struct LogScan {
     pub seal: Option<Seal>,
     /// CRC-32 of the whole file.
     pub crc: u32,
+    /// The journal of acknowledged batches beside the log ([`super::ack_journal`]).
+    pub journal: Journal,
+    /// What the journal proves about the log (its invariant 3).
+    pub verdict: Verdict,
 }
 
 /// The seal written at a clean shutdown: the log's length and the CRC-32 of its bytes.
@@ -148,6 +159,29 @@ impl LogScan {
     /// What is wrong with the log, if anything (offset in the log, rule): corruption (invariant 2),
     /// or any difference from the seal (invariant 3). A torn tail without a seal is not wrong.
     pub fn problem(&self) -> Option<(u64, String)> {
+        self.file_problem().or_else(|| self.lost_problem())
+    }
+
+    /// Acknowledged batches the log no longer proves (journal invariant 3), naming what is lost.
+    pub fn lost_problem(&self) -> Option<(u64, String)> {
+        if let Some(unproven) = &self.verdict.unproven {
+            return Some((
+                unproven.log_offset,
+                format!(
+                    "the log no longer holds what was acknowledged from byte {} on ({ACKS_FILE} names acknowledged batches up to byte {}, the log's valid part ends at byte {}): {}; acknowledged data is lost, not a torn tail",
+                    unproven.log_offset,
+                    unproven.acked_end,
+                    self.valid_len,
+                    self.verdict.describe_lost()
+                ),
+            ));
+        }
+        None
+    }
+
+    /// What is wrong with the log's own bytes: corruption (invariant 2) or any difference from the
+    /// seal (invariant 3).
+    pub fn file_problem(&self) -> Option<(u64, String)> {
         if let LogEnd::Corrupt { offset, rule } = &self.end {
             return Some((*offset, rule.clone()));
         }
@@ -199,7 +233,21 @@ pub fn scan_log(dir: &Path) -> Result<(LogScan, Option<(u64, String)>), StoreErr
         Ok(seal) => (seal, None),
         Err(rule) => (None, Some((0, rule))),
     };
-    Ok((scan_bytes(&bytes, seal), seal_problem))
+    let journal = read_journal(dir)?;
+    Ok((scan_bytes(&bytes, seal, journal), seal_problem))
+}
+
+/// The journal of acknowledged batches in `dir` as read ([`Journal::decode`]).
+pub fn read_journal(dir: &Path) -> Result<Journal, StoreError> {
+    let path = dir.join(ACKS_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok(Journal::decode(Some(&bytes))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Journal::decode(None)),
+        Err(e) => Err(StoreError::io(
+            &path,
+            "reading the journal of acknowledged batches",
+        )(e)),
+    }
 }
 
 /// The seal in `dir`, if any; `Ok(Err(rule))` if it is damaged.
@@ -212,12 +260,15 @@ pub fn read_seal(dir: &Path) -> Result<Result<Option<Seal>, String>, StoreError>
     }
 }
 
-/// Scans `bytes` (a whole log) under `seal`.
-pub fn scan_bytes(bytes: &[u8], seal: Option<Seal>) -> LogScan {
+/// Scans `bytes` (a whole log) under `seal` and `journal`.
+pub fn scan_bytes(bytes: &[u8], seal: Option<Seal>, journal: Journal) -> LogScan {
     let (entries, valid, end) = decode_frames(bytes);
     let mut crc = flate2::Crc::new();
     crc.update(bytes);
+    let verdict = journal.verdict(bytes, valid, &entries);
     LogScan {
+        journal,
+        verdict,
         entries,
         valid_len: valid,
         total_len: bytes.len() as u64,
@@ -236,6 +287,89 @@ pub struct TransactionLog {
     durable_len: u64,
     /// CRC-32 of the durable prefix, for the seal.
     crc: flate2::Crc,
+    /// The journal of acknowledged batches, positioned at its end.
+    acks: AcksFile,
+}
+
+/// The open journal of acknowledged batches ([`super::ack_journal`]).
+#[derive(Debug)]
+struct AcksFile {
+    path: PathBuf,
+    file: File,
+    durable_len: u64,
+}
+
+impl AcksFile {
+    /// Opens the journal of `dir` (creating it), cut to `valid_len` bytes.
+    fn open(dir: &Path, valid_len: u64) -> Result<AcksFile, StoreError> {
+        let path = dir.join(ACKS_FILE);
+        let created = !path.exists();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(StoreError::io(
+                &path,
+                "opening the journal of acknowledged batches",
+            ))?;
+        if created {
+            super::sync_dir(dir)?;
+        }
+        let len = file
+            .metadata()
+            .map_err(StoreError::io(
+                &path,
+                "opening the journal of acknowledged batches",
+            ))?
+            .len();
+        if len != valid_len {
+            file.set_len(valid_len)
+                .and_then(|()| file.sync_all())
+                .map_err(StoreError::io(
+                    &path,
+                    "cutting the torn tail of the journal",
+                ))?;
+        }
+        file.seek(SeekFrom::Start(valid_len))
+            .map_err(StoreError::io(&path, "seeking to the end of the journal"))?;
+        Ok(AcksFile {
+            path,
+            file,
+            durable_len: valid_len,
+        })
+    }
+
+    /// Appends one frame and fsyncs it (invariant 1 of the journal); on error cuts it back.
+    fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
+        let result = self
+            .file
+            .write_all(frame)
+            .and_then(|()| self.file.sync_data())
+            .map_err(StoreError::io(
+                &self.path,
+                "appending to the journal of acknowledged batches",
+            ));
+        match result {
+            Ok(()) => {
+                self.durable_len += frame.len() as u64;
+                Ok(())
+            }
+            Err(err) => {
+                let _ = self
+                    .file
+                    .set_len(self.durable_len)
+                    .and_then(|()| {
+                        self.file
+                            .seek(SeekFrom::Start(self.durable_len))
+                            .map(|_| ())
+                    })
+                    .and_then(|()| self.file.sync_all());
+                Err(err)
+            }
+        }
+    }
 }
 
 impl TransactionLog {
@@ -268,9 +402,16 @@ impl TransactionLog {
                 });
             }
         };
-        let scan = scan_bytes(&bytes, seal);
+        let scan = scan_bytes(&bytes, seal, read_journal(dir)?);
         if let Some((offset, rule)) = scan.problem() {
             return Err(StoreError::Corrupt { path, offset, rule });
+        }
+        if let Some((offset, rule)) = &scan.journal.corrupt {
+            return Err(StoreError::Corrupt {
+                path: dir.join(ACKS_FILE),
+                offset: *offset,
+                rule: rule.clone(),
+            });
         }
         let valid = scan.valid_len;
         let total = scan.total_len;
@@ -298,6 +439,19 @@ impl TransactionLog {
         };
         let mut crc = flate2::Crc::new();
         crc.update(&bytes[..valid as usize]);
+        let mut acks = AcksFile::open(dir, scan.journal.valid_len)?;
+        // Adopt what the journal does not name: the whole log of an older version, or a batch
+        // durable in the log whose acknowledgement was never written (journal invariant 1).
+        let acked_end = scan.journal.acked_end();
+        if valid > acked_end {
+            let counts = count_records(
+                scan.entries
+                    .iter()
+                    .filter(|(offset, _)| *offset >= acked_end)
+                    .map(|(_, e)| e),
+            );
+            acks.append(&encode_ack(acked_end, valid, crc.sum(), &counts))?;
+        }
         metrics::gauge!(catalog::TX_LOG_BYTES).set(valid as f64);
         Ok((
             TransactionLog {
@@ -305,6 +459,7 @@ impl TransactionLog {
                 file,
                 durable_len: valid,
                 crc,
+                acks,
             },
             scan.entries.into_iter().map(|(_, e)| e).collect(),
             recovery,
@@ -357,16 +512,32 @@ impl TransactionLog {
                     .sync_data()
                     .map_err(StoreError::io(&self.path, "fsyncing the log"))
             });
+        // The batch is durable; it is acknowledged once the journal says so (journal invariant 1).
+        let mut journaled = false;
+        let result = result.and_then(|()| {
+            self.crc.update(&buf);
+            journaled = true;
+            let end = self.durable_len + buf.len() as u64;
+            self.acks.append(&encode_ack(
+                self.durable_len,
+                end,
+                self.crc.sum(),
+                &count_records(entries),
+            ))
+        });
         match result {
             Ok(()) => {
                 metrics::histogram!(catalog::TX_LOG_FSYNC_SECONDS)
                     .record(started.elapsed().as_secs_f64());
                 self.durable_len += buf.len() as u64;
-                self.crc.update(&buf);
                 metrics::gauge!(catalog::TX_LOG_BYTES).set(self.durable_len as f64);
                 Ok(())
             }
             Err(err) => {
+                if journaled {
+                    // The CRC already took the batch in: recompute it over the durable prefix.
+                    self.crc = crc_of_prefix(&self.path, self.durable_len).unwrap_or_default();
+                }
                 // Best effort: cut the partial batch so the next append starts on a frame boundary.
                 // If this fails too, the torn tail is cut at the next open.
                 let _ = self
@@ -391,6 +562,15 @@ impl TransactionLog {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// CRC-32 of the first `len` bytes of the file at `path`.
+fn crc_of_prefix(path: &Path, len: u64) -> std::io::Result<flate2::Crc> {
+    let mut bytes = Vec::new();
+    File::open(path)?.take(len).read_to_end(&mut bytes)?;
+    let mut crc = flate2::Crc::new();
+    crc.update(&bytes);
+    Ok(crc)
 }
 
 /// Record ids and closed windows of one stream (invariant 5).
@@ -794,6 +974,8 @@ mod tests {
         let first = vec![record("a", 0, "r1", &["x"])];
         log.append(&first).unwrap();
         let durable = log.durable_len();
+        let acks_path = dir.path().join(ACKS_FILE);
+        let first_acks = std::fs::read(&acks_path).unwrap();
         let second = vec![record("a", 0, "r2", &["y", "z"]), close("a", 0, 2)];
         log.append(&second).unwrap();
         drop(log);
@@ -805,8 +987,24 @@ mod tests {
             e.encode_frame(&mut buf);
             frame_ends.push(durable as usize + buf.len());
         }
+        let full_acks = std::fs::read(&acks_path).unwrap();
         for cut in durable as usize..=full.len() {
             std::fs::write(dir.path().join(LOG_FILE), &full[..cut]).unwrap();
+            if cut < full.len() {
+                // The journal names the second batch acknowledged: its cut is lost data.
+                std::fs::write(&acks_path, &full_acks).unwrap();
+                match TransactionLog::open(dir.path()).unwrap_err() {
+                    StoreError::Corrupt { rule, .. } => {
+                        assert!(
+                            rule.contains("acknowledged data is lost, not a torn tail"),
+                            "{rule}"
+                        )
+                    }
+                    e => panic!("{e}"),
+                }
+            }
+            // A crash before the second batch was acknowledged: the journal names only the first.
+            std::fs::write(&acks_path, &first_acks).unwrap();
             let (log, entries, rec) = TransactionLog::open(dir.path()).unwrap();
             let complete = frame_ends.iter().filter(|&&end| end <= cut).count() - 1;
             assert_eq!(entries.len(), 1 + complete, "cut at {cut}");
@@ -877,8 +1075,20 @@ mod tests {
             StoreError::Corrupt { rule, .. } => assert!(rule.contains("acknowledged"), "{rule}"),
             e => panic!("{e}"),
         }
-        // Without the seal (a crash), the same bytes are a torn tail.
+        // Without the seal (a crash), the journal still names the batch acknowledged.
         std::fs::remove_file(dir.path().join(SEAL_FILE)).unwrap();
+        match FileRecordLog::open(dir.path()).unwrap_err() {
+            StoreError::Corrupt { rule, .. } => {
+                assert!(
+                    rule.contains("1 acknowledged records lost (1 of window 0 of stream \"a\")"),
+                    "{rule}"
+                )
+            }
+            e => panic!("{e}"),
+        }
+        // Without its acknowledgement (a crash before it was written), the same bytes are a torn
+        // tail.
+        std::fs::write(dir.path().join(ACKS_FILE), b"").unwrap();
         let (log, recovery) = FileRecordLog::open(dir.path()).unwrap();
         // What is cut is the incomplete last frame: every byte of the file past the valid prefix.
         assert_eq!(
@@ -960,6 +1170,10 @@ mod tests {
             let full = std::fs::read(&path).unwrap();
             let cut = (full.len() as f64 * cut_fraction) as usize;
             std::fs::write(&path, &full[..cut]).unwrap();
+            // Every byte was acknowledged: a cut is refused while the journal says so.
+            prop_assert_eq!(TransactionLog::open(dir.path()).is_ok(), cut == full.len());
+            // Without the journal (an older version's data directory), a prefix of whole entries.
+            std::fs::remove_file(dir.path().join(ACKS_FILE)).unwrap();
             let (_, entries, _) = TransactionLog::open(dir.path()).unwrap();
             prop_assert!(entries.len() <= model.len());
             prop_assert_eq!(&entries[..], &model[..entries.len()]);

@@ -265,7 +265,7 @@ pub const METRICS: &[MetricDef] = &[
     histogram(
         TX_LOG_FSYNC_SECONDS,
         &[],
-        "Time of one append to the transaction log (write and fsync of one group commit).",
+        "Time of one append to the transaction log (write and fsync of one group commit, then the append and fsync of its entry in the journal of acknowledged batches `transactions.acks`).",
         FSYNC_SECONDS,
     ),
     gauge(

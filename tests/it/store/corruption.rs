@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use cloakd::proto::{ReleasedRecord, ReleasedWindow, UtilityReport};
+use cloakd::store::ack_journal::{ACKS_FILE, Journal};
 use cloakd::store::check::{Fix, check_data_dir};
 use cloakd::store::transaction_log::{LOG_FILE, SEAL_FILE};
 use cloakd::store::{
@@ -270,8 +271,8 @@ async fn without_a_seal_every_flip_before_the_last_frame_is_refused_and_a_torn_t
         );
         snapshot.restore();
     }
-    // A cut inside the last frame is a torn tail: the last record was never acknowledged if its
-    // batch's fsync had not returned, which is what an unsealed torn frame means.
+    // A cut inside the last frame is a torn tail only if its batch was never acknowledged: the
+    // journal of acknowledged batches tells.
     let mut unacked = acked.clone();
     let last_id = unacked
         .keys()
@@ -279,8 +280,23 @@ async fn without_a_seal_every_flip_before_the_last_frame_is_refused_and_a_torn_t
         .cloned()
         .unwrap();
     unacked.remove(&last_id);
+    // The journal of acknowledged batches, and the same without its last batch (a crash after the
+    // batch's fsync, before its acknowledgement was written).
+    let acks_path = dir.path().join(ACKS_FILE);
+    let acks = std::fs::read(&acks_path).unwrap();
+    let last_ack = Journal::decode(Some(&acks)).acks.last().unwrap().offset as usize;
     for cut in last + 1..log.len() {
         std::fs::write(&log_path, &log[..cut]).unwrap();
+        // The last batch was acknowledged: cutting it is lost data, named, never a torn tail.
+        let report = check_data_dir(dir.path()).unwrap();
+        assert_eq!(report.lost_records(), 1, "cut at {cut}");
+        let refusal = report.refusal().unwrap().to_string();
+        assert!(
+            refusal.contains("1 acknowledged records lost (1 of window 3 of stream \"s\")"),
+            "cut at {cut}: {refusal}"
+        );
+        assert!(FileRecordLog::open(dir.path()).is_err(), "cut at {cut}");
+        std::fs::write(&acks_path, &acks[..last_ack]).unwrap();
         let report = check_data_dir(dir.path()).unwrap();
         assert!(
             report.problems.is_empty(),

@@ -4,5 +4,6 @@
 mod corruption;
 mod data_dir_lock;
 mod file;
+mod files_fuzz;
 mod jetstream;
 mod repair;

@@ -114,6 +114,12 @@ impl Daemon {
         );
     }
 
+    /// SIGKILL (kill -9: no clean shutdown, no seal), then reap.
+    fn kill_9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// Waits for the daemon to exit by itself (a refusal to start); its status and log.
     fn refused(mut self) -> String {
         let started = std::time::Instant::now();
@@ -181,14 +187,22 @@ async fn publish_ids(channel: Channel, ids: impl Iterator<Item = u32>) -> Vec<(S
 /// Publishes r0..r229 (windows 0-3 closed and released, 4 open), reads the four releases, stops
 /// cleanly. The releases' encoded bytes.
 async fn publish_230(s: &Setup) -> Vec<Vec<u8>> {
+    publish_230_then(s, Daemon::stop).await.0
+}
+
+/// [`publish_230`], ending the daemon with `end`; also the acknowledgements (record id, window).
+async fn publish_230_then(s: &Setup, end: fn(Daemon)) -> (Vec<Vec<u8>>, Vec<(String, u64)>) {
     let mut daemon = Daemon::spawn(s);
     let channel = daemon.channel().await;
     let acks = publish_ids(channel.clone(), 0..230).await;
     assert_eq!(acks.last().unwrap().1, 4);
     let mut feed = subscribe(channel, STREAM, 0).await.unwrap();
     let windows = next_windows(&mut feed, 4).await;
-    daemon.stop();
-    windows.iter().map(prost::Message::encode_to_vec).collect()
+    end(daemon);
+    (
+        windows.iter().map(prost::Message::encode_to_vec).collect(),
+        acks,
+    )
 }
 
 fn release_file(s: &Setup, window: u64) -> PathBuf {
@@ -343,7 +357,222 @@ async fn a_deleted_log_under_kept_releases_is_refused() {
     std::fs::remove_file(s.data.join("transactions.log")).unwrap();
     std::fs::remove_file(s.data.join("transactions.log.sealed")).unwrap();
     let log = Daemon::spawn(&s).refused();
-    assert!(log.contains("has no close marker"), "{log}");
+    assert!(log.contains("230 acknowledged records lost"), "{log}");
     let (ok, out) = store(&["check"], &s.data);
     assert!(!ok, "{out}");
+    assert!(out.contains("has no close marker"), "{out}");
+}
+
+/// Subscribes from window 0 and reads windows 0-3: the first `served` come, then window `served`
+/// is refused as DATA_LOSS (a misplaced file is never served).
+async fn served_until_data_loss(channel: Channel, served: usize) {
+    let mut feed = subscribe(channel, STREAM, 0).await.unwrap();
+    let first = next_windows(&mut feed, served).await;
+    assert_eq!(first.len(), served);
+    match tokio::time::timeout(PATIENCE, tokio_stream::StreamExt::next(&mut feed))
+        .await
+        .unwrap()
+    {
+        Some(Err(status)) => assert_eq!(status.code(), tonic::Code::DataLoss, "{status}"),
+        other => panic!("window {served} served: {other:?}"),
+    }
+}
+
+/// Repairs `s` (expecting the misplaced `files` moved aside, a backup kept), restarts, and reads
+/// windows 0-3: each is `before`'s exact bytes, so every acknowledged record of them is released
+/// exactly once.
+async fn repair_and_release_once(s: &Setup, files: &[PathBuf], before: &[Vec<u8>]) {
+    let (ok, out) = store(&["repair"], &s.data);
+    assert!(ok, "{out}");
+    for file in files {
+        assert!(out.contains(&format!("moved {}", file.display())), "{out}");
+    }
+    let (ok, out) = store(&["check"], &s.data);
+    assert!(ok, "{out}");
+    let mut daemon = Daemon::spawn(s);
+    let channel = daemon.channel().await;
+    let mut feed = subscribe(channel, STREAM, 0).await.unwrap();
+    let after = next_windows(&mut feed, 4).await;
+    let mut released = 0;
+    for (window, bytes) in after.iter().zip(before) {
+        assert_eq!(&prost::Message::encode_to_vec(window), bytes);
+        released += window.records.len();
+    }
+    assert_eq!(released, 200, "windows 0-3 hold r0..r199 once each");
+    daemon.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_copied_over_another_window_is_refused_everywhere_and_rebuilt() {
+    let s = setup();
+    let before = publish_230(&s).await;
+    let (one, three) = (release_file(&s, 1), release_file(&s, 3));
+    let stored = std::fs::read(&three).unwrap();
+    std::fs::copy(&one, &three).unwrap();
+
+    let (ok, out) = store(&["check"], &s.data);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!("PROBLEM {} at byte", three.display()))
+            && out.contains("misplaced window file: filed as the release of window 3 of stream \"s1\", it is the release of window 1"),
+        "{out}"
+    );
+    assert!(!out.contains(" 0 problems"), "{out}");
+    let log = Daemon::spawn(&s).refused();
+    assert!(
+        log.contains("00000000000000000003.released is corrupt at byte"),
+        "{log}"
+    );
+    assert!(log.contains("misplaced window file"), "{log}");
+
+    // Misplaced while the daemon runs: windows 0-2 are served, window 3 is DATA_LOSS.
+    std::fs::write(&three, &stored).unwrap();
+    let mut daemon = Daemon::spawn(&s);
+    let channel = daemon.channel().await;
+    std::fs::copy(&one, &three).unwrap();
+    served_until_data_loss(channel, 3).await;
+    daemon.stop();
+
+    repair_and_release_once(&s, std::slice::from_ref(&three), &before).await;
+    assert_eq!(
+        std::fs::read(&three).unwrap(),
+        stored,
+        "rebuilt byte for byte"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_swapped_releases_are_refused_everywhere_and_rebuilt() {
+    let s = setup();
+    let before = publish_230(&s).await;
+    let (zero, two) = (release_file(&s, 0), release_file(&s, 2));
+    let (a, b) = (std::fs::read(&zero).unwrap(), std::fs::read(&two).unwrap());
+    std::fs::write(&zero, &b).unwrap();
+    std::fs::write(&two, &a).unwrap();
+
+    let (ok, out) = store(&["check"], &s.data);
+    assert!(!ok, "{out}");
+    for file in [&zero, &two] {
+        assert!(
+            out.contains(&format!("PROBLEM {} at byte", file.display())),
+            "{out}"
+        );
+    }
+    assert!(out.contains("2 problems"), "{out}");
+    let log = Daemon::spawn(&s).refused();
+    assert!(log.contains("misplaced window file"), "{log}");
+
+    // Swapped while the daemon runs: a consumer resuming at window 0 gets DATA_LOSS at once.
+    std::fs::write(&zero, &a).unwrap();
+    std::fs::write(&two, &b).unwrap();
+    let mut daemon = Daemon::spawn(&s);
+    let channel = daemon.channel().await;
+    std::fs::write(&zero, &b).unwrap();
+    std::fs::write(&two, &a).unwrap();
+    served_until_data_loss(channel, 0).await;
+    daemon.stop();
+
+    repair_and_release_once(&s, &[zero.clone(), two.clone()], &before).await;
+    assert_eq!(std::fs::read(&zero).unwrap(), a, "rebuilt byte for byte");
+    assert_eq!(std::fs::read(&two).unwrap(), b, "rebuilt byte for byte");
+}
+
+/// The acknowledged records of `acks` whose log frame does not lie whole in the first `cut` bytes
+/// of `log`, counted per window: what a cut at `cut` loses.
+fn lost_by_cut(
+    log: &[u8],
+    cut: usize,
+    acks: &[(String, u64)],
+) -> std::collections::BTreeMap<u64, u64> {
+    let mut lost = std::collections::BTreeMap::new();
+    let mut pos = 0usize;
+    while pos < log.len() {
+        let len = u32::from_le_bytes(log[pos..pos + 4].try_into().unwrap()) as usize;
+        let end = pos + 8 + len;
+        if end > cut
+            && let Ok(cloakd::store::LogEntry::Record(r)) =
+                cloakd::store::LogEntry::decode(&log[pos + 8..end])
+        {
+            let window = acks.iter().find(|(id, _)| *id == r.record_id).unwrap().1;
+            *lost.entry(window).or_default() += 1;
+        }
+        pos = end;
+    }
+    lost
+}
+
+fn named(lost: &std::collections::BTreeMap<u64, u64>) -> String {
+    let total: u64 = lost.values().sum();
+    let windows: Vec<String> = lost
+        .iter()
+        .map(|(w, n)| format!("{n} of window {w} of stream \"{STREAM}\""))
+        .collect();
+    format!("{total} acknowledged records lost ({})", windows.join(", "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_cut_at_80_percent_after_kill_9_names_the_lost_acknowledged_records() {
+    let s = setup();
+    let (before, acks) = publish_230_then(&s, Daemon::kill_9).await;
+    let log_path = s.data.join("transactions.log");
+    let bytes = std::fs::read(&log_path).unwrap();
+    let cut = bytes.len() * 8 / 10;
+    std::fs::write(&log_path, &bytes[..cut]).unwrap();
+    let lost = lost_by_cut(&bytes, cut, &acks);
+    assert!(
+        lost.contains_key(&4) && lost.values().sum::<u64>() > 30,
+        "{lost:?}"
+    );
+
+    let (ok, out) = store(&["check"], &s.data);
+    assert!(!ok, "{out}");
+    assert!(out.contains(&named(&lost)), "{out}");
+    assert!(
+        !out.contains("nothing in it was acknowledged") && !out.contains(" 0 problems"),
+        "{out}"
+    );
+    let log = Daemon::spawn(&s).refused();
+    assert!(log.contains(&named(&lost)), "{log}");
+    assert!(!log.contains("cut the torn tail"), "{log}");
+
+    let (ok, out) = store(&["repair"], &s.data);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("LOST for good: {}", named(&lost))),
+        "{out}"
+    );
+    let (ok, out) = store(&["check"], &s.data);
+    assert!(ok, "{out}");
+    // The released windows keep their bytes; nothing is acknowledged into them again.
+    let mut daemon = Daemon::spawn(&s);
+    let channel = daemon.channel().await;
+    let mut feed = subscribe(channel, STREAM, 0).await.unwrap();
+    let after = next_windows(&mut feed, 4).await;
+    for (window, bytes) in after.iter().zip(&before) {
+        assert_eq!(&prost::Message::encode_to_vec(window), bytes);
+    }
+    daemon.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_log_cut_in_half_names_the_lost_acknowledged_records() {
+    let s = setup();
+    let (_, acks) = publish_230_then(&s, Daemon::stop).await;
+    let log_path = s.data.join("transactions.log");
+    let bytes = std::fs::read(&log_path).unwrap();
+    let cut = bytes.len() / 2;
+    std::fs::write(&log_path, &bytes[..cut]).unwrap();
+    let lost = lost_by_cut(&bytes, cut, &acks);
+
+    let (ok, out) = store(&["check"], &s.data);
+    assert!(!ok, "{out}");
+    assert!(out.contains(&named(&lost)), "{out}");
+    let log = Daemon::spawn(&s).refused();
+    assert!(log.contains(&named(&lost)), "{log}");
+    let (ok, out) = store(&["repair"], &s.data);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("LOST for good: {}", named(&lost))),
+        "{out}"
+    );
 }
