@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod broker;
+pub mod budget;
 pub mod cli;
 pub mod cluster;
 pub mod config;
