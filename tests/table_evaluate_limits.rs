@@ -2,7 +2,9 @@
 //! RESOURCE_EXHAUSTED before anything is allocated (it used to abort the process allocating 206 GB),
 //! and an evaluation whose caller's deadline (or the server's `tables.max_job_ms`) passes is
 //! cancelled, freeing its job slot at once; a learning workload whose models would pass
-//! `tables.max_bytes` is refused with RESOURCE_EXHAUSTED naming the limit.
+//! `tables.max_bytes` is refused with RESOURCE_EXHAUSTED naming the limit; large populations or
+//! sensitive histograms past `tables.max_job_bytes` (once allocations of gigabytes that aborted the
+//! daemon) leave Uloss unavailable with the reason, the other measures there and the daemon serving.
 mod common;
 
 use std::time::Duration;

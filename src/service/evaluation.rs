@@ -312,6 +312,13 @@ impl Evaluator {
                 other => invalid(other),
             })?
             .ok_or(EvaluationError::Cancelled)?;
+        let _datasets = match &workload {
+            Some(_) => Some(budget.try_reserve(
+                crate::measures::workload::datasets_bytes(&table).saturating_mul(2),
+                "the learning workload's datasets (the table's and the release's)",
+            )?),
+            None => None,
+        };
         let workload = match workload {
             Some(options) => Some(workload_response(
                 measure_workload_unless(&table, &release, options, max_cells, cancelled)

@@ -333,6 +333,12 @@ pub fn measure_release(
     };
     let workload = match learning {
         Some(learning) => {
+            let _datasets = budget
+                .try_reserve(
+                    crate::measures::workload::datasets_bytes(table),
+                    "the learning workload's datasets of a release",
+                )
+                .map_err(|e| format!("workload: {e}"))?;
             match learning
                 .measure_unless(table, &release, DEFAULT_MAX_MODEL_CELLS, cancelled)
                 .map_err(|e| format!("workload: {e}"))?

@@ -417,6 +417,18 @@ fn compute(
     let baseline = Baseline::new_unless(table, options, budget, cancelled)
         .map_err(|e| SweepFailure::Failed(ApiError::invalid(e.option, &e)))?
         .ok_or(SweepFailure::Cancelled)?;
+    // The original's learning datasets, held for the whole sweep.
+    let _datasets = match &workload {
+        Some(_) => Some(
+            budget
+                .try_reserve(
+                    crate::measures::workload::datasets_bytes(table),
+                    "the learning workload's datasets",
+                )
+                .map_err(|e| SweepFailure::Failed(ApiError::memory(&e)))?,
+        ),
+        None => None,
+    };
     let learning = match workload {
         Some(options) => Some(
             WorkloadBaseline::new_unless(table, options, DEFAULT_MAX_MODEL_CELLS, cancelled)

@@ -491,7 +491,8 @@ mod tests {
         let csv: String = std::iter::once("a,b\n".to_string())
             .chain((0..40).map(|i| format!("{i},{}\n", i % 3)))
             .collect();
-        let budget = MemoryBudget::new(2000);
+        // Two columns (512 bytes) and 43 distinct values (1,376 bytes) pass 1,000 bytes.
+        let budget = MemoryBudget::new(1000);
         let e = upload(csv, &budget).unwrap_err();
         assert!(e.message.contains("tables.max_job_bytes"), "{e:?}");
         assert_eq!(budget.held(), 0);
