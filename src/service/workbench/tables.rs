@@ -11,7 +11,7 @@
 //! naming another is refused, naming the path); the suggested job of an example is the example's own
 //! job file (`examples/adult.toml`), so an exported job saved in `examples/` runs as is.
 use std::collections::{BTreeMap, HashSet};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 
 use serde::Deserialize;
 
@@ -267,9 +267,7 @@ fn survey(
         for (i, value) in record.iter().enumerate() {
             let value = value.trim();
             numeric[i] &= value.parse::<f64>().is_ok_and(f64::is_finite);
-            let mut h = hasher.build_hasher();
-            value.hash(&mut h);
-            if distinct[i].insert(h.finish()) {
+            if distinct[i].insert(hasher.hash_one(value)) {
                 held.grow(SURVEY_VALUE_BYTES, "the upload's distinct values")
                     .map_err(|e| ApiError::memory(&e))?;
             }
