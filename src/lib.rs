@@ -17,6 +17,7 @@
 
 pub mod auth;
 pub mod broker;
+pub mod budget;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -7,7 +7,15 @@
 //! with its true answers) depends only on the original table and the options, so it is computed once
 //! and shared by every release measured against the same table (the frontier); measuring a release
 //! reads nothing but the release and the baseline.
+//!
+//! Memory: the baseline and each measurement charge the job's [`MemoryBudget`]. Uloss degrades:
+//! when its large populations (or a release's estimates of them) cannot fit, the evaluation
+//! completes with `uloss` absent and `uloss_unavailable` saying what needed the memory; the other
+//! measures are bounded by their own limits (the view's histograms, the query count) and fail the
+//! job when past them.
 use std::sync::atomic::AtomicBool;
+
+use crate::budget::MemoryBudget;
 
 use serde::Serialize;
 
@@ -88,29 +96,40 @@ impl EvaluationOptions {
 pub struct Baseline {
     pub options: EvaluationOptions,
     pub populations: LargePopulations,
+    /// Why the large populations could not be mined (then `populations` is empty and every
+    /// evaluation's Uloss is unavailable).
+    pub uloss_unavailable: Option<String>,
     pub workload: QueryWorkload,
 }
 
 impl Baseline {
     pub fn new(table: &Table, options: EvaluationOptions) -> Result<Baseline, OptionsError> {
         let never = AtomicBool::new(false);
-        Ok(Self::new_unless(table, options, &never)?
-            .expect("a baseline that cannot be cancelled completes"))
+        Ok(
+            Self::new_unless(table, options, &MemoryBudget::unlimited(), &never)?
+                .expect("a baseline that cannot be cancelled completes"),
+        )
     }
 
     /// [`Baseline::new`], giving up (`Ok(None)`) soon after `cancelled` turns true: the daemon
-    /// sets it when the caller goes away or its deadline passes.
+    /// sets it when the caller goes away or its deadline passes. Large populations that would pass
+    /// `budget` are left out (`uloss_unavailable` says why).
     pub fn new_unless(
         table: &Table,
         options: EvaluationOptions,
+        budget: &MemoryBudget,
         cancelled: &AtomicBool,
     ) -> Result<Option<Baseline>, OptionsError> {
         options.validate()?;
-        let Some(populations) =
-            LargePopulations::mine_unless(table, options.min_support, cancelled)
-        else {
-            return Ok(None);
-        };
+        let (populations, uloss_unavailable) =
+            match LargePopulations::mine_within(table, options.min_support, budget, cancelled) {
+                Ok(Some(populations)) => (populations, None),
+                Ok(None) => return Ok(None),
+                Err(e) => (
+                    LargePopulations::none(table, options.min_support),
+                    Some(e.to_string()),
+                ),
+            };
         let Some(workload) = QueryWorkload::generate_unless(
             table,
             options.queries,
@@ -124,6 +143,7 @@ impl Baseline {
         Ok(Some(Baseline {
             options,
             populations,
+            uloss_unavailable,
             workload,
         }))
     }
@@ -134,8 +154,11 @@ impl Baseline {
 pub struct Evaluation {
     /// Worst-case JS divergence between Q and a class's sensitive distribution (natural log).
     pub ploss: f64,
-    /// Mean JS divergence over the large populations.
-    pub uloss: f64,
+    /// Mean JS divergence over the large populations; `None` when they could not be measured
+    /// within the job's memory (`uloss_unavailable` says why).
+    pub uloss: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uloss_unavailable: Option<String>,
     pub a_know: f64,
     pub a_acc: f64,
     /// Mean relative error of the COUNT queries (a fraction; Li & Li plot it × 100).
@@ -162,6 +185,9 @@ pub enum EvaluateError {
         "the release has {release} rows but the original table {table} (rule: a release publishes every row of its table)"
     )]
     RowCount { release: u64, table: u64 },
+    /// The job's memory budget refused the release's histograms.
+    #[error(transparent)]
+    Memory(#[from] crate::budget::BudgetExceeded),
 }
 
 /// Measures a release against its original table.
@@ -171,23 +197,37 @@ pub fn evaluate(
     release: &Release,
 ) -> Result<Evaluation, EvaluateError> {
     let never = AtomicBool::new(false);
-    Ok(
-        evaluate_unless(table, baseline, release, usize::MAX, &never)?
-            .expect("an evaluation that cannot be cancelled completes"),
-    )
+    Ok(evaluate_unless(
+        table,
+        baseline,
+        release,
+        usize::MAX,
+        &MemoryBudget::unlimited(),
+        &never,
+    )?
+    .expect("an evaluation that cannot be cancelled completes"))
 }
 
 /// [`evaluate`], giving up (`Ok(None)`) soon after `cancelled` turns true, and refusing
 /// ([`ViewError::TooLarge`]) a release whose class and cell histograms would pass
-/// `max_histogram_cells` counts before allocating them.
+/// `max_histogram_cells` counts, or what is left of `budget`, before allocating them. Uloss is
+/// unavailable when its estimates would pass `budget`.
 pub fn evaluate_unless(
     table: &Table,
     baseline: &Baseline,
     release: &Release,
     max_histogram_cells: usize,
+    budget: &MemoryBudget,
     cancelled: &AtomicBool,
 ) -> Result<Option<Evaluation>, EvaluateError> {
-    let view = ReleaseView::new_within(table, release, max_histogram_cells)?;
+    // The class and cell histograms, 8 bytes a count (two lists of them at most).
+    let left = budget.limit().saturating_sub(budget.held()) / 16;
+    let cells = max_histogram_cells.min(usize::try_from(left).unwrap_or(usize::MAX));
+    let view = ReleaseView::new_within(table, release, cells)?;
+    let _view_held = budget.try_reserve(
+        view.histogram_bytes(),
+        "the release's class and cell histograms",
+    )?;
     if view.rows() != table.rows() as u64 {
         return Err(EvaluateError::RowCount {
             release: view.rows(),
@@ -210,12 +250,21 @@ pub fn evaluate_unless(
     else {
         return Ok(None);
     };
-    let Some(uloss) = baseline.populations.uloss_unless(table, &view, cancelled) else {
-        return Ok(None);
+    let (uloss, uloss_unavailable) = match &baseline.uloss_unavailable {
+        Some(reason) => (None, Some(reason.clone())),
+        None => match baseline
+            .populations
+            .uloss_within(table, &view, budget, cancelled)
+        {
+            Ok(Some(uloss)) => (Some(uloss), None),
+            Ok(None) => return Ok(None),
+            Err(e) => (None, Some(e.to_string())),
+        },
     };
     Ok(Some(Evaluation {
         ploss: privacy.ploss,
         uloss,
+        uloss_unavailable,
         a_know: privacy.a_know,
         a_acc: privacy.a_acc,
         query_error,

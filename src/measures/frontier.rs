@@ -154,7 +154,7 @@ impl FrontierPoint {
 pub fn mark_efficient(points: &mut [FrontierPoint]) {
     let coordinates: Vec<(f64, f64)> = points
         .iter()
-        .map(|p| (p.evaluation.ploss, p.evaluation.uloss))
+        .map(|p| (p.evaluation.ploss, p.evaluation.uloss.unwrap_or(f64::NAN)))
         .collect();
     let efficient = efficient_set(&coordinates);
     for (p, e) in points.iter_mut().zip(efficient) {
@@ -221,7 +221,7 @@ pub fn csv_record(p: &FrontierPoint) -> Vec<String> {
         p.item.parameter.to_string(),
         p.item.method.to_string(),
         format!("{:.6}", e.ploss),
-        format!("{:.6}", e.uloss),
+        e.uloss.map(|u| format!("{u:.6}")).unwrap_or_default(),
         format!("{:.6}", e.a_know),
         format!("{:.6}", e.a_acc),
         format!("{:.6}", e.query_error),
@@ -271,10 +271,10 @@ fn series_of(
     points: &[FrontierPoint],
     name: &str,
     keep: impl Fn(&FrontierPoint) -> bool,
-    y: impl Fn(&Evaluation) -> f64,
+    y: impl Fn(&Evaluation) -> Option<f64>,
 ) -> Series {
     xy_series(points, name, keep, |p| {
-        Some((p.evaluation.ploss, y(&p.evaluation)))
+        y(&p.evaluation).map(|y| (p.evaluation.ploss, y))
     })
 }
 
@@ -330,7 +330,7 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
             name.to_string()
         }
     };
-    let per_model = |method: ReleaseMethod, y: fn(&Evaluation) -> f64| -> Vec<Series> {
+    let per_model = |method: ReleaseMethod, y: fn(&Evaluation) -> Option<f64>| -> Vec<Series> {
         SweptModel::ALL
             .iter()
             .flat_map(|&model| algorithms.iter().map(move |&a| (model, a)))
@@ -388,7 +388,7 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
         title: "COUNT query error vs privacy loss (bucketization)",
         x_label: PLOSS,
         y_label: "Mean relative error of COUNT queries".into(),
-        series: per_model(ReleaseMethod::Bucketization, |e| e.query_error),
+        series: per_model(ReleaseMethod::Bucketization, |e| Some(e.query_error)),
     });
     if let Some(attribute) = points
         .iter()

@@ -24,8 +24,17 @@
 //! measures the same Uloss to the last bit in every run; the original table as its own release
 //! gives P̄_y = P_y for every y (Uloss 0); the trivial release gives P̄_y = Q. A population the
 //! release gives no mass at all counts as the maximum ln 2.
+//!
+//! Memory: the mining and the estimates charge the job's [`MemoryBudget`] before each heavy
+//! allocation (the merged transactions and their histograms, every level's item sums, the
+//! conditional databases, every population found, the trie, the release's sums), so a table whose
+//! populations cannot fit ends with [`BudgetExceeded`] (Uloss unavailable) instead of aborting the
+//! process; what the populations keep is held by them until they are dropped.
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::budget::{BudgetExceeded, MemoryBudget, Reservation, bytes_of, reserve_one};
 
 use crate::measures::view::{Region, ReleaseView};
 use crate::relational::distance::js_divergence;
@@ -226,25 +235,48 @@ impl ItemCatalog {
 /// A weighted transaction: its items (ascending) and its sensitive histogram (weighted counts).
 type Transaction = (Vec<Item>, Vec<f64>);
 
+/// Bytes a hash map entry and the headers of its vectors take beyond their elements (an estimate
+/// on the safe side).
+const ENTRY_OVERHEAD: usize = 96;
+
+/// The bytes of one transaction or population: its items, its histogram and their overhead.
+fn transaction_bytes(items: usize, m: usize) -> u64 {
+    bytes_of(items, 4)
+        .saturating_add(bytes_of(m, 8))
+        .saturating_add(ENTRY_OVERHEAD as u64)
+}
+
 /// Pattern growth over weighted transactions. `accept(itemset, support)` decides whether an itemset
-/// (sorted) is reported and grown further. Returns every accepted itemset with its histogram, or
-/// `None` when `cancelled` turned true (looked at before each conditional database is mined).
+/// (sorted) is reported and grown further. Returns every accepted itemset with its histogram and
+/// the reservation holding them, or `None` when `cancelled` turned true (looked at before each
+/// conditional database is mined); refused when the mining would pass `budget`.
 fn pattern_growth(
     transactions: Vec<Transaction>,
     m: usize,
     item_quasi: &[u32],
     accept: &dyn Fn(&[Item], f64) -> bool,
+    budget: &MemoryBudget,
     cancelled: &AtomicBool,
-) -> Option<Vec<(Vec<Item>, Vec<f64>)>> {
-    let mut out = Vec::new();
+) -> Result<Option<Found>, BudgetExceeded> {
+    let mut out = Found {
+        itemsets: Vec::new(),
+        held: budget.reservation(),
+    };
     let mut suffix = Vec::new();
     let mining = Mining {
         m,
         item_quasi,
         accept,
+        budget,
         cancelled,
     };
-    grow(&mining, &transactions, &mut suffix, &mut out).then_some(out)
+    Ok(grow(&mining, &transactions, &mut suffix, &mut out)?.then_some(out))
+}
+
+/// The itemsets found with their histograms, and the bytes they hold.
+struct Found {
+    itemsets: Vec<(Vec<Item>, Vec<f64>)>,
+    held: Reservation,
 }
 
 /// What every level of [`grow`] shares.
@@ -252,22 +284,28 @@ struct Mining<'a> {
     m: usize,
     item_quasi: &'a [u32],
     accept: &'a dyn Fn(&[Item], f64) -> bool,
+    budget: &'a MemoryBudget,
     cancelled: &'a AtomicBool,
 }
 
-/// Mines `database` (the conditional database of `suffix`); false when cancelled.
+/// Mines `database` (the conditional database of `suffix`); `Ok(false)` when cancelled.
 fn grow(
     mining: &Mining<'_>,
     database: &[Transaction],
     suffix: &mut Vec<Item>,
-    out: &mut Vec<(Vec<Item>, Vec<f64>)>,
-) -> bool {
+    out: &mut Found,
+) -> Result<bool, BudgetExceeded> {
     if mining.cancelled.load(Ordering::Relaxed) {
-        return false;
+        return Ok(false);
     }
     let (m, item_quasi, accept) = (mining.m, mining.item_quasi, mining.accept);
     let n_items = item_quasi.len();
-    let mut sums = vec![0.0; n_items * m];
+    let cells = n_items.saturating_mul(m);
+    let _level = mining.budget.try_reserve(
+        bytes_of(cells, 8).saturating_add(n_items as u64),
+        "mining the large populations (items x sensitive values per level)",
+    )?;
+    let mut sums = vec![0.0; cells];
     let mut present = vec![false; n_items];
     for (items, histogram) in database {
         for &i in items {
@@ -287,10 +325,14 @@ fn grow(
         let mut itemset = suffix.clone();
         itemset.sort_unstable();
         if accept(&itemset, support) {
-            out.push((itemset, histogram.to_vec()));
+            let what = "the large populations found";
+            reserve_one(&mut out.itemsets, &mut out.held, what)?;
+            out.held.grow(transaction_bytes(itemset.len(), m), what)?;
+            out.itemsets.push((itemset, histogram.to_vec()));
             // The conditional database of `item`: the prefixes (more frequent items, other QIs).
             let quasi = item_quasi[item];
             let mut merged: HashMap<Vec<Item>, Vec<f64>> = HashMap::new();
+            let mut conditional_held = mining.budget.reservation();
             for (items, h) in database {
                 let Ok(position) = items.binary_search(&(item as Item)) else {
                     continue;
@@ -303,6 +345,12 @@ fn grow(
                 if prefix.is_empty() {
                     continue;
                 }
+                if !merged.contains_key(&prefix) {
+                    conditional_held.grow(
+                        transaction_bytes(prefix.len(), m),
+                        "a conditional database of the large populations",
+                    )?;
+                }
                 let entry = merged.entry(prefix).or_insert_with(|| vec![0.0; m]);
                 for (e, x) in entry.iter_mut().zip(h) {
                     *e += x;
@@ -310,14 +358,14 @@ fn grow(
             }
             if !merged.is_empty() {
                 let conditional: Vec<Transaction> = merged.into_iter().collect();
-                if !grow(mining, &conditional, suffix, out) {
-                    return false;
+                if !grow(mining, &conditional, suffix, out)? {
+                    return Ok(false);
                 }
             }
         }
         suffix.pop();
     }
-    true
+    Ok(true)
 }
 
 /// The large populations of a table with their true sensitive distributions.
@@ -331,26 +379,57 @@ pub struct LargePopulations {
     pub truths: Vec<Vec<f64>>,
     trie: PopulationTrie,
     m: usize,
+    /// The bytes the populations, their truths and the trie hold of the job's budget.
+    _held: Option<Arc<Reservation>>,
 }
 
 impl LargePopulations {
     /// Mines every population with support >= `min_support` × |T| (`min_support` in (0, 1]).
     pub fn mine(table: &Table, min_support: f64) -> LargePopulations {
-        Self::mine_unless(table, min_support, &AtomicBool::new(false))
-            .expect("mining that cannot be cancelled completes")
+        Self::mine_within(
+            table,
+            min_support,
+            &MemoryBudget::unlimited(),
+            &AtomicBool::new(false),
+        )
+        .ok()
+        .flatten()
+        .expect("mining that cannot be cancelled nor refused completes")
     }
 
-    /// [`LargePopulations::mine`], giving up (`None`) soon after `cancelled` turns true.
-    pub fn mine_unless(
+    /// No populations (the measure unavailable).
+    pub fn none(table: &Table, min_support: f64) -> LargePopulations {
+        LargePopulations {
+            catalog: ItemCatalog {
+                piece_of: Vec::new(),
+                pieces: Vec::new(),
+                item_quasi: Vec::new(),
+                item_labels: Vec::new(),
+                item_support: Vec::new(),
+            },
+            min_support,
+            populations: Vec::new(),
+            truths: Vec::new(),
+            trie: PopulationTrie::new(&[]),
+            m: table.sensitive.domain.len(),
+            _held: None,
+        }
+    }
+
+    /// [`LargePopulations::mine`], giving up (`Ok(None)`) soon after `cancelled` turns true and
+    /// refusing ([`BudgetExceeded`]) before the mining would pass `budget`.
+    pub fn mine_within(
         table: &Table,
         min_support: f64,
+        budget: &MemoryBudget,
         cancelled: &AtomicBool,
-    ) -> Option<LargePopulations> {
+    ) -> Result<Option<LargePopulations>, BudgetExceeded> {
         let n = table.rows() as f64;
         let min_count = (min_support * n).ceil().max(1.0) as u64;
         let catalog = ItemCatalog::build(table, min_count);
         let m = table.sensitive.domain.len();
         let mut merged: HashMap<Vec<u32>, Vec<f64>> = HashMap::new();
+        let mut merged_held = budget.reservation();
         let mut key = Vec::with_capacity(table.quasi.len());
         for row in 0..table.rows() {
             key.clear();
@@ -363,38 +442,65 @@ impl LargePopulations {
             );
             let entry = match merged.get_mut(key.as_slice()) {
                 Some(e) => e,
-                None => merged.entry(key.clone()).or_insert_with(|| vec![0.0; m]),
+                None => {
+                    merged_held.grow(
+                        transaction_bytes(key.len(), m),
+                        "the table's transactions (distinct QI pieces x sensitive values)",
+                    )?;
+                    merged.entry(key.clone()).or_insert_with(|| vec![0.0; m])
+                }
             };
             entry[table.sensitive.codes[row] as usize] += 1.0;
         }
-        let transactions: Vec<Transaction> = merged
-            .into_iter()
-            .map(|(pieces, h)| (catalog.items_of(&pieces), h))
-            .filter(|(items, _)| !items.is_empty())
-            .collect();
+        // The transactions' item lists: at most one item per hierarchy level or tree depth of a QI.
+        let mut items_held = budget.reservation();
+        let mut transactions: Vec<Transaction> = Vec::new();
+        for (pieces, h) in merged {
+            let items = catalog.items_of(&pieces);
+            items_held.grow(
+                transaction_bytes(items.len(), 0),
+                "the table's transactions (their items)",
+            )?;
+            if !items.is_empty() {
+                transactions.push((items, h));
+            }
+        }
         let threshold = min_count as f64 - 1e-6;
-        let found = pattern_growth(
+        let Some(found) = pattern_growth(
             transactions,
             m,
             &catalog.item_quasi,
             &|_, support| support >= threshold,
+            budget,
             cancelled,
+        )?
+        else {
+            return Ok(None);
+        };
+        drop((merged_held, items_held));
+        let Found { itemsets, mut held } = found;
+        // Two lists of the populations, and the trie: a node per item of a population at most.
+        let items: usize = itemsets.iter().map(|(i, _)| i.len()).sum();
+        held.grow(
+            bytes_of(itemsets.len(), 48).saturating_add(bytes_of(items.saturating_add(1), 48)),
+            "the large populations' trie",
         )?;
-        let mut populations = Vec::with_capacity(found.len());
-        let mut truths = Vec::with_capacity(found.len());
-        for (itemset, histogram) in found {
+        let mut populations = Vec::with_capacity(itemsets.len());
+        let mut truths = Vec::with_capacity(itemsets.len());
+        for (itemset, histogram) in itemsets {
             populations.push(itemset);
             truths.push(histogram);
         }
         let trie = PopulationTrie::new(&populations);
-        Some(LargePopulations {
+        Ok(Some(LargePopulations {
             catalog,
             min_support,
             populations,
             truths,
             trie,
             m,
-        })
+            _held: Some(Arc::new(held)),
+        }))
     }
 
     pub fn len(&self) -> usize {
@@ -408,47 +514,69 @@ impl LargePopulations {
     /// The release's estimated sensitive counts of each population, in the order of
     /// [`LargePopulations::populations`] (`None`: the release gives it no mass).
     pub fn estimates(&self, table: &Table, view: &ReleaseView) -> Vec<Option<Vec<f64>>> {
-        self.estimates_unless(table, view, &AtomicBool::new(false))
-            .expect("estimates that cannot be cancelled complete")
+        self.estimates_within(
+            table,
+            view,
+            &MemoryBudget::unlimited(),
+            &AtomicBool::new(false),
+        )
+        .ok()
+        .flatten()
+        .expect("estimates that cannot be cancelled nor refused complete")
     }
 
-    /// [`LargePopulations::estimates`], giving up (`None`) soon after `cancelled` turns true.
-    pub fn estimates_unless(
+    /// [`LargePopulations::estimates`], giving up (`Ok(None)`) soon after `cancelled` turns true
+    /// and refusing before its sums would pass `budget`.
+    pub fn estimates_within(
         &self,
         table: &Table,
         view: &ReleaseView,
+        budget: &MemoryBudget,
         cancelled: &AtomicBool,
-    ) -> Option<Vec<Option<Vec<f64>>>> {
+    ) -> Result<Option<Vec<Option<Vec<f64>>>>, BudgetExceeded> {
         let m = self.m;
-        let transactions = self.virtual_transactions(table, view, cancelled)?;
-        let mut sums = vec![0.0; self.populations.len() * m];
+        let Some((transactions, _transactions_held)) =
+            self.virtual_transactions(table, view, budget, cancelled)?
+        else {
+            return Ok(None);
+        };
+        // The sums, then the estimates copied out of them.
+        let cells = self.populations.len().saturating_mul(m);
+        let _sums_held = budget.try_reserve(
+            bytes_of(cells, 16).saturating_add(bytes_of(self.populations.len(), 32)),
+            "the release's estimates (large populations x sensitive values)",
+        )?;
+        let mut sums = vec![0.0; cells];
         let mut reached = vec![false; self.populations.len()];
         for (i, (pieces, histogram)) in transactions.iter().enumerate() {
             if i.is_multiple_of(CANCEL_CHECK_EVERY) && cancelled.load(Ordering::Relaxed) {
-                return None;
+                return Ok(None);
             }
             let items = self.catalog.items_of(pieces);
             self.trie
                 .add_contained(0, &items, histogram, &mut sums, &mut reached);
         }
-        Some(
+        Ok(Some(
             reached
                 .iter()
                 .enumerate()
                 .map(|(p, &r)| r.then(|| sums[p * m..(p + 1) * m].to_vec()))
                 .collect(),
-        )
+        ))
     }
 
     /// The release's cells split into virtual transactions: each cell's region cut into the pieces
     /// of each QI, weighted by their share of the region's values, merged by their pieces (one per
     /// QI) in the order the cells first give them (so every sum below is taken in one order).
+    #[allow(clippy::type_complexity)]
     fn virtual_transactions(
         &self,
         table: &Table,
         view: &ReleaseView,
+        budget: &MemoryBudget,
         cancelled: &AtomicBool,
-    ) -> Option<Vec<(Vec<u32>, Vec<f64>)>> {
+    ) -> Result<Option<(Vec<(Vec<u32>, Vec<f64>)>, Reservation)>, BudgetExceeded> {
+        let mut held = budget.reservation();
         let m = self.m;
         let qn = table.quasi.len();
         // The pieces of each (QI, region) met so far, and their place in `lists`.
@@ -461,7 +589,7 @@ impl LargePopulations {
         let mut key = vec![0u32; qn];
         for c in 0..view.cells() {
             if c.is_multiple_of(CANCEL_CHECK_EVERY) && cancelled.load(Ordering::Relaxed) {
-                return None;
+                return Ok(None);
             }
             let (regions, histogram) = view.cell(c);
             for (q, &region) in regions.iter().enumerate() {
@@ -486,6 +614,11 @@ impl LargePopulations {
                 let t = match index.get(key.as_slice()) {
                     Some(&t) => t,
                     None => {
+                        // In `index` and in `merged`: the key twice and the histogram.
+                        held.grow(
+                            transaction_bytes(2 * qn, m),
+                            "the release's virtual transactions (pieces x sensitive values)",
+                        )?;
                         index.insert(key.clone(), merged.len());
                         merged.push((key.clone(), vec![0.0; m]));
                         merged.len() - 1
@@ -504,31 +637,42 @@ impl LargePopulations {
                 break;
             }
         }
-        Some(merged)
+        Ok(Some((merged, held)))
     }
 
     /// Uloss of a release: mean over the populations of JS(P_y, P̄_y); 0 when there are none.
     pub fn uloss(&self, table: &Table, view: &ReleaseView) -> f64 {
-        self.uloss_unless(table, view, &AtomicBool::new(false))
-            .expect("a measurement that cannot be cancelled completes")
+        self.uloss_within(
+            table,
+            view,
+            &MemoryBudget::unlimited(),
+            &AtomicBool::new(false),
+        )
+        .ok()
+        .flatten()
+        .expect("a measurement that cannot be cancelled nor refused completes")
     }
 
-    /// [`LargePopulations::uloss`], giving up (`None`) soon after `cancelled` turns true.
-    pub fn uloss_unless(
+    /// [`LargePopulations::uloss`], giving up (`Ok(None)`) soon after `cancelled` turns true and
+    /// refusing before the release's estimates would pass `budget`.
+    pub fn uloss_within(
         &self,
         table: &Table,
         view: &ReleaseView,
+        budget: &MemoryBudget,
         cancelled: &AtomicBool,
-    ) -> Option<f64> {
+    ) -> Result<Option<f64>, BudgetExceeded> {
         if self.populations.is_empty() {
-            return Some(0.0);
+            return Ok(Some(0.0));
         }
-        let estimates = self.estimates_unless(table, view, cancelled)?;
+        let Some(estimates) = self.estimates_within(table, view, budget, cancelled)? else {
+            return Ok(None);
+        };
         let mut sum = 0.0;
         for (truth, estimate) in self.truths.iter().zip(&estimates) {
             sum += population_loss(truth, estimate.as_deref());
         }
-        Some(sum / self.populations.len() as f64)
+        Ok(Some(sum / self.populations.len() as f64))
     }
 }
 
@@ -643,8 +787,11 @@ mod tests {
             (vec![0, 1, 2], vec![3.0, 0.0]),
         ];
         let never = AtomicBool::new(false);
-        let found = pattern_growth(db.clone(), 2, &quasi, &|_, s| s >= 1.0, &never).unwrap();
-        let all: HashMap<Vec<Item>, Vec<f64>> = found.into_iter().collect();
+        let budget = MemoryBudget::unlimited();
+        let found = pattern_growth(db.clone(), 2, &quasi, &|_, s| s >= 1.0, &budget, &never)
+            .unwrap()
+            .unwrap();
+        let all: HashMap<Vec<Item>, Vec<f64>> = found.itemsets.into_iter().collect();
         for (itemset, h) in &all {
             let mut expected = [0.0, 0.0];
             for (items, th) in &db {
@@ -663,7 +810,18 @@ mod tests {
         assert_eq!(all[&vec![0, 2]], vec![4.0, 0.0]);
         // A raised flag stops the mining before it reports anything.
         let cancelled = AtomicBool::new(true);
-        assert!(pattern_growth(db, 2, &quasi, &|_, s| s >= 1.0, &cancelled).is_none());
+        assert!(
+            pattern_growth(db.clone(), 2, &quasi, &|_, s| s >= 1.0, &budget, &cancelled)
+                .unwrap()
+                .is_none()
+        );
+        // A budget too small for the populations refuses the mining and holds nothing after.
+        let small = MemoryBudget::new(600);
+        let refused = pattern_growth(db, 2, &quasi, &|_, s| s >= 1.0, &small, &never)
+            .err()
+            .unwrap();
+        assert!(refused.what.contains("large populations"), "{refused}");
+        assert_eq!(small.held(), 0);
     }
 }
 

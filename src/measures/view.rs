@@ -194,6 +194,13 @@ impl ReleaseView {
         self.class_sizes.iter().sum()
     }
 
+    /// Bytes of the view's lists (histograms, sizes, regions), for the job's memory budget.
+    pub fn histogram_bytes(&self) -> u64 {
+        let counts = self.class_histograms.len() + self.cell_histograms.len();
+        let regions = self.cell_regions.len() * std::mem::size_of::<Region>();
+        (counts as u64 + self.class_sizes.len() as u64) * 8 + regions as u64
+    }
+
     /// Builds the view of a release against the table's domains.
     pub fn new(table: &Table, release: &Release) -> Result<ReleaseView, ViewError> {
         Self::new_within(table, release, usize::MAX)

@@ -40,6 +40,19 @@ pub const MAX_FOLDS: usize = 100;
 /// The model-size limit of the command line (classes × attribute values, 8 bytes each).
 pub const DEFAULT_MAX_MODEL_CELLS: usize = 1 << 26;
 
+/// Bytes the learning datasets of one table or release may take per cell at most: a value of 8
+/// bytes in the dataset, its copies in a fold's training and test sets, and the reconstruction of
+/// a bucketized release.
+pub const DATASET_BYTES_PER_CELL: u64 = 32;
+
+/// What the learning datasets of `table` (or of one release of it) may take, charged to the job's
+/// memory budget before they are built.
+pub fn datasets_bytes(table: &Table) -> u64 {
+    (table.rows() as u64)
+        .saturating_mul(table.layout.len() as u64)
+        .saturating_mul(DATASET_BYTES_PER_CELL)
+}
+
 /// A classifier of the paper, with Weka 3.6's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Classifier {

@@ -315,6 +315,22 @@ impl PrivacySpec {
         {
             return Err(spec_error("k", "k must be at least 1"));
         }
+        if let Some(l) = self.l {
+            let value = match l {
+                LDiversity::Distinct(l) | LDiversity::Entropy(l) | LDiversity::Probabilistic(l) => {
+                    l
+                }
+                LDiversity::Recursive { l, c } => {
+                    if !(c.is_finite() && c > 0.0) {
+                        return Err(spec_error("l", "c must be a finite number > 0"));
+                    }
+                    l as f64
+                }
+            };
+            if !(value.is_finite() && value >= 1.0) {
+                return Err(spec_error("l", "l must be a finite number >= 1"));
+            }
+        }
         if let Some(t) = self.t
             && !(0.0..=1.0).contains(&t.t)
         {

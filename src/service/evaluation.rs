@@ -13,12 +13,18 @@
 //! measurement (mining, query workload, Uloss, the workload's learning between folds) and frees its
 //! place; the workload's figures are those of `cloakd table evaluate --workload`
 //! ([`measure_workload_unless`] for both);
+//! every call computes within a memory budget of its own (`tables.max_job_bytes`): its decoded
+//! uploads and parsed tables are charged before they are read, a measurement past it ends with
+//! RESOURCE_EXHAUSTED naming the key, except Uloss, which is then left unset with
+//! `uloss_unavailable` saying why;
 //! malformed input is INVALID_ARGUMENT with the file, line and rule.
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::atomic::AtomicBool;
 
 use tonic::Status;
+
+use crate::budget::{BudgetExceeded, MemoryBudget, ReadWithin, Reservation, read_to_end_within};
 
 use crate::config::TablesConfig;
 use crate::measures::evaluate::{Baseline, EvaluateError, EvaluationOptions, evaluate_unless};
@@ -55,6 +61,9 @@ pub enum EvaluationError {
     Cancelled,
     #[error("tables.max_job_ms: {0}")]
     Stopped(#[from] JobStopped),
+    /// The job's memory budget (`tables.max_job_bytes`) refused an allocation.
+    #[error("{0}")]
+    Memory(#[from] BudgetExceeded),
     /// The learning workload refused its options, its attribute or a model's size.
     #[error("workload: {0}")]
     Workload(WorkloadError),
@@ -82,9 +91,9 @@ impl From<EvaluationError> for Status {
                 | WorkloadError::Group { .. }
                 | WorkloadError::Learning(_),
             ) => Status::invalid_argument(message),
-            EvaluationError::TooLarge { .. } | EvaluationError::Busy(_) => {
-                Status::resource_exhausted(message)
-            }
+            EvaluationError::TooLarge { .. }
+            | EvaluationError::Busy(_)
+            | EvaluationError::Memory(_) => Status::resource_exhausted(message),
             EvaluationError::Cancelled => Status::cancelled(message),
             EvaluationError::Stopped(JobStopped::OverBudget { .. }) => {
                 Status::deadline_exceeded(message)
@@ -121,25 +130,33 @@ pub fn table_evaluator(config: &TablesConfig, jobs: TableJobs) -> TableEvaluator
     .max_decoding_message_size(config.max_bytes.saturating_add(1 << 20))
 }
 
-/// Plain bytes of an upload that may be gzip-compressed, at most `limit` bytes once decoded.
-fn decoded(name: &'static str, bytes: &[u8], limit: usize) -> Result<Vec<u8>, EvaluationError> {
+/// Bytes a parsed table may take per byte of its CSV at most (a code per cell of at least two bytes,
+/// the domains' texts, the per-column indexes): charged before a table is read.
+pub const TABLE_BYTES_PER_CSV_BYTE: u64 = 4;
+
+/// Plain bytes of an upload that may be gzip-compressed, at most `limit` bytes once decoded; a
+/// plain upload is read in place, a compressed one decoded charging `held` as it grows.
+fn decoded<'a>(
+    name: &'static str,
+    bytes: &'a [u8],
+    limit: usize,
+    held: &mut Reservation,
+) -> Result<std::borrow::Cow<'a, [u8]>, EvaluationError> {
     if !bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(bytes.to_vec());
+        return Ok(std::borrow::Cow::Borrowed(bytes));
     }
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(bytes)
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| invalid(format!("{name}: not valid gzip: {e}")))?;
-    if out.len() > limit {
-        return Err(EvaluationError::TooLarge {
+    let decoder = flate2::read::MultiGzDecoder::new(bytes);
+    let out = read_to_end_within(decoder, limit, held, name).map_err(|e| match e {
+        ReadWithin::Memory(e) => EvaluationError::Memory(e),
+        ReadWithin::TooLarge(_) => EvaluationError::TooLarge {
             field: name,
-            got: out.len() as u64,
+            got: limit as u64 + 1,
             limit: "tables.max_bytes (bytes once decompressed)",
             max: limit as u64,
-        });
-    }
-    Ok(out)
+        },
+        ReadWithin::Io(e) => invalid(format!("{name}: not valid gzip: {e}")),
+    })?;
+    Ok(std::borrow::Cow::Owned(out))
 }
 
 /// The request's learning workload, validated; `None` without `workload`, whose options are then
@@ -219,9 +236,11 @@ impl Evaluator {
         request: EvaluateRequest,
         options: EvaluationOptions,
         workload: Option<WorkloadOptions>,
+        budget: &MemoryBudget,
         cancelled: &AtomicBool,
     ) -> Result<EvaluateResponse, EvaluationError> {
         let (max_rows, max_bytes) = (self.max_rows, self.max_bytes);
+        let mut held = budget.reservation();
         let job = JobSpec::parse("job_toml", &request.job_toml).map_err(invalid)?;
         let hierarchies: HashMap<&str, &str> = request
             .hierarchies
@@ -238,9 +257,12 @@ impl Evaluator {
             })?;
             Hierarchy::parse(path, text).map_err(invalid)
         })?;
-        let original = decoded("original_csv", &request.original_csv, max_bytes)?;
-        let table = read_csv(schema, original.as_slice(), "original_csv", job.delimiter)
-            .map_err(invalid)?;
+        let original = decoded("original_csv", &request.original_csv, max_bytes, &mut held)?;
+        held.grow(
+            (original.len() as u64).saturating_mul(TABLE_BYTES_PER_CSV_BYTE),
+            "original_csv (the parsed table)",
+        )?;
+        let table = read_csv(schema, &*original, "original_csv", job.delimiter).map_err(invalid)?;
         if table.rows() > max_rows {
             return Err(EvaluationError::TooLarge {
                 field: "original_csv",
@@ -249,24 +271,34 @@ impl Evaluator {
                 max: max_rows as u64,
             });
         }
-        let release_bytes = decoded("release_csv", &request.release_csv, max_bytes)?;
-        let sensitive_bytes = decoded("sensitive_csv", &request.sensitive_csv, max_bytes)?;
-        let mut sensitive_reader = sensitive_bytes.as_slice();
+        let release_bytes = decoded("release_csv", &request.release_csv, max_bytes, &mut held)?;
+        let sensitive_bytes = decoded(
+            "sensitive_csv",
+            &request.sensitive_csv,
+            max_bytes,
+            &mut held,
+        )?;
+        held.grow(
+            ((release_bytes.len() + sensitive_bytes.len()) as u64)
+                .saturating_mul(TABLE_BYTES_PER_CSV_BYTE),
+            "release_csv (the parsed release)",
+        )?;
+        let mut sensitive_reader: &[u8] = &sensitive_bytes;
         let release = read_release(
             &table,
-            release_bytes.as_slice(),
+            &*release_bytes,
             "release_csv",
             (!sensitive_bytes.is_empty())
                 .then_some((&mut sensitive_reader as &mut dyn Read, "sensitive_csv")),
             job.delimiter,
         )
         .map_err(invalid)?;
-        let baseline = Baseline::new_unless(&table, options, cancelled)
+        let baseline = Baseline::new_unless(&table, options, budget, cancelled)
             .map_err(invalid)?
             .ok_or(EvaluationError::Cancelled)?;
         // The view's histograms (8-byte counts) may take at most `tables.max_bytes`, like an upload.
         let max_cells = max_bytes / 8;
-        let e = evaluate_unless(&table, &baseline, &release, max_cells, cancelled)
+        let e = evaluate_unless(&table, &baseline, &release, max_cells, budget, cancelled)
             .map_err(|e| match e {
                 EvaluateError::View(ViewError::TooLarge { classes, domain, .. }) => {
                     EvaluationError::TooLarge {
@@ -276,9 +308,17 @@ impl Evaluator {
                         max: max_bytes as u64,
                     }
                 }
+                EvaluateError::Memory(e) => EvaluationError::Memory(e),
                 other => invalid(other),
             })?
             .ok_or(EvaluationError::Cancelled)?;
+        let _datasets = match &workload {
+            Some(_) => Some(budget.try_reserve(
+                crate::measures::workload::datasets_bytes(&table).saturating_mul(2),
+                "the learning workload's datasets (the table's and the release's)",
+            )?),
+            None => None,
+        };
         let workload = match workload {
             Some(options) => Some(workload_response(
                 measure_workload_unless(&table, &release, options, max_cells, cancelled)
@@ -290,6 +330,7 @@ impl Evaluator {
         Ok(EvaluateResponse {
             ploss: e.ploss,
             uloss: e.uloss,
+            uloss_unavailable: e.uloss_unavailable,
             a_know: e.a_know,
             a_acc: e.a_acc,
             query_error: e.query_error,
@@ -324,8 +365,8 @@ impl Evaluator {
         let stopped = |e: &EvaluationError| matches!(e, EvaluationError::Cancelled);
         let (evaluation, _slot) = self
             .jobs
-            .run("evaluate", slot, stopped, move |cancelled| {
-                evaluator.run(request, options, workload, cancelled)
+            .run("evaluate", slot, stopped, move |cancelled, budget| {
+                evaluator.run(request, options, workload, budget, cancelled)
             })
             .await?;
         evaluation

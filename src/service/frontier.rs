@@ -9,11 +9,18 @@
 //! release's item (not on the threads or the order the releases finish in), so the CLI and the
 //! workbench give the same points for the same job and sweep; a release a parameter makes
 //! unsatisfiable is an `Err` with the reason, never a point; after the flag turns true no release
-//! is started and the running ones stop at their engine's next look.
+//! is started and the running ones stop at their engine's next look. A plan's size is bounded before
+//! anything of it is built: each parameter list lists at most [`SweepLimits::max_values`] values
+//! (`tables.max_sweep_values`) and loses its duplicates (the first of equal values stays), and the
+//! sweep makes at most [`SweepLimits::max_points`] releases (`tables.max_sweep_points`); every
+//! value is checked against its model's rules (k a whole number >= 1, l finite >= 1, t in [0, 1],
+//! delta finite > 0). The releases' measurements charge the job's memory budget.
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use crate::budget::{MemoryBudget, bytes_of};
+use crate::config::TablesConfig;
 use crate::measures::evaluate::{Baseline, evaluate_unless};
 use crate::measures::frontier::{FrontierPoint, SweepItem, SweptModel, sweep};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline};
@@ -88,6 +95,34 @@ pub fn model_field(model: SweptModel) -> &'static str {
     }
 }
 
+/// How large a sweep may be (`tables.max_sweep_values`, `tables.max_sweep_points`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepLimits {
+    /// Most values one parameter list may give (duplicates included).
+    pub max_values: usize,
+    /// Most releases of one sweep.
+    pub max_points: usize,
+}
+
+impl SweepLimits {
+    pub fn of(config: &TablesConfig) -> SweepLimits {
+        SweepLimits {
+            max_values: config.max_sweep_values,
+            max_points: config.max_sweep_points,
+        }
+    }
+}
+
+/// `values` without duplicates (the first of equal values stays; -0 equals 0).
+fn distinct(values: &[f64]) -> Vec<f64> {
+    let mut seen = std::collections::HashSet::new();
+    values
+        .iter()
+        .copied()
+        .filter(|v| seen.insert((v + 0.0).to_bits()))
+        .collect()
+}
+
 /// The releases of a sweep and how each is made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepPlan {
@@ -101,8 +136,32 @@ pub struct SweepPlan {
 }
 
 impl SweepPlan {
-    /// Validates the options (every parameter against its model's rules) into the sweep's items.
-    pub fn new(options: &SweepOptions) -> Result<SweepPlan, SweepError> {
+    /// Validates the options (every parameter against its model's rules, the sizes against
+    /// `limits`) into the sweep's items.
+    pub fn new(options: &SweepOptions, limits: SweepLimits) -> Result<SweepPlan, SweepError> {
+        for (field, list) in [
+            ("k", &options.k),
+            ("l", &options.l),
+            ("t", &options.t),
+            ("delta", &options.delta),
+            ("methods", &None),
+            ("algorithms", &None),
+        ] {
+            let given = match field {
+                "methods" => options.methods.len(),
+                "algorithms" => options.algorithms.len(),
+                _ => list.as_ref().map_or(0, Vec::len),
+            };
+            if given > limits.max_values {
+                return Err(refuse(
+                    field,
+                    format!(
+                        "lists {given} values, more than tables.max_sweep_values = {} (rule: each list of a sweep gives at most tables.max_sweep_values values)",
+                        limits.max_values
+                    ),
+                ));
+            }
+        }
         let t_distance = match options.t_distance.as_str() {
             "js" => Distance::Js,
             "emd" => Distance::Emd,
@@ -154,7 +213,7 @@ impl SweepPlan {
         let chosen = |model: SweptModel, given: &Option<Vec<f64>>| {
             (
                 model,
-                given.clone().unwrap_or_else(|| model.default_parameters()),
+                distinct(&given.clone().unwrap_or_else(|| model.default_parameters())),
             )
         };
         let parameters = [
@@ -180,6 +239,21 @@ impl SweepPlan {
                         rule: e.to_string(),
                     })?;
             }
+        }
+        let values: usize = parameters.iter().map(|(_, v)| v.len()).sum();
+        let points = values
+            .saturating_mul(methods.len())
+            .saturating_mul(algorithms.len());
+        if points > limits.max_points {
+            return Err(refuse(
+                "sweep",
+                format!(
+                    "{values} distinct parameter values x {} methods x {} algorithms make {points} releases, more than tables.max_sweep_points = {} (rule: a sweep makes at most tables.max_sweep_points releases)",
+                    methods.len(),
+                    algorithms.len(),
+                    limits.max_points
+                ),
+            ));
         }
         let valid = |method, algorithm| plan.algorithm_options(algorithm).validate(method).is_ok();
         let mut left_out = Vec::new();
@@ -235,6 +309,7 @@ pub fn measure_release(
     learning: Option<&WorkloadBaseline>,
     plan: &SweepPlan,
     item: SweepItem,
+    budget: &MemoryBudget,
     cancelled: &AtomicBool,
 ) -> Result<Option<FrontierPoint>, String> {
     let started = Instant::now();
@@ -250,13 +325,20 @@ pub fn measure_release(
         Err(AnonymizeError::Cancelled) => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
-    let Some(evaluation) = evaluate_unless(table, baseline, &release, usize::MAX, cancelled)
-        .map_err(|e| e.to_string())?
+    let Some(evaluation) =
+        evaluate_unless(table, baseline, &release, usize::MAX, budget, cancelled)
+            .map_err(|e| e.to_string())?
     else {
         return Ok(None);
     };
     let workload = match learning {
         Some(learning) => {
+            let _datasets = budget
+                .try_reserve(
+                    crate::measures::workload::datasets_bytes(table),
+                    "the learning workload's datasets of a release",
+                )
+                .map_err(|e| format!("workload: {e}"))?;
             match learning
                 .measure_unless(table, &release, DEFAULT_MAX_MODEL_CELLS, cancelled)
                 .map_err(|e| format!("workload: {e}"))?
@@ -283,16 +365,23 @@ pub type Outcome = Result<FrontierPoint, String>;
 
 /// Makes every release of `plan` on `threads` threads (one release per thread at a time); each
 /// finished release is handed to `on_release` with its index in `plan.items`. Returns the outcome
-/// per item, `None` for a release not made because `cancelled` turned true.
+/// per item, `None` for a release not made because `cancelled` turned true; refused before the
+/// outcomes' list would pass `budget`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_sweep(
     table: &Table,
     baseline: &Baseline,
     learning: Option<&WorkloadBaseline>,
     plan: &SweepPlan,
     threads: usize,
+    budget: &MemoryBudget,
     cancelled: &AtomicBool,
     on_release: &(dyn Fn(usize, &Outcome) + Sync),
-) -> Vec<Option<Outcome>> {
+) -> Result<Vec<Option<Outcome>>, crate::budget::BudgetExceeded> {
+    let _outcomes_held = budget.try_reserve(
+        bytes_of(plan.items.len(), std::mem::size_of::<Option<Outcome>>()),
+        "the sweep's outcomes",
+    )?;
     let threads = threads.clamp(1, plan.items.len().max(1));
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; plan.items.len()]);
@@ -307,12 +396,13 @@ pub fn run_sweep(
                     let Some(&item) = plan.items.get(i) else {
                         break;
                     };
-                    let outcome =
-                        match measure_release(table, baseline, learning, plan, item, cancelled) {
-                            Ok(Some(point)) => Ok(point),
-                            Ok(None) => break,
-                            Err(reason) => Err(reason),
-                        };
+                    let outcome = match measure_release(
+                        table, baseline, learning, plan, item, budget, cancelled,
+                    ) {
+                        Ok(Some(point)) => Ok(point),
+                        Ok(None) => break,
+                        Err(reason) => Err(reason),
+                    };
                     on_release(i, &outcome);
                     if let Ok(mut r) = results.lock() {
                         r[i] = Some(outcome);
@@ -321,7 +411,7 @@ pub fn run_sweep(
             });
         }
     });
-    results.into_inner().unwrap_or_else(|p| p.into_inner())
+    Ok(results.into_inner().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// The machine's parallelism (the CLI's `--threads` default, and the workbench's).

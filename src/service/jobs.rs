@@ -1,15 +1,20 @@
 //! Table work, the one way: what `TableAnonymizer`, `TableEvaluator` and the workbench's HTTP API
 //! ([`crate::service::workbench`]) all do around the engines. A job takes a place of the one table-job
 //! limiter (`tables.max_concurrent_jobs`, shown on `cloakd_table_jobs_running`), runs on a blocking
-//! thread with a cancellation flag ([`crate::service::run_job`]) within `tables.max_job_ms`, is counted
-//! by kind and outcome ([`JobRecord`]), and an engine computation stopped by its flag is counted too.
+//! thread with a cancellation flag ([`crate::service::run_job`]) within `tables.max_job_ms` and a
+//! memory budget of its own ([`MemoryBudget`], `tables.max_job_bytes`, its bytes shown on
+//! `cloakd_table_job_bytes`), is counted by kind and outcome ([`JobRecord`]), and an engine
+//! computation stopped by its flag is counted too.
 //!
 //! Invariants: every table job of the daemon, whatever its protocol, holds a place of the same
 //! [`TableJobs`] while it computes; a job whose flag turns true stops at the engine's next look and
-//! frees its place then; [`anonymize_job`] is the anonymization of a job (its timing in
+//! frees its place then; a job's budget is new for every job and holds nothing once the job's work
+//! has returned (its reservations are dropped with it); [`anonymize_job`] is the anonymization of a job (its timing in
 //! `report.seconds`), the same for the CLI, gRPC and HTTP.
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
+
+use crate::budget::MemoryBudget;
 
 use crate::config::TablesConfig;
 use crate::relational::job::JobSpec;
@@ -24,6 +29,7 @@ use crate::service::{JobStopped, LimitExceeded, StreamLimit, StreamSlot, run_job
 pub struct TableJobs {
     slots: StreamLimit,
     max_job: Duration,
+    max_job_bytes: u64,
 }
 
 impl TableJobs {
@@ -33,6 +39,7 @@ impl TableJobs {
             slots: StreamLimit::new("tables.max_concurrent_jobs", config.max_concurrent_jobs)
                 .with_gauge(crate::telemetry::catalog::TABLE_JOBS_RUNNING),
             max_job: config.max_job,
+            max_job_bytes: config.max_job_bytes,
         }
     }
 
@@ -41,28 +48,51 @@ impl TableJobs {
         self.slots.acquire()
     }
 
+    /// A new job's memory budget: `tables.max_job_bytes`, reported on `cloakd_table_job_bytes`.
+    pub fn budget(&self) -> MemoryBudget {
+        MemoryBudget::observed(self.max_job_bytes, crate::telemetry::record_table_job_bytes)
+    }
+
     /// Places in use.
     pub fn in_use(&self) -> usize {
         self.slots.in_use()
     }
 
-    /// Runs `work` holding `slot` on a blocking thread within `tables.max_job_ms`; the flag it gets
-    /// turns true when the returned future is dropped or the budget passes. A result that `stopped`
-    /// says is the engine's cancellation is counted in `cloakd_table_jobs_stopped_total{kind}`. The
-    /// slot comes back with the result, for a job that still has something to send.
+    /// Runs `work` holding `slot` on a blocking thread within `tables.max_job_ms` and a new memory
+    /// budget of `tables.max_job_bytes` ([`TableJobs::budget`]); the flag it gets turns true when
+    /// the returned future is dropped or the time passes. A result that `stopped` says is the
+    /// engine's cancellation is counted in `cloakd_table_jobs_stopped_total{kind}`. The slot comes
+    /// back with the result, for a job that still has something to send.
     pub async fn run<T, E>(
         &self,
         kind: &'static str,
         slot: StreamSlot,
         stopped: fn(&E) -> bool,
-        work: impl FnOnce(&AtomicBool) -> Result<T, E> + Send + 'static,
+        work: impl FnOnce(&AtomicBool, &MemoryBudget) -> Result<T, E> + Send + 'static,
+    ) -> Result<(Result<T, E>, StreamSlot), JobStopped>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.run_within(kind, slot, self.budget(), stopped, work)
+            .await
+    }
+
+    /// [`TableJobs::run`] within `budget`, a budget the job already charged (an upload's body).
+    pub async fn run_within<T, E>(
+        &self,
+        kind: &'static str,
+        slot: StreamSlot,
+        budget: MemoryBudget,
+        stopped: fn(&E) -> bool,
+        work: impl FnOnce(&AtomicBool, &MemoryBudget) -> Result<T, E> + Send + 'static,
     ) -> Result<(Result<T, E>, StreamSlot), JobStopped>
     where
         T: Send + 'static,
         E: Send + 'static,
     {
         run_job(slot, self.max_job, move |cancelled| {
-            let result = work(cancelled);
+            let result = work(cancelled, &budget);
             if let Err(e) = &result
                 && stopped(e)
             {

@@ -479,7 +479,7 @@ impl TableService {
         };
         let (anonymized, slot) = self
             .jobs
-            .run("anonymize", slot, stopped, move |cancelled| {
+            .run("anonymize", slot, stopped, move |cancelled, _budget| {
                 let table = builder.finish()?;
                 Ok(anonymize_job(&table, &spec, cancelled)?)
             })

@@ -133,6 +133,7 @@ pub const TX_DATA_LOSS: &str = "cloakd_transaction_data_loss_total";
 pub const TABLE_JOBS: &str = "cloakd_table_jobs_total";
 pub const TABLE_JOB_SECONDS: &str = "cloakd_table_job_seconds";
 pub const TABLE_JOBS_RUNNING: &str = "cloakd_table_jobs_running";
+pub const TABLE_JOB_BYTES: &str = "cloakd_table_job_bytes";
 pub const TABLE_JOBS_STOPPED: &str = "cloakd_table_jobs_stopped_total";
 pub const UI_REQUESTS: &str = "cloakd_ui_requests_total";
 
@@ -318,12 +319,17 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TABLE_JOBS,
         &["kind", "outcome"],
-        "Table jobs (kind anonymize or evaluate over gRPC; sweep or release from the workbench) by outcome: ok, invalid, exhausted, cancelled (the caller went away, its deadline or tables.max_job_ms passed), failed.",
+        "Table jobs (kind anonymize or evaluate over gRPC; upload, sweep or release from the workbench) by outcome: ok, invalid, exhausted, cancelled (the caller went away, its deadline or tables.max_job_ms passed), failed.",
     ),
     gauge(
         TABLE_JOBS_RUNNING,
         &[],
         "Places of tables.max_concurrent_jobs in use: table jobs uploading or computing (a cancelled job's place is freed when its computation has stopped).",
+    ),
+    gauge(
+        TABLE_JOB_BYTES,
+        &[],
+        "Bytes the running table jobs hold in their heavy allocations, as charged to their budgets (each at most tables.max_job_bytes).",
     ),
     counter(
         TABLE_JOBS_STOPPED,

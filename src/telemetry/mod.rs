@@ -78,6 +78,12 @@ fn describe() {
 
 /// Counts a table job of `kind` whose computation the engine stopped early (it saw its cancellation
 /// flag): from here on the job uses no CPU.
+/// Adds `delta` to the bytes held by table jobs (`cloakd_table_job_bytes`): every table job's
+/// [`crate::budget::MemoryBudget`] reports its changes here.
+pub fn record_table_job_bytes(delta: i64) {
+    metrics::gauge!(catalog::TABLE_JOB_BYTES).increment(delta as f64);
+}
+
 pub fn record_table_job_stopped(kind: &'static str) {
     metrics::counter!(catalog::TABLE_JOBS_STOPPED, "kind" => kind).increment(1);
 }

@@ -283,7 +283,7 @@ const ENGINES: [&str; 6] = [
     "learning",
     "poi",
 ];
-const SHARED: [&str; 4] = ["config", "text", "workload", "lines"];
+const SHARED: [&str; 5] = ["config", "text", "workload", "lines", "budget"];
 const STATE: [&str; 2] = ["store", "cluster"];
 const CROSS_CUTTING: [&str; 5] = ["auth", "telemetry", "connections", "tls", "reload"];
 const ACTORS: [&str; 2] = ["broker", "windows"];
@@ -292,12 +292,12 @@ const ACTORS: [&str; 2] = ["broker", "windows"];
 fn may_import(module: &str) -> Vec<&'static str> {
     let all = |groups: &[&[&'static str]]| groups.concat();
     match module {
-        "location" | "transactions" | "relational" | "learning" | "poi" => vec!["text"],
-        "measures" => vec!["relational", "learning", "text"],
-        "text" | "lines" => vec![],
+        "location" | "transactions" | "relational" | "learning" | "poi" => vec!["text", "budget"],
+        "measures" => vec!["relational", "learning", "text", "budget"],
+        "text" | "lines" | "budget" => vec![],
         "workload" => vec!["lines", "location"],
         // Drawing into memory: the charts of the measures (frontier, Brickell & Shmatikov's figures).
-        "plots" => vec!["measures", "text"],
+        "plots" => vec!["measures", "text", "budget"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),
         "store" | "cluster" => all(&[&ENGINES, &SHARED, &["telemetry"]]),
         "auth" | "telemetry" | "connections" | "tls" | "reload" => all(&[&SHARED, &CROSS_CUTTING]),

@@ -16,11 +16,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::evaluate::{LearningArgs, MeasureArgs, read_job};
 use super::input::load_table;
+use crate::budget::MemoryBudget;
 use crate::measures::evaluate::Baseline;
 use crate::measures::frontier::{charts, mark_efficient, write_csv};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline};
 use crate::plots::Format;
-use crate::service::frontier::{SweepOptions, SweepPlan, default_threads, run_sweep};
+use crate::service::frontier::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
 
 #[derive(Debug, clap::Args)]
 pub struct FrontierArgs {
@@ -105,7 +106,9 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     options.validate()?;
     let workload_options = args.learning.options(args.learning_seed)?;
     let formats = formats(&args.format)?;
-    let plan = SweepPlan::new(&sweep_options(&args)).map_err(|e| {
+    // The embedded defaults' tables.max_sweep_values and tables.max_sweep_points, as the daemon's.
+    let limits = SweepLimits::of(&crate::config::Config::embedded_defaults().tables);
+    let plan = SweepPlan::new(&sweep_options(&args), limits).map_err(|e| {
         let value = e.value.map(|v| format!(" {v}")).unwrap_or_default();
         anyhow::anyhow!("--{}{value}: {}", e.field.replace('_', "-"), e.rule)
     })?;
@@ -175,6 +178,7 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         learning.as_ref(),
         &plan,
         threads,
+        &MemoryBudget::unlimited(),
         &never,
         &|i, _| {
             let item = &items[i];
@@ -189,6 +193,7 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
         },
     );
     progress.finish_and_clear();
+    let results = results?;
     let mut points = Vec::new();
     for (item, outcome) in items.iter().zip(results) {
         match outcome {
@@ -236,13 +241,14 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     for p in &points {
         let e = &p.evaluation;
         println!(
-            "{:<17} {:>9} {:<15} {:<9} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8} {:>7.2}  {}",
+            "{:<17} {:>9} {:<15} {:<9} {:>8.4} {:>8} {:>8.4} {:>8.4} {:>8.4} {:>8} {:>7.2}  {}",
             p.item.model.name(),
             p.item.parameter,
             p.item.method.to_string(),
             p.item.algorithm.to_string(),
             e.ploss,
-            e.uloss,
+            e.uloss
+                .map_or_else(|| "-".to_string(), |u| format!("{u:.4}")),
             e.a_know,
             e.a_acc,
             e.query_error,

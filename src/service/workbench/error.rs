@@ -15,7 +15,7 @@ pub enum Code {
     Unauthenticated,
     PermissionDenied,
     NotFound,
-    /// A body past `tables.max_bytes`: 413.
+    /// A body past `tables.max_bytes`, or a job past `tables.max_job_bytes`: 413.
     TooLarge,
     /// No job place free, or another limit: 429.
     ResourceExhausted,
@@ -94,6 +94,11 @@ impl ApiError {
                 crate::text::quote(id)
             ),
         )
+    }
+
+    /// The job's memory budget (`tables.max_job_bytes`) refused what `e` names: 413.
+    pub fn memory(e: &crate::budget::BudgetExceeded) -> ApiError {
+        ApiError::new(Code::TooLarge, None, e.to_string())
     }
 
     pub fn internal(message: impl std::fmt::Display) -> ApiError {

@@ -371,16 +371,68 @@ async fn create_table(
     principal: &Principal,
     request: Request,
 ) -> Result<serde_json::Value, ApiError> {
+    let record = crate::service::jobs::JobRecord::start("upload");
+    let result = upload_table(workbench, principal, request).await;
+    record.finish(match &result {
+        Ok(_) => crate::service::jobs::Outcome::Ok,
+        Err(e) if e.code == Code::InvalidArgument => crate::service::jobs::Outcome::Invalid,
+        Err(e) if matches!(e.code, Code::TooLarge | Code::ResourceExhausted) => {
+            crate::service::jobs::Outcome::Exhausted
+        }
+        Err(_) => crate::service::jobs::Outcome::Failed,
+    });
+    result
+}
+
+/// An upload is a table job: it takes a place before its body is read, and its body and what is
+/// kept of it are charged to its memory budget (tables.rs).
+async fn upload_table(
+    workbench: &Arc<Workbench>,
+    principal: &Principal,
+    request: Request,
+) -> Result<serde_json::Value, ApiError> {
     let (parts, body) = request.into_parts();
+    let slot = workbench.jobs.acquire().map_err(|e| {
+        ApiError::new(
+            Code::ResourceExhausted,
+            None,
+            format!("tables.max_concurrent_jobs: {e}"),
+        )
+    })?;
+    let budget = workbench.jobs.budget();
     let max_bytes = workbench.limits.max_bytes;
     let bytes = read_body(body, &parts.headers, max_bytes).await?;
-    let table_request: tables::TableRequest = parse_json(&bytes)?;
-    drop(bytes);
     let max_rows = workbench.limits.max_rows;
-    let stored =
-        tokio::task::spawn_blocking(move || tables::build(table_request, max_rows, max_bytes))
-            .await
-            .map_err(ApiError::internal)??;
+    let (stored, _slot) = workbench
+        .jobs
+        .run_within(
+            "upload",
+            slot,
+            budget,
+            |_: &ApiError| false,
+            move |_, budget| {
+                // The body, then the request parsed out of it (its texts are no longer than the
+                // body); the body is dropped once parsed, the CSV text becomes the kept table.
+                let body_held = budget
+                    .try_reserve(bytes.len() as u64, "the upload's body")
+                    .map_err(|e| ApiError::memory(&e))?;
+                let mut held = budget
+                    .try_reserve(bytes.len() as u64, "the upload's parsed request")
+                    .map_err(|e| ApiError::memory(&e))?;
+                let table_request: tables::TableRequest = parse_json(&bytes)?;
+                drop((bytes, body_held));
+                tables::build(table_request, max_rows, max_bytes, &mut held)
+            },
+        )
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                Code::DeadlineExceeded,
+                None,
+                format!("tables.max_job_ms: {e}"),
+            )
+        })?;
+    let stored = stored?;
     let body = serde_json::json!({
         "name": stored.name,
         "rows": stored.rows,

@@ -177,7 +177,7 @@ async fn computed(
     let stopped = |e: &AnonymizeError| matches!(e, AnonymizeError::Cancelled);
     let result = workbench
         .jobs
-        .run("release", slot, stopped, move |cancelled| {
+        .run("release", slot, stopped, move |cancelled, _budget| {
             anonymize_job(&table, &spec, cancelled)
         })
         .await;

@@ -8,7 +8,11 @@
 //! start until its computation stops (429 when none is free); a cancelled sweep's releases see
 //! the flag at their engine's next look and its place is freed then; a point's fields are exactly
 //! the columns of `frontier.csv` ([`crate::measures::frontier::csv_header`]) plus its `release`
-//! index, and `efficient` is [`mark_efficient`] over the points so far.
+//! index, and `efficient` is [`mark_efficient`] over the points so far. A sweep's size is bounded
+//! before anything runs (`tables.max_sweep_values` per list, duplicates removed,
+//! `tables.max_sweep_points` releases: 400 past either), so its status is bounded too; its
+//! computation holds a memory budget of `tables.max_job_bytes` (a sweep past it fails with
+//! `resource_exhausted`; Uloss past it is null with `uloss_unavailable` in the point).
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -21,12 +25,14 @@ use serde::Deserialize;
 use super::error::{ApiError, Code};
 use super::tables::StoredTable;
 use super::{Caller, Workbench, json_response, parse_json, read_body};
+use crate::budget::MemoryBudget;
+use crate::config::TablesConfig;
 use crate::measures::evaluate::{Baseline, EvaluationOptions};
 use crate::measures::frontier::{FrontierPoint, csv_header, csv_record, mark_efficient};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadOptions};
 use crate::relational::job::JobSpec;
 use crate::relational::table::Table;
-use crate::service::frontier::{SweepOptions, SweepPlan, default_threads, run_sweep};
+use crate::service::frontier::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
 use crate::service::jobs::{JobRecord, Outcome};
 
 /// The body of `POST /api/v1/sweeps`.
@@ -178,7 +184,8 @@ impl Sweep {
 }
 
 /// A point as JSON: `release` and every column of `frontier.csv` by its name, numbers as numbers,
-/// `efficient` as a boolean, empty cells as null.
+/// `efficient` as a boolean, empty cells as null; `uloss_unavailable` when Uloss is null for want
+/// of memory.
 fn point_json(release: usize, header: &[String], point: &FrontierPoint) -> serde_json::Value {
     let mut object = serde_json::Map::new();
     object.insert("release".into(), release.into());
@@ -195,6 +202,9 @@ fn point_json(release: usize, header: &[String], point: &FrontierPoint) -> serde
         };
         object.insert(name.clone(), json);
     }
+    if let Some(reason) = &point.evaluation.uloss_unavailable {
+        object.insert("uloss_unavailable".into(), reason.clone().into());
+    }
     serde_json::Value::Object(object)
 }
 
@@ -206,20 +216,24 @@ struct Validated {
     job: JobSpec,
 }
 
-fn validate(request: &SweepRequest, max_queries: usize) -> Result<Validated, ApiError> {
+fn validate(request: &SweepRequest, limits: &TablesConfig) -> Result<Validated, ApiError> {
+    let max_queries = limits.max_queries;
     let defaults = SweepOptions::default();
-    let plan = SweepPlan::new(&SweepOptions {
-        k: request.k.clone(),
-        l: request.l.clone(),
-        t: request.t.clone(),
-        delta: request.delta.clone(),
-        t_distance: request.t_distance.clone().unwrap_or(defaults.t_distance),
-        methods: request.methods.clone().unwrap_or(defaults.methods),
-        algorithms: request.algorithms.clone().unwrap_or(defaults.algorithms),
-        metric: request.metric.clone().unwrap_or(defaults.metric),
-        max_suppression: request.max_suppression.unwrap_or(defaults.max_suppression),
-        seed: request.seed.unwrap_or(defaults.seed),
-    })
+    let plan = SweepPlan::new(
+        &SweepOptions {
+            k: request.k.clone(),
+            l: request.l.clone(),
+            t: request.t.clone(),
+            delta: request.delta.clone(),
+            t_distance: request.t_distance.clone().unwrap_or(defaults.t_distance),
+            methods: request.methods.clone().unwrap_or(defaults.methods),
+            algorithms: request.algorithms.clone().unwrap_or(defaults.algorithms),
+            metric: request.metric.clone().unwrap_or(defaults.metric),
+            max_suppression: request.max_suppression.unwrap_or(defaults.max_suppression),
+            seed: request.seed.unwrap_or(defaults.seed),
+        },
+        SweepLimits::of(limits),
+    )
     .map_err(|e| ApiError::new(Code::InvalidArgument, Some(e.field), e.to_string()))?;
     let d = EvaluationOptions::default();
     let options = EvaluationOptions {
@@ -302,7 +316,7 @@ async fn start(
         options,
         workload,
         job,
-    } = validate(&request, workbench.limits.max_queries)?;
+    } = validate(&request, &workbench.limits)?;
     let slot = workbench.jobs.acquire().map_err(|e| {
         ApiError::new(
             Code::ResourceExhausted,
@@ -318,7 +332,7 @@ async fn start(
                 "sweep",
                 slot,
                 |_: &ApiError| false,
-                move |_| source.load(&job),
+                move |_, budget| source.load(&job, budget),
             )
             .await
             .map_err(|e| ApiError::new(Code::Internal, None, e.to_string()))?
@@ -351,7 +365,9 @@ async fn start(
     let task = tokio::spawn(async move {
         let work = {
             let sweep = Arc::clone(&running);
-            move |cancelled: &AtomicBool| compute(&sweep, options, workload, cancelled)
+            move |cancelled: &AtomicBool, budget: &MemoryBudget| {
+                compute(&sweep, options, workload, budget, cancelled)
+            }
         };
         let stopped = |e: &SweepFailure| matches!(e, SweepFailure::Cancelled);
         match jobs.run("sweep", slot, stopped, work).await {
@@ -364,10 +380,10 @@ async fn start(
                 record.finish(Outcome::Cancelled);
             }
             Ok((Err(SweepFailure::Failed(e)), _)) => {
-                let outcome = if e.code == Code::InvalidArgument {
-                    Outcome::Invalid
-                } else {
-                    Outcome::Failed
+                let outcome = match e.code {
+                    Code::InvalidArgument => Outcome::Invalid,
+                    Code::TooLarge | Code::ResourceExhausted => Outcome::Exhausted,
+                    _ => Outcome::Failed,
                 };
                 running.finish(Phase::Failed, Some(e));
                 record.finish(outcome);
@@ -394,12 +410,25 @@ fn compute(
     sweep: &Sweep,
     options: EvaluationOptions,
     workload: Option<WorkloadOptions>,
+    budget: &MemoryBudget,
     cancelled: &AtomicBool,
 ) -> Result<(), SweepFailure> {
     let table = &sweep.table;
-    let baseline = Baseline::new_unless(table, options, cancelled)
+    let baseline = Baseline::new_unless(table, options, budget, cancelled)
         .map_err(|e| SweepFailure::Failed(ApiError::invalid(e.option, &e)))?
         .ok_or(SweepFailure::Cancelled)?;
+    // The original's learning datasets, held for the whole sweep.
+    let _datasets = match &workload {
+        Some(_) => Some(
+            budget
+                .try_reserve(
+                    crate::measures::workload::datasets_bytes(table),
+                    "the learning workload's datasets",
+                )
+                .map_err(|e| SweepFailure::Failed(ApiError::memory(&e)))?,
+        ),
+        None => None,
+    };
     let learning = match workload {
         Some(options) => Some(
             WorkloadBaseline::new_unless(table, options, DEFAULT_MAX_MODEL_CELLS, cancelled)
@@ -414,6 +443,7 @@ fn compute(
         learning.as_ref(),
         &sweep.plan,
         default_threads(),
+        budget,
         cancelled,
         &|i, outcome| {
             let mut p = sweep.progress();
@@ -422,7 +452,8 @@ fn compute(
                 p.done += 1;
             }
         },
-    );
+    )
+    .map_err(|e| SweepFailure::Failed(ApiError::memory(&e)))?;
     if cancelled.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(SweepFailure::Cancelled);
     }
@@ -470,6 +501,97 @@ impl Workbench {
         let sweeps = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
         for (_, sweep) in sweeps.items.values() {
             sweep.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Random sweep requests through the real parsing and validation: never a panic, either a plan
+    //! within the limits or an error naming its field and rule.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn limits() -> TablesConfig {
+        let mut limits = crate::config::Config::embedded_defaults().tables;
+        limits.max_sweep_values = 6;
+        limits.max_sweep_points = 20;
+        limits
+    }
+
+    fn number() -> impl Strategy<Value = serde_json::Value> {
+        prop_oneof![
+            (-3i64..8).prop_map(serde_json::Value::from),
+            (-2.0f64..8.0).prop_map(serde_json::Value::from),
+            Just(serde_json::Value::from(0.5)),
+            Just(serde_json::Value::from(1e300)),
+            Just(serde_json::Value::from("3")),
+            Just(serde_json::Value::Null),
+        ]
+    }
+
+    fn list<T: Strategy<Value = serde_json::Value>>(
+        item: T,
+    ) -> impl Strategy<Value = Option<serde_json::Value>> {
+        proptest::option::of(prop_oneof![
+            prop::collection::vec(item, 0..10).prop_map(serde_json::Value::from),
+            Just(serde_json::Value::from(7)),
+        ])
+    }
+
+    fn word(words: &'static [&'static str]) -> impl Strategy<Value = serde_json::Value> {
+        prop::sample::select(words).prop_map(serde_json::Value::from)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn random_plans_are_a_bounded_plan_or_a_named_error(
+            k in list(number()),
+            l in list(number()),
+            t in list(number()),
+            delta in list(number()),
+            methods in list(word(&["generalization", "bucketization", "anatomy", ""])),
+            algorithms in list(word(&["mondrian", "kaca", "ola", "incognito"])),
+            t_distance in proptest::option::of(word(&["js", "emd", "x"])),
+            metric in proptest::option::of(word(&["dm", "whd", "loss", "?"])),
+            max_suppression in proptest::option::of(number()),
+            queries in proptest::option::of(0usize..3),
+            stray in any::<bool>(),
+        ) {
+            let mut body = serde_json::json!({"table": "t", "job": "[columns]\na = { role = \"sensitive\" }\n"});
+            for (key, value) in [
+                ("k", k), ("l", l), ("t", t), ("delta", delta), ("methods", methods),
+                ("algorithms", algorithms), ("t_distance", t_distance), ("metric", metric),
+                ("max_suppression", max_suppression),
+                ("queries", queries.map(serde_json::Value::from)),
+                ("bogus", stray.then(|| serde_json::Value::from(1))),
+            ] {
+                if let Some(value) = value {
+                    body[key] = value;
+                }
+            }
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let limits = limits();
+            let validated = parse_json::<SweepRequest>(&bytes).and_then(|r| validate(&r, &limits));
+            match validated {
+                Ok(v) => {
+                    prop_assert!(!v.plan.items.is_empty());
+                    prop_assert!(v.plan.items.len() <= limits.max_sweep_points);
+                    for (i, a) in v.plan.items.iter().enumerate() {
+                        prop_assert!(v.plan.privacy(a).validate().is_ok(), "{a:?}");
+                        for b in &v.plan.items[i + 1..] {
+                            prop_assert!(a != b, "{a:?} twice");
+                        }
+                    }
+                }
+                Err(e) => {
+                    prop_assert_eq!(e.code, Code::InvalidArgument);
+                    let field = e.field.clone().unwrap_or_default();
+                    prop_assert!(!field.is_empty() && e.message.contains(&field), "{e:?}");
+                }
+            }
         }
     }
 }

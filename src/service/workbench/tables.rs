@@ -3,15 +3,20 @@
 //! job's `input` and `hierarchy` paths from the table's files instead of the disk.
 //!
 //! Invariants: an upload is bounded by `tables.max_bytes` (once decompressed too) and
-//! `tables.max_rows` before it is kept; a table's files are the only files a job can name (a job
+//! `tables.max_rows` before it is kept, and is a table job: it holds a place of
+//! `tables.max_concurrent_jobs` while it is read and surveyed, and its body, its one kept copy of
+//! the CSV and the survey's per-column counts are charged to its memory budget
+//! (`tables.max_job_bytes`) before they are made; a CSV whose header names a column twice is
+//! refused; a table's files are the only files a job can name (a job
 //! naming another is refused, naming the path); the suggested job of an example is the example's own
 //! job file (`examples/adult.toml`), so an exported job saved in `examples/` runs as is.
 use std::collections::{BTreeMap, HashSet};
-use std::io::Read;
+use std::hash::BuildHasher;
 
 use serde::Deserialize;
 
 use super::error::ApiError;
+use crate::budget::{MemoryBudget, ReadWithin, Reservation, read_to_end_within};
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::{Table, read_csv};
@@ -110,7 +115,14 @@ impl StoredTable {
 
     /// The job's table, read from this table's files (the job resolver): `input` must name the
     /// CSV (or be absent), every hierarchy path one of the hierarchies.
-    pub fn load(&self, job: &JobSpec) -> Result<Table, ApiError> {
+    pub fn load(&self, job: &JobSpec, budget: &MemoryBudget) -> Result<Table, ApiError> {
+        let _held = budget
+            .try_reserve(
+                (self.csv.len() as u64)
+                    .saturating_mul(crate::service::evaluation::TABLE_BYTES_PER_CSV_BYTE),
+                "the job's table (parsed)",
+            )
+            .map_err(|e| ApiError::memory(&e))?;
         if let Some(input) = &job.input
             && *input != self.name
         {
@@ -147,21 +159,36 @@ impl StoredTable {
     }
 }
 
-/// Decompresses `bytes` when gzip, refusing more than `max_bytes` once decompressed.
-fn plain(field: &str, bytes: &[u8], max_bytes: usize) -> Result<Vec<u8>, ApiError> {
+/// Decompresses `bytes` when gzip, refusing more than `max_bytes` once decompressed; what it keeps
+/// is charged to `held` as it grows.
+fn plain(
+    field: &str,
+    bytes: &[u8],
+    max_bytes: usize,
+    held: &mut Reservation,
+) -> Result<Vec<u8>, ApiError> {
     if !bytes.starts_with(&[0x1f, 0x8b]) {
+        held.grow(bytes.len() as u64, field)
+            .map_err(|e| ApiError::memory(&e))?;
         return Ok(bytes.to_vec());
     }
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(bytes)
-        .take((max_bytes as u64).saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(|e| ApiError::invalid(field, format!("not valid gzip: {e}")))?;
-    if out.len() > max_bytes {
-        return Err(too_large(field, max_bytes));
-    }
-    Ok(out)
+    read_to_end_within(
+        flate2::read::MultiGzDecoder::new(bytes),
+        max_bytes,
+        held,
+        field,
+    )
+    .map_err(|e| match e {
+        ReadWithin::Memory(e) => ApiError::memory(&e),
+        ReadWithin::TooLarge(_) => too_large(field, max_bytes),
+        ReadWithin::Io(e) => ApiError::invalid(field, format!("not valid gzip: {e}")),
+    })
 }
+
+/// Bytes the survey keeps per column (its counts, its description, its line of the suggested job)
+/// beyond the column's name, and per distinct value of a column (a hash in a set).
+const SURVEY_COLUMN_BYTES: u64 = 256;
+const SURVEY_VALUE_BYTES: u64 = 32;
 
 pub fn too_large(field: &str, max_bytes: usize) -> ApiError {
     ApiError::new(
@@ -171,12 +198,14 @@ pub fn too_large(field: &str, max_bytes: usize) -> ApiError {
     )
 }
 
-/// Reads the CSV's header, rows and per-column kinds and distinct counts, within `max_rows`.
+/// Reads the CSV's header, rows and per-column kinds and distinct counts, within `max_rows`,
+/// charging what it keeps to `held`; a header naming a column twice is refused.
 fn survey(
     name: &str,
     csv: &[u8],
     hierarchies: &BTreeMap<String, String>,
     max_rows: usize,
+    held: &mut Reservation,
 ) -> Result<(usize, Vec<ColumnInfo>), ApiError> {
     let mut reader =
         csv::ReaderBuilder::new()
@@ -197,7 +226,31 @@ fn survey(
             "the first line must name the columns (rule: a CSV with a header line)",
         ));
     }
-    let mut distinct: Vec<HashSet<String>> = vec![HashSet::new(); header.len()];
+    let names: usize = header.iter().map(String::len).sum();
+    held.grow(
+        (header.len() as u64)
+            .saturating_mul(SURVEY_COLUMN_BYTES)
+            .saturating_add((names as u64).saturating_mul(3)),
+        "the upload's columns",
+    )
+    .map_err(|e| ApiError::memory(&e))?;
+    let mut seen = HashSet::with_capacity(header.len());
+    for column in &header {
+        if !seen.insert(column.as_str()) {
+            return Err(ApiError::invalid(
+                "csv",
+                format!(
+                    "the header names column {} more than once (rule: column names are unique)",
+                    quote(column)
+                ),
+            ));
+        }
+    }
+    drop(seen);
+    // Distinct values are counted by a 64-bit hash of each (the counts are what the page shows; a
+    // hash costs 8 bytes whatever the value's length).
+    let hasher = std::collections::hash_map::RandomState::new();
+    let mut distinct: Vec<HashSet<u64>> = vec![HashSet::new(); header.len()];
     let mut numeric = vec![true; header.len()];
     let mut rows = 0usize;
     for record in reader.records() {
@@ -214,8 +267,9 @@ fn survey(
         for (i, value) in record.iter().enumerate() {
             let value = value.trim();
             numeric[i] &= value.parse::<f64>().is_ok_and(f64::is_finite);
-            if !distinct[i].contains(value) {
-                distinct[i].insert(value.to_string());
+            if distinct[i].insert(hasher.hash_one(value)) {
+                held.grow(SURVEY_VALUE_BYTES, "the upload's distinct values")
+                    .map_err(|e| ApiError::memory(&e))?;
             }
         }
     }
@@ -280,11 +334,13 @@ pub fn toml_key(s: &str) -> String {
     }
 }
 
-/// Builds a kept table from a request, within the limits.
+/// Builds a kept table from a request, within the limits, charging `held` as it reads; the
+/// request's CSV text becomes the kept table's bytes (no copy).
 pub fn build(
     request: TableRequest,
     max_rows: usize,
     max_bytes: usize,
+    held: &mut Reservation,
 ) -> Result<StoredTable, ApiError> {
     match (&request.example, &request.csv) {
         (Some(example), None) => {
@@ -308,13 +364,13 @@ pub fn build(
                     ),
                 ));
             };
-            let csv = plain("example", e.input.1, max_bytes)?;
+            let csv = plain("example", e.input.1, max_bytes, held)?;
             let hierarchies: BTreeMap<String, String> = e
                 .hierarchies
                 .iter()
                 .map(|(p, t)| (p.to_string(), t.to_string()))
                 .collect();
-            let (rows, columns) = survey(e.input.0, &csv, &hierarchies, max_rows)?;
+            let (rows, columns) = survey(e.input.0, &csv, &hierarchies, max_rows, held)?;
             Ok(StoredTable {
                 name: e.input.0.to_string(),
                 csv,
@@ -324,7 +380,7 @@ pub fn build(
                 job: e.job.to_string(),
             })
         }
-        (None, Some(text)) => {
+        (None, Some(_)) => {
             let name = request.name.clone().unwrap_or_else(|| "table.csv".into());
             if name.is_empty() || name.len() > 255 || name.contains(['\n', '\r', '\0']) {
                 return Err(ApiError::invalid(
@@ -349,8 +405,8 @@ pub fn build(
                 Hierarchy::parse(path, &request.hierarchies[path])
                     .map_err(|e| ApiError::invalid("hierarchies", e))?;
             }
-            let csv = text.as_bytes().to_vec();
-            let (rows, columns) = survey(&name, &csv, &request.hierarchies, max_rows)?;
+            let csv = request.csv.unwrap_or_default().into_bytes();
+            let (rows, columns) = survey(&name, &csv, &request.hierarchies, max_rows, held)?;
             let job = suggested_job(&name, &columns);
             Ok(StoredTable {
                 name,
@@ -375,14 +431,19 @@ pub fn examples_json() -> serde_json::Value {
         EXAMPLES
             .iter()
             .map(|e| {
-                plain("example", e.input.1, usize::MAX)
-                    .map(|csv| {
-                        csv.iter()
-                            .filter(|&&b| b == b'\n')
-                            .count()
-                            .saturating_sub(1)
-                    })
-                    .unwrap_or(0)
+                plain(
+                    "example",
+                    e.input.1,
+                    usize::MAX,
+                    &mut MemoryBudget::unlimited().reservation(),
+                )
+                .map(|csv| {
+                    csv.iter()
+                        .filter(|&&b| b == b'\n')
+                        .count()
+                        .saturating_sub(1)
+                })
+                .unwrap_or(0)
             })
             .collect()
     });
@@ -395,4 +456,78 @@ pub fn examples_json() -> serde_json::Value {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    //! Random CSV bytes through the real upload: never a panic, either a table or an error naming
+    //! its field and rule; duplicate column names refused.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn upload(csv: String, budget: &MemoryBudget) -> Result<StoredTable, ApiError> {
+        let request = TableRequest {
+            example: None,
+            name: Some("t.csv".into()),
+            csv: Some(csv),
+            hierarchies: BTreeMap::new(),
+        };
+        build(request, 50, 4096, &mut budget.reservation())
+    }
+
+    #[test]
+    fn duplicate_column_names_are_refused() {
+        let budget = MemoryBudget::unlimited();
+        let e = upload("a,b,a\n1,2,3\n".into(), &budget).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("csv"));
+        assert!(e.message.contains("more than once"), "{e:?}");
+        assert!(upload("a,b,c\n1,2,3\n".into(), &budget).is_ok());
+    }
+
+    #[test]
+    fn an_upload_past_the_budget_is_refused_naming_it() {
+        let csv: String = std::iter::once("a,b\n".to_string())
+            .chain((0..40).map(|i| format!("{i},{}\n", i % 3)))
+            .collect();
+        // Two columns (512 bytes) and 43 distinct values (1,376 bytes) pass 1,000 bytes.
+        let budget = MemoryBudget::new(1000);
+        let e = upload(csv, &budget).unwrap_err();
+        assert!(e.message.contains("tables.max_job_bytes"), "{e:?}");
+        assert_eq!(budget.held(), 0);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn random_csv_bytes_are_a_table_or_a_named_error(
+            bytes in prop::collection::vec(
+                prop_oneof![
+                    prop::sample::select(b"ab1,,\n\n\r\" .-e9".to_vec()),
+                    any::<u8>(),
+                ],
+                0..300,
+            ),
+            budget in prop_oneof![Just(u64::MAX), 64u64..4096],
+        ) {
+            let budget = MemoryBudget::new(budget);
+            let csv = String::from_utf8_lossy(&bytes).into_owned();
+            match upload(csv, &budget) {
+                Ok(table) => {
+                    prop_assert!(table.rows <= 50);
+                    let mut names: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+                    names.sort_unstable();
+                    names.dedup();
+                    prop_assert_eq!(names.len(), table.columns.len());
+                }
+                Err(e) => {
+                    prop_assert!(!e.message.is_empty());
+                    match &e.field {
+                        Some(field) => prop_assert!(e.message.contains(field.as_str()), "{e:?}"),
+                        None => prop_assert!(e.message.contains("tables.max_job_bytes"), "{e:?}"),
+                    }
+                }
+            }
+        }
+    }
 }

@@ -2,7 +2,9 @@
 //! RESOURCE_EXHAUSTED before anything is allocated (it used to abort the process allocating 206 GB),
 //! and an evaluation whose caller's deadline (or the server's `tables.max_job_ms`) passes is
 //! cancelled, freeing its job slot at once; a learning workload whose models would pass
-//! `tables.max_bytes` is refused with RESOURCE_EXHAUSTED naming the limit.
+//! `tables.max_bytes` is refused with RESOURCE_EXHAUSTED naming the limit; large populations or
+//! sensitive histograms past `tables.max_job_bytes` (once allocations of gigabytes that aborted the
+//! daemon) leave Uloss unavailable with the reason, the other measures there and the daemon serving.
 use std::time::Duration;
 
 use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
@@ -228,5 +230,118 @@ async fn a_model_past_the_byte_limit_is_refused() {
         .unwrap()
         .into_inner();
     assert_eq!(response.workload.unwrap().classifiers.len(), 1);
+    daemon.shutdown().await.unwrap();
+}
+
+/// `rows` rows of `qis` numeric quasi-identifiers and a sensitive value (`q{i}` and `s` as
+/// `values` says), with a release whose every QI is `*` (one class): evaluated with `min_support`.
+fn qi_request(
+    qis: usize,
+    rows: usize,
+    values: impl Fn(usize, usize) -> usize,
+    sensitive: impl Fn(usize) -> usize,
+) -> EvaluateRequest {
+    let names: Vec<String> = (0..qis).map(|i| format!("q{i}")).collect();
+    let mut job = String::from("[columns]\ns = { role = \"sensitive\" }\n");
+    for name in &names {
+        job.push_str(&format!(
+            "{name} = {{ role = \"quasi\", kind = \"numeric\" }}\n"
+        ));
+    }
+    job.push_str("[privacy]\nk = 1\n");
+    let header = format!("{},s\n", names.join(","));
+    let (mut original, mut release) = (header.clone(), header);
+    for row in 0..rows {
+        let qs: Vec<String> = (0..qis).map(|q| values(row, q).to_string()).collect();
+        original.push_str(&format!("{},v{}\n", qs.join(","), sensitive(row)));
+        release.push_str(&format!(
+            "{},v{}\n",
+            vec!["*"; qis].join(","),
+            sensitive(row)
+        ));
+    }
+    EvaluateRequest {
+        job_toml: job,
+        original_csv: original.into_bytes(),
+        release_csv: release.into_bytes(),
+        min_support: Some(0.05),
+        queries: Some(10),
+        qd: Some(1),
+        sel: Some(0.5),
+        query_seed: Some(1),
+        ..EvaluateRequest::default()
+    }
+}
+
+/// The daemon still answers: health, and a small evaluation.
+async fn still_serves(daemon: &TestDaemon) {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let health = HealthClient::new(daemon.channel().await)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await;
+    assert!(health.is_ok(), "{health:?}");
+    let response = TableEvaluatorClient::new(daemon.channel().await)
+        .evaluate(qi_request(2, 6, |row, _| row % 3, |row| row % 2))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(response.uloss.is_some(), "{response:?}");
+}
+
+fn assert_uloss_unavailable(response: &cloakd::proto::EvaluateResponse, what: &str) {
+    assert_eq!(response.uloss, None, "{response:?}");
+    let reason = response.uloss_unavailable.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("tables.max_job_bytes") && reason.contains(what),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn large_populations_past_the_memory_budget_leave_uloss_unavailable() {
+    // 14 and 16 QIs of 6 rows (every QI row % 3): tens of millions of large populations, which
+    // once took 2.35 GB and 5.2 GB (or aborted the daemon) before tables.max_job_ms stopped them.
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.tables.max_job_bytes = 16 << 20;
+    }))
+    .await;
+    let mut client = TableEvaluatorClient::new(daemon.channel().await);
+    for qis in [14, 16] {
+        let response = client
+            .evaluate(qi_request(qis, 6, |row, _| row % 3, |row| row % 2))
+            .await
+            .unwrap_or_else(|e| panic!("{qis} QIs: {e:?}"))
+            .into_inner();
+        assert_uloss_unavailable(&response, "large populations");
+        // The other measures are there.
+        assert_eq!(response.rows, 6);
+        assert!(response.ploss >= 0.0);
+    }
+    still_serves(&daemon).await;
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn many_sensitive_values_past_the_memory_budget_leave_uloss_unavailable() {
+    // 8 independent QIs of 3 values, 20,000 rows, 20,000 sensitive values (once an abort
+    // allocating 2.1 GB): 6,561 transactions of 20,000 sensitive counts each are 1 GB.
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.tables.max_job_bytes = 64 << 20;
+    }))
+    .await;
+    let mut client = TableEvaluatorClient::new(daemon.channel().await);
+    let request = qi_request(
+        8,
+        20_000,
+        |row, q| (row / 3usize.pow(q as u32)) % 3,
+        |row| row,
+    );
+    let response = client.evaluate(request).await.unwrap().into_inner();
+    assert_uloss_unavailable(&response, "sensitive values");
+    assert_eq!(response.rows, 20_000);
+    still_serves(&daemon).await;
     daemon.shutdown().await.unwrap();
 }

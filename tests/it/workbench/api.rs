@@ -551,6 +551,128 @@ async fn bad_input_gets_the_error_shape_naming_the_field() {
     daemon.shutdown().await;
 }
 
+/// The probe's table of about 250 bytes: 16 numeric QIs (every one row % 3) and `s` = row % 2, 6 rows.
+fn many_qis_csv() -> (String, String) {
+    let names: Vec<String> = (0..16).map(|i| format!("q{i}")).collect();
+    let mut csv = format!("{},s\n", names.join(","));
+    for row in 0..6 {
+        let qs = vec![(row % 3).to_string(); 16];
+        csv.push_str(&format!("{},{}\n", qs.join(","), row % 2));
+    }
+    let mut job = String::from("input = \"q.csv\"\n[columns]\ns = { role = \"sensitive\" }\n");
+    for name in &names {
+        job.push_str(&format!(
+            "{name} = {{ role = \"quasi\", kind = \"numeric\" }}\n"
+        ));
+    }
+    job.push_str("[privacy]\nk = 2\n");
+    (csv, job)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweeps_and_uploads_stay_within_the_memory_budget_and_the_sweep_limits() {
+    let mut config = Config::embedded_defaults();
+    config.tables.max_job_bytes = 16 << 20;
+    config.tables.max_sweep_points = 10;
+    let daemon = Workbench::start(config).await;
+    let ui = daemon.ui;
+    let (csv, job) = many_qis_csv();
+    assert!(csv.len() < 300, "{}", csv.len());
+    let table = post(ui, "/api/v1/tables", &json!({"name": "q.csv", "csv": csv})).await;
+    table.status_is(200);
+    let id = table.json()["table"].clone();
+
+    // Its Mondrian sweep once aborted the daemon allocating 3 GB for the large populations: the
+    // sweep completes, every point's Uloss unavailable with the reason.
+    let sweep = |extra: Value| {
+        let mut body = json!({"table": id, "job": job, "k": [2], "l": [], "t": [], "delta": [], "queries": 10});
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let started = post(ui, "/api/v1/sweeps", &sweep(json!({}))).await;
+    started.status_is(202);
+    let sid = started.json()["sweep"].as_str().unwrap().to_string();
+    let status = wait_done(ui, &sid).await;
+    assert_eq!(status["state"], "done", "{status}");
+    let points = status["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{status}");
+    for point in points {
+        assert_eq!(point["uloss"], Value::Null, "{point}");
+        let reason = point["uloss_unavailable"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("tables.max_job_bytes") && reason.contains("large populations"),
+            "{point}"
+        );
+        assert!(point["ploss"].is_number(), "{point}");
+    }
+
+    // A k listing one value 100,000 times is refused before anything is made; duplicates of a
+    // few values collapse into one release each.
+    let message = post(
+        ui,
+        "/api/v1/sweeps",
+        &sweep(json!({"k": vec![45223; 100_000]})),
+    )
+    .await
+    .error(400, "invalid_argument", Some("k"));
+    assert!(message.contains("tables.max_sweep_values"), "{message}");
+    let twice = post(
+        ui,
+        "/api/v1/sweeps",
+        &sweep(json!({"k": [3, 3, 3.0], "methods": ["generalization"]})),
+    )
+    .await;
+    twice.status_is(202);
+    assert_eq!(twice.json()["total"], 1);
+    let twice = twice.json()["sweep"].as_str().unwrap().to_string();
+    wait_done(ui, &twice).await;
+    // More releases than tables.max_sweep_points (6 values x 2 methods = 12 > 10).
+    let message = post(
+        ui,
+        "/api/v1/sweeps",
+        &sweep(json!({"k": [2, 3, 4, 5, 6, 7]})),
+    )
+    .await
+    .error(400, "invalid_argument", Some("sweep"));
+    assert!(message.contains("tables.max_sweep_points"), "{message}");
+    // l must be a finite number >= 1.
+    for l in [json!(-1), json!(0.5)] {
+        post(ui, "/api/v1/sweeps", &sweep(json!({"k": [], "l": [l]})))
+            .await
+            .error(400, "invalid_argument", Some("l"));
+    }
+
+    // A header naming a column twice is refused.
+    let message = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "d.csv", "csv": "a,b,a\n1,2,3\n"}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("csv"));
+    assert!(message.contains("more than once"), "{message}");
+    // An upload past the job's memory is refused naming the limit (the body alone is 21 MB,
+    // within tables.max_bytes).
+    let big: String = std::iter::once("a,b\n".to_string())
+        .chain((0..2_000_000).map(|i| format!("{i},{}\n", i % 7)))
+        .collect();
+    assert!(big.len() > 16 << 20);
+    let message = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "big.csv", "csv": big}),
+    )
+    .await
+    .error(413, "resource_exhausted", None);
+    assert!(message.contains("tables.max_job_bytes"), "{message}");
+
+    // The daemon still serves.
+    get(ui, "/api/v1/session").await.status_is(200);
+    daemon.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_roles_scopes_and_security_headers() {
     let daemon = Workbench::start(secured_config()).await;
