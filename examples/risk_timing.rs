@@ -22,7 +22,10 @@ fn best(runs: usize, mut f: impl FnMut()) -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let job_path = Path::new(args.get(1).map_or("examples/adult-ola.toml", String::as_str));
+    let job_path = Path::new(
+        args.get(1)
+            .map_or("examples/adult-ola.toml", String::as_str),
+    );
     let suda: usize = args.get(2).map_or(Ok(4), |s| s.parse())?;
     let population: f64 = args.get(3).map_or(Ok(318_900_000.0), |s| s.parse())?;
     let job = read_job(job_path)?;

@@ -1,7 +1,7 @@
 //! `cloakd table risk` end to end: the real binary on the shipped Adult sample, on the table and on
 //! a k-anonymous release of it (whose classes are recomputed here from the released CSV,
-//! independently of the engine), checking the JSON report's names and figures; and a refused
-//! option naming itself.
+//! independently of the engine), checking the JSON report's names and figures, and the same risk
+//! in `cloakd table evaluate`'s report; and a refused option naming itself.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -112,7 +112,14 @@ fn risk_of_a_k_anonymous_release_matches_its_classes() {
     // The classes of the released QIs, recomputed from the CSV.
     let mut reader = csv::Reader::from_path(&out).unwrap();
     let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
-    let qis = ["age", "workclass", "education", "marital-status", "race", "sex"];
+    let qis = [
+        "age",
+        "workclass",
+        "education",
+        "marital-status",
+        "race",
+        "sex",
+    ];
     let at: Vec<usize> = qis
         .iter()
         .map(|q| header.iter().position(|h| h == q).unwrap())
@@ -129,16 +136,30 @@ fn risk_of_a_k_anonymous_release_matches_its_classes() {
     let r = &report(&rep)["risk"];
     assert_eq!(r["classes"], classes.len() as u64);
     assert_eq!(r["prosecutor"]["highest"], 1.0 / smallest as f64);
-    assert_eq!(
-        r["prosecutor"]["average"],
-        classes.len() as f64 / 2000.0
-    );
+    assert_eq!(r["prosecutor"]["average"], classes.len() as f64 / 2000.0);
     // k = 10 leaves no record above a 0.2 threshold, no sample unique and no MSU.
     assert_eq!(r["prosecutor"]["records_at_risk"], 0.0);
     assert_eq!(r["sample_uniqueness"]["unique_records"], 0);
     assert_eq!(r["population_uniqueness"]["population_size"], 200000.0);
     assert_eq!(r["population_uniqueness"]["pitman"]["uniques"], 0.0);
     assert_eq!(r["suda"]["records_with_msu"], 0);
+    // `table evaluate` reports the same sample risk beside the utility measures.
+    let eval = dir.path().join("eval.json");
+    let o = cloakd(&[
+        "table",
+        "evaluate",
+        &job(),
+        "--release",
+        out.to_str().unwrap(),
+        "--queries",
+        "10",
+        "--report",
+        eval.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let e = &report(&eval)["risk"];
+    assert_eq!(e["prosecutor"], r["prosecutor"]);
+    assert_eq!(e["suda"]["unavailable"], "not requested");
 }
 
 #[test]

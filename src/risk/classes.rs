@@ -121,7 +121,10 @@ pub fn group(q: &QuasiColumns, columns: &[usize], include: impl Fn(usize) -> boo
         let codes = &q.codes[c];
         let domain = q.domains[c].max(1) as usize;
         let mut next: u32 = 0;
-        match count.checked_mul(domain).filter(|&cells| cells <= DENSE_LIMIT) {
+        match count
+            .checked_mul(domain)
+            .filter(|&cells| cells <= DENSE_LIMIT)
+        {
             Some(cells) => {
                 dense.clear();
                 dense.resize(cells, EXCLUDED);

@@ -61,10 +61,7 @@ impl Histogram {
         self.records == 0
     }
     pub fn classes_of_size(&self, size: u64) -> u64 {
-        self.entries
-            .iter()
-            .find(|e| e.0 == size)
-            .map_or(0, |e| e.1)
+        self.entries.iter().find(|e| e.0 == size).map_or(0, |e| e.1)
     }
     pub fn smallest(&self) -> u64 {
         self.entries.first().map_or(0, |e| e.0)
@@ -318,7 +315,10 @@ mod tests {
     fn histogram_by_hand() {
         let h = Histogram::from_sizes([3, 1, 1, 0, 2]);
         assert_eq!(h.entries(), &[(1, 2), (2, 1), (3, 1)]);
-        assert_eq!((h.records(), h.classes(), h.smallest(), h.largest()), (7, 4, 1, 3));
+        assert_eq!(
+            (h.records(), h.classes(), h.smallest(), h.largest()),
+            (7, 4, 1, 3)
+        );
         assert_eq!(h.classes_of_size(2), 1);
         assert_eq!(h.classes_of_size(5), 0);
     }
@@ -359,7 +359,13 @@ mod tests {
     fn refuses_bad_options_and_explains_missing_models() {
         let q = columns(&[[0, 0], [0, 1]]);
         let bad = |o: RiskOptions| profile(&q, &o, None).unwrap_err().to_string();
-        assert!(bad(RiskOptions { threshold: 1.5, ..Default::default() }).contains("threshold"));
+        assert!(
+            bad(RiskOptions {
+                threshold: 1.5,
+                ..Default::default()
+            })
+            .contains("threshold")
+        );
         assert!(
             bad(RiskOptions {
                 population: Some(Population::SamplingFraction(0.0)),
@@ -368,8 +374,11 @@ mod tests {
             .contains("sampling_fraction")
         );
         assert!(
-            bad(RiskOptions { suda_max_size: Some(0), ..Default::default() })
-                .contains("suda_max_size")
+            bad(RiskOptions {
+                suda_max_size: Some(0),
+                ..Default::default()
+            })
+            .contains("suda_max_size")
         );
         let small = profile(
             &q,
@@ -404,6 +413,9 @@ mod tests {
         assert_eq!(j.risk.highest, 0.5);
         // A population missing a sample class is refused.
         let err = population_pairs(&population, &sample).unwrap_err();
-        assert!(err.to_string().contains("the population contains the sample"));
+        assert!(
+            err.to_string()
+                .contains("the population contains the sample")
+        );
     }
 }

@@ -22,8 +22,13 @@ use crate::risk::special::{
 pub enum Estimate {
     /// `uniques`: the estimated number of population uniques; `share`: uniques / population size
     /// (ARX's `getFractionOfUniqueTuples*`).
-    Estimated { uniques: f64, share: f64 },
-    Unavailable { unavailable: String },
+    Estimated {
+        uniques: f64,
+        share: f64,
+    },
+    Unavailable {
+        unavailable: String,
+    },
 }
 
 impl Estimate {
@@ -85,11 +90,16 @@ pub fn population_uniqueness(histogram: &Histogram, population: f64) -> Populati
     }
     let checked = |value: Option<f64>, reason: &str| match value {
         Some(v) if v.is_finite() && v > 0.0 && v <= population => share(v),
-        Some(_) => Estimate::unavailable("the estimate is not a count between 0 and the population size"),
+        Some(_) => {
+            Estimate::unavailable("the estimate is not a count between 0 and the population size")
+        }
         None => Estimate::unavailable(reason),
     };
     let not_converged = "the maximum-likelihood equations did not converge";
-    let zayatz = checked(zayatz(histogram, population), "undefined for this histogram");
+    let zayatz = checked(
+        zayatz(histogram, population),
+        "undefined for this histogram",
+    );
     let pitman = checked(pitman(histogram, population), not_converged);
     let snb = checked(snb(histogram, f), not_converged);
     let dankar = if f <= 0.1 {
@@ -267,7 +277,11 @@ mod tests {
     use super::*;
 
     fn histogram(sizes: &[(u64, u64)]) -> Histogram {
-        Histogram::from_sizes(sizes.iter().flat_map(|&(s, c)| std::iter::repeat_n(s, c as usize)))
+        Histogram::from_sizes(
+            sizes
+                .iter()
+                .flat_map(|&(s, c)| std::iter::repeat_n(s, c as usize)),
+        )
     }
 
     #[test]
@@ -307,19 +321,18 @@ mod tests {
         // written out term by term.
         let h = histogram(&[(1, 40), (2, 10), (3, 5), (5, 2), (9, 1)]);
         let population = 5000.0;
-        let n = h.records() as f64;
-        let u = h.classes() as f64;
-        let mut starts = Vec::new();
-        starts.extend(grid_starts());
         let got = pitman(&h, population).expect("converges");
         assert!(got > 0.0 && got < population);
         // Recover (θ, α) by solving again and check the iterative sums at the root.
-        let uniques_for = |t: f64, a: f64| (ln_gamma(t + 1.0) - ln_gamma(t + a)).exp() * population.powf(a);
+        let uniques_for =
+            |t: f64, a: f64| (ln_gamma(t + 1.0) - ln_gamma(t + a)).exp() * population.powf(a);
         // Brute-force scan for the root of the iterative equations near the solution.
         let score = |t: f64, a: f64| {
             let o1: f64 = (1..h.classes()).map(|i| 1.0 / (t + i as f64 * a)).sum();
             let o2: f64 = (1..h.records()).map(|i| 1.0 / (t + i as f64)).sum();
-            let o3: f64 = (1..h.classes()).map(|i| i as f64 / (t + i as f64 * a)).sum();
+            let o3: f64 = (1..h.classes())
+                .map(|i| i as f64 / (t + i as f64 * a))
+                .sum();
             let o4: f64 = h
                 .entries()
                 .iter()
@@ -328,7 +341,10 @@ mod tests {
             (o1 - o2, o3 - o4)
         };
         let (t, a) = newton_2d(
-            Solver { accuracy: 1e-10, iterations_per_start: 1000 },
+            Solver {
+                accuracy: 1e-10,
+                iterations_per_start: 1000,
+            },
             &[(1.0, 0.5)],
             |t, a| {
                 let h1 = 1e-6;
@@ -337,15 +353,20 @@ mod tests {
                 let (fa, ga) = score(t, a + h1);
                 Evaluation {
                     value: [f, g],
-                    jacobian: [[(ft - f) / h1, (fa - f) / h1], [(gt - g) / h1, (ga - g) / h1]],
+                    jacobian: [
+                        [(ft - f) / h1, (fa - f) / h1],
+                        [(gt - g) / h1, (ga - g) / h1],
+                    ],
                 }
             },
             |t, _| t >= 0.0,
         )
         .expect("the iterative equations converge too");
-        let _ = (n, u);
         let reference = uniques_for(t, a);
-        assert!((got - reference).abs() / reference < 1e-4, "{got} vs {reference}");
+        assert!(
+            (got - reference).abs() / reference < 1e-4,
+            "{got} vs {reference}"
+        );
     }
 
     #[test]

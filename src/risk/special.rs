@@ -8,7 +8,7 @@
 
 /// ln Γ(x) for x > 0 (Lanczos approximation, g = 7, 9 terms; relative error about 1e-15).
 pub fn ln_gamma(x: f64) -> f64 {
-    if !(x > 0.0) || !x.is_finite() {
+    if x.is_nan() || x <= 0.0 || x.is_infinite() {
         return f64::NAN;
     }
     const G: f64 = 7.0;
@@ -39,7 +39,7 @@ pub fn ln_gamma(x: f64) -> f64 {
 
 /// The digamma function ψ(x) = d/dx ln Γ(x), for x > 0.
 pub fn digamma(mut x: f64) -> f64 {
-    if !(x > 0.0) || !x.is_finite() {
+    if x.is_nan() || x <= 0.0 || x.is_infinite() {
         return f64::NAN;
     }
     let mut result = 0.0;
@@ -56,13 +56,14 @@ pub fn digamma(mut x: f64) -> f64 {
                 * (1.0 / 120.0
                     - inv2
                         * (1.0 / 252.0
-                            - inv2 * (1.0 / 240.0 - inv2 * (1.0 / 132.0 - inv2 * 691.0 / 32760.0)))));
+                            - inv2
+                                * (1.0 / 240.0 - inv2 * (1.0 / 132.0 - inv2 * 691.0 / 32760.0)))));
     result + x.ln() - 0.5 * inv - series
 }
 
 /// The trigamma function ψ₁(x) = d²/dx² ln Γ(x), for x > 0.
 pub fn trigamma(mut x: f64) -> f64 {
-    if !(x > 0.0) || !x.is_finite() {
+    if x.is_nan() || x <= 0.0 || x.is_infinite() {
         return f64::NAN;
     }
     let mut result = 0.0;
@@ -78,7 +79,8 @@ pub fn trigamma(mut x: f64) -> f64 {
         + inv
             * inv2
             * (1.0 / 6.0
-                - inv2 * (1.0 / 30.0 - inv2 * (1.0 / 42.0 - inv2 * (1.0 / 30.0 - inv2 * 5.0 / 66.0))));
+                - inv2
+                    * (1.0 / 30.0 - inv2 * (1.0 / 42.0 - inv2 * (1.0 / 30.0 - inv2 * 5.0 / 66.0))));
     result + series
 }
 

@@ -146,7 +146,7 @@ pub fn search(
     for k in 1..=max_size.min(q.len()) {
         let mut current = std::collections::HashMap::new();
         for mask in combinations(q.len(), k) {
-            let columns: Vec<usize> = (0..q.len()).filter(|&c| mask >> c & 1 == 1).collect();
+            let columns: Vec<usize> = (0..q.len()).filter(|&c| (mask >> c) & 1 == 1).collect();
             let grouping = group(q, &columns, include);
             let mut unique = vec![0u64; words];
             for (row, &class) in grouping.class_of_row.iter().enumerate() {
@@ -157,7 +157,7 @@ pub fn search(
                 let minimal = columns.iter().all(|&c| {
                     previous
                         .get(&(mask & !(1 << c)))
-                        .is_none_or(|bits| bits[row / 64] >> (row % 64) & 1 == 0)
+                        .is_none_or(|bits| (bits[row / 64] >> (row % 64)) & 1 == 0)
                 });
                 if minimal {
                     found(mask, row);
@@ -187,7 +187,7 @@ pub fn suda(
         msus_by_size[size - 1] += 1;
         scores[row] += score_of[size];
         for (a, total) in by_attribute.iter_mut().enumerate() {
-            if mask >> a & 1 == 1 {
+            if (mask >> a) & 1 == 1 {
                 *total += score_of[size];
             }
         }
@@ -280,7 +280,7 @@ mod tests {
         let width = rows.first().map_or(0, Vec::len);
         let unique = |mask: u64, r: usize| {
             rows.iter()
-                .filter(|other| (0..width).all(|c| mask >> c & 1 == 0 || other[c] == rows[r][c]))
+                .filter(|other| (0..width).all(|c| (mask >> c) & 1 == 0 || other[c] == rows[r][c]))
                 .count()
                 == 1
         };
@@ -362,7 +362,11 @@ mod tests {
         }
         // DIS: all 4 records unique on all attributes, no pairs: dis = 1, adjustment 0 → 1.
         assert!(s.dis_scores.iter().all(|&d| d == 1.0));
-        let contributions: f64 = s.attribute_contributions.iter().map(|c| c.contribution).sum();
+        let contributions: f64 = s
+            .attribute_contributions
+            .iter()
+            .map(|c| c.contribution)
+            .sum();
         assert!(contributions >= 1.0);
     }
 

@@ -88,7 +88,10 @@ pub fn run(args: RiskArgs) -> anyhow::Result<()> {
     let risk = profile(&columns, &options, None)?;
     let seconds = started.elapsed().as_secs_f64();
     print!("{}", render(&risk));
-    eprintln!("cloakd: risk of {} records computed in {seconds:.3}s", risk.records);
+    eprintln!(
+        "cloakd: risk of {} records computed in {seconds:.3}s",
+        risk.records
+    );
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&Report { risk: &risk })?;
         std::fs::write(path, format!("{json}\n"))
@@ -132,7 +135,9 @@ pub fn render(risk: &RiskProfile) -> String {
         "",
         match &risk.marketer {
             Measured::Value(m) => format!("marketer: average {}", percent(m.average)),
-            Measured::Unavailable { unavailable } => format!("marketer: unavailable ({unavailable})"),
+            Measured::Unavailable { unavailable } => {
+                format!("marketer: unavailable ({unavailable})")
+            }
         },
     );
     line(
@@ -146,7 +151,10 @@ pub fn render(risk: &RiskProfile) -> String {
         Measured::Value(p) => {
             line(
                 "population",
-                format!("{} (sampling fraction {:.6})", p.population_size, p.sampling_fraction),
+                format!(
+                    "{} (sampling fraction {:.6})",
+                    p.population_size, p.sampling_fraction
+                ),
             );
             let estimate = |e: &Estimate| match e {
                 Estimate::Estimated { uniques, share } => {
@@ -162,9 +170,10 @@ pub fn render(risk: &RiskProfile) -> String {
                 format!("{} [{}]", estimate(&p.dankar.estimate), p.dankar.model),
             );
         }
-        Measured::Unavailable { unavailable } => {
-            line("population uniqueness", format!("unavailable ({unavailable})"))
-        }
+        Measured::Unavailable { unavailable } => line(
+            "population uniqueness",
+            format!("unavailable ({unavailable})"),
+        ),
     }
     match &risk.suda {
         Measured::Value(s) => {
@@ -188,7 +197,9 @@ pub fn render(risk: &RiskProfile) -> String {
                 .collect();
             line("      attribute contributions", contributions.join(", "));
         }
-        Measured::Unavailable { unavailable } => line("SUDA", format!("unavailable ({unavailable})")),
+        Measured::Unavailable { unavailable } => {
+            line("SUDA", format!("unavailable ({unavailable})"))
+        }
     }
     out
 }
