@@ -31,6 +31,7 @@ pub mod plots;
 pub mod poi;
 pub mod relational;
 pub mod reload;
+pub mod risk;
 pub mod service;
 pub mod store;
 pub mod telemetry;

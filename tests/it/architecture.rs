@@ -275,11 +275,12 @@ fn no_file_of_src_imports_in_a_cycle() {
     assert!(found.is_empty(), "import cycles: {found:#?}");
 }
 
-const ENGINES: [&str; 6] = [
+const ENGINES: [&str; 7] = [
     "location",
     "transactions",
     "relational",
     "measures",
+    "risk",
     "learning",
     "poi",
 ];
@@ -294,6 +295,7 @@ fn may_import(module: &str) -> Vec<&'static str> {
     match module {
         "location" | "transactions" | "relational" | "learning" | "poi" => vec!["text", "budget"],
         "measures" => vec!["relational", "learning", "text", "budget"],
+        "risk" => vec!["relational", "text", "budget"],
         "text" | "lines" | "budget" => vec![],
         "workload" => vec!["lines", "location"],
         // Drawing into memory: the charts of the measures (frontier, Brickell & Shmatikov's figures).

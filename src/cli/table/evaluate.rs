@@ -5,7 +5,9 @@
 //! ([`crate::measures::evaluate`]); with `--workload ATTR [--classifiers j48,rf,nb] [--folds 10]
 //! [--seed N]` also Brickell & Shmatikov's learning workload ([`crate::measures::workload`]: U_max,
 //! U_base with its sanitization and classifier, U_san and U_san - U_base per classifier) under
-//! `workload`. The report is JSON, on stdout unless `--report` names a file.
+//! `workload`. Beside them the release's sample-based re-identification risk under `risk`
+//! ([`crate::risk::profile`], without SUDA). The report is JSON, on stdout unless `--report` names
+//! a file.
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -120,11 +122,13 @@ impl WorkloadArgs {
     }
 }
 
-/// The JSON report: the evaluation, and the workload when asked for.
+/// The JSON report: the evaluation, the release's re-identification risk (without SUDA and
+/// population uniqueness: `cloakd table risk` has them), and the workload when asked for.
 #[derive(Debug, serde::Serialize)]
 struct Report {
     #[serde(flatten)]
     evaluation: Evaluation,
+    risk: crate::risk::RiskProfile,
     #[serde(skip_serializing_if = "Option::is_none")]
     workload: Option<WorkloadEvaluation>,
 }
@@ -171,6 +175,17 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     }
     let baseline = Baseline::new(&table, options)?;
     let evaluation = evaluate(&table, &baseline, &release)?;
+    let risk = crate::risk::profile(
+        &crate::risk::classes::of_release(match &release {
+            crate::relational::release::Release::Generalized(t) => t,
+            crate::relational::release::Release::Bucketized { quasi_table, .. } => quasi_table,
+        }),
+        &crate::risk::RiskOptions {
+            suda: false,
+            ..crate::risk::RiskOptions::default()
+        },
+        None,
+    )?;
     let workload = match workload_options {
         Some(options) => {
             let never = std::sync::atomic::AtomicBool::new(false);
@@ -189,6 +204,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     };
     let json = serde_json::to_string_pretty(&Report {
         evaluation,
+        risk,
         workload,
     })?;
     match &args.report {

@@ -9,6 +9,7 @@ pub mod evaluate;
 pub mod figures;
 pub mod frontier;
 pub mod input;
+pub mod risk;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -45,6 +46,9 @@ pub enum TableCommand {
     Frontier(frontier::FrontierArgs),
     /// Brickell & Shmatikov's Figures 1-4: the adversary's and the researcher's gains per sanitization.
     Figures(figures::FiguresArgs),
+    /// Re-identification risk of a table or a release: prosecutor, journalist, marketer,
+    /// uniqueness, population uniqueness, SUDA.
+    Risk(risk::RiskArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -109,6 +113,7 @@ pub fn run(args: TableArgs) -> anyhow::Result<()> {
         TableCommand::Evaluate(a) => evaluate::run(a),
         TableCommand::Frontier(a) => frontier::run(a),
         TableCommand::Figures(a) => figures::run(a),
+        TableCommand::Risk(a) => risk::run(a),
     }
 }
 

@@ -12,4 +12,5 @@ mod grpc;
 mod grpc_algorithms;
 mod kaca;
 mod ola;
+mod risk;
 mod workload;

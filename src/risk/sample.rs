@@ -1,0 +1,155 @@
+//! Sample-based re-identification risk (El Emam): prosecutor, journalist and marketer risk, and
+//! sample uniqueness, from the sizes of the equivalence classes (and, for the journalist, the sizes
+//! of the matching classes of a population table). Definitions as ARX's `RiskModelSampleSummary`
+//! and `RiskModelSampleUniqueness`; formulas and edge cases in docs/risk.md.
+//!
+//! Invariants: a record's prosecutor risk is 1/|its class|; the journalist's is 1/|its class in
+//! the population table| (the sample itself when there is none); "at risk" means strictly above the
+//! threshold. The caller never passes an empty histogram ([`crate::risk::RiskError::NoRecords`]).
+use serde::Serialize;
+
+use crate::risk::Histogram;
+
+/// Prosecutor or journalist risk.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordRisk {
+    /// The highest risk of a record: 1 / the smallest class.
+    pub highest: f64,
+    /// The lowest risk of a record: 1 / the largest class.
+    pub lowest: f64,
+    /// The expected share of records re-identified.
+    pub average: f64,
+    /// The share of records whose risk is above the threshold.
+    pub records_at_risk: f64,
+}
+
+/// Marketer risk: the expected share of records re-identified when all are attacked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MarketerRisk {
+    pub average: f64,
+}
+
+/// Sample uniqueness.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SampleUniqueness {
+    /// Records alone in their class.
+    pub unique_records: u64,
+    /// unique_records / records.
+    pub share: f64,
+}
+
+/// Prosecutor risk: the attacker knows the target is in the sample.
+pub fn prosecutor(histogram: &Histogram, threshold: f64) -> RecordRisk {
+    let n = histogram.records() as f64;
+    let at_risk: u64 = histogram
+        .entries()
+        .iter()
+        .filter(|&&(size, _)| 1.0 / size as f64 > threshold)
+        .map(|&(size, count)| size * count)
+        .sum();
+    RecordRisk {
+        highest: 1.0 / histogram.smallest() as f64,
+        lowest: 1.0 / histogram.largest() as f64,
+        average: histogram.classes() as f64 / n,
+        records_at_risk: at_risk as f64 / n,
+    }
+}
+
+/// Journalist risk against a population table: `pairs` holds, per sample class, its size in the
+/// sample and the size of the population class with the same key (≥ the sample size). The average
+/// is the larger of El Emam's two estimates, as ARX: classes / Σ population sizes and the mean
+/// over records of 1 / population size.
+pub fn journalist(pairs: &[(u64, u64)], threshold: f64) -> RecordRisk {
+    let mut at_risk = 0u64;
+    let mut records = 0u64;
+    let mut population_records = 0u64;
+    let mut smallest = u64::MAX;
+    let mut largest = 0;
+    let mut expected = 0.0;
+    for &(sample, population) in pairs {
+        if 1.0 / population as f64 > threshold {
+            at_risk += sample;
+        }
+        smallest = smallest.min(population);
+        largest = largest.max(population);
+        records += sample;
+        population_records += population;
+        expected += sample as f64 / population as f64;
+    }
+    let n = records as f64;
+    RecordRisk {
+        highest: 1.0 / smallest as f64,
+        lowest: 1.0 / largest as f64,
+        average: (pairs.len() as f64 / population_records as f64).max(expected / n),
+        records_at_risk: at_risk as f64 / n,
+    }
+}
+
+/// Marketer risk against a population table (`pairs` as [`journalist`]): the mean over records of
+/// 1 / population class size; without a population table, classes / records.
+pub fn marketer(pairs: &[(u64, u64)]) -> MarketerRisk {
+    let records: u64 = pairs.iter().map(|p| p.0).sum();
+    let expected: f64 = pairs.iter().map(|&(s, p)| s as f64 / p as f64).sum();
+    MarketerRisk {
+        average: expected / records as f64,
+    }
+}
+
+/// Sample uniqueness.
+pub fn sample_uniqueness(histogram: &Histogram) -> SampleUniqueness {
+    let unique = histogram.classes_of_size(1);
+    SampleUniqueness {
+        unique_records: unique,
+        share: unique as f64 / histogram.records() as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prosecutor_by_hand() {
+        // Classes of sizes 1, 1, 2, 4 (8 records): highest 1, lowest 1/4, average 4/8; at a
+        // threshold of 0.2, the classes of 1, 1 and 2 (4 records) are at risk, of 4 (1/4 > 0.2) too.
+        let h = Histogram::from_sizes([1, 1, 2, 4]);
+        let p = prosecutor(&h, 0.2);
+        assert_eq!(p.highest, 1.0);
+        assert_eq!(p.lowest, 0.25);
+        assert_eq!(p.average, 0.5);
+        assert_eq!(p.records_at_risk, 1.0);
+        // At 0.25 the class of 4 is not above the threshold (strict).
+        assert_eq!(prosecutor(&h, 0.25).records_at_risk, 0.5);
+        // At 0.5 only the uniques.
+        assert_eq!(prosecutor(&h, 0.5).records_at_risk, 0.25);
+    }
+
+    #[test]
+    fn journalist_and_marketer_against_the_sample_equal_prosecutor() {
+        let h = Histogram::from_sizes([1, 1, 2, 4]);
+        let pairs: Vec<(u64, u64)> = [1, 1, 2, 4].iter().map(|&s| (s, s)).collect();
+        assert_eq!(journalist(&pairs, 0.2), prosecutor(&h, 0.2));
+        assert_eq!(marketer(&pairs).average, 0.5);
+    }
+
+    #[test]
+    fn journalist_and_marketer_against_a_population_by_hand() {
+        // Sample classes (1 in a population class of 10), (2 in 4): 3 records.
+        let pairs = [(1, 10), (2, 4)];
+        let j = journalist(&pairs, 0.2);
+        assert_eq!(j.highest, 0.25);
+        assert_eq!(j.lowest, 0.1);
+        // max(2 / 14, (1/10 + 2/4) / 3) = max(0.142…, 0.2)
+        assert!((j.average - 0.2).abs() < 1e-15);
+        // 1/4 > 0.2: the 2 records of the second class.
+        assert!((j.records_at_risk - 2.0 / 3.0).abs() < 1e-15);
+        assert!((marketer(&pairs).average - 0.2).abs() < 1e-15);
+    }
+
+    #[test]
+    fn sample_uniqueness_by_hand() {
+        let u = sample_uniqueness(&Histogram::from_sizes([1, 1, 2, 4]));
+        assert_eq!(u.unique_records, 2);
+        assert_eq!(u.share, 0.25);
+    }
+}
