@@ -13,7 +13,9 @@ use cloakd::measures::released::read_release;
 use cloakd::measures::view::ReleaseView;
 use cloakd::relational::hierarchy::Hierarchy;
 use cloakd::relational::models::PrivacySpec;
-use cloakd::relational::release::{Formulas, Release, ReleaseMethod, write_csv, write_sensitive_csv};
+use cloakd::relational::release::{
+    Formulas, Release, ReleaseMethod, write_csv, write_sensitive_csv,
+};
 use cloakd::relational::table::{
     ColumnRole, ColumnSchema, QuasiKind, Table, TableSchema, Unlisted, read_csv,
 };

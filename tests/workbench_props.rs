@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 const ADDR: &str = "127.0.0.1:8080";
-const SMALL_CSV: &str = "age,sex,disease\n30,Male,flu\n31,Female,cold\n32,Male,flu\n33,Female,cough\n";
+const SMALL_CSV: &str =
+    "age,sex,disease\n30,Male,flu\n31,Female,cold\n32,Male,flu\n33,Female,cough\n";
 const SMALL_JOB: &str = "input = \"small.csv\"\n[columns]\nage = { role = \"quasi\", kind = \"numeric\" }\nsex = { role = \"quasi\", hierarchy = \"sex.csv\" }\ndisease = { role = \"sensitive\" }\n[privacy]\nk = 2\n";
 
 /// One runtime and one workbench for every case, with a table uploaded (so sweep bodies that name
@@ -58,9 +59,14 @@ async fn send(workbench: &Arc<Workbench>, method: &str, path: &str, body: Vec<u8
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap();
-    let response = router(Arc::clone(workbench)).oneshot(request).await.unwrap();
+    let response = router(Arc::clone(workbench))
+        .oneshot(request)
+        .await
+        .unwrap();
     let status = response.status().as_u16();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
     let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, json)
 }
@@ -71,7 +77,8 @@ fn any_json() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         prop_oneof![
             ".{0,12}",
             Just("generalization".to_string()),
@@ -95,10 +102,31 @@ fn any_json() -> impl Strategy<Value = Value> {
 fn field() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(vec![
-            "example", "name", "csv", "hierarchies", "table", "job", "k", "l", "t", "delta",
-            "t_distance", "methods", "algorithms", "metric", "max_suppression", "seed",
-            "min_support", "queries", "qd", "sel", "query_seed", "workload", "attribute",
-            "classifiers", "folds",
+            "example",
+            "name",
+            "csv",
+            "hierarchies",
+            "table",
+            "job",
+            "k",
+            "l",
+            "t",
+            "delta",
+            "t_distance",
+            "methods",
+            "algorithms",
+            "metric",
+            "max_suppression",
+            "seed",
+            "min_support",
+            "queries",
+            "qd",
+            "sel",
+            "query_seed",
+            "workload",
+            "attribute",
+            "classifiers",
+            "folds",
         ])
         .prop_map(str::to_string),
         "[a-z_]{1,8}",
@@ -108,19 +136,21 @@ fn field() -> impl Strategy<Value = String> {
 /// A valid body of `path`, then some of its fields replaced by any value or removed.
 fn mutated(valid: Value) -> impl Strategy<Value = Value> {
     let keys: Vec<String> = valid.as_object().unwrap().keys().cloned().collect();
-    prop::collection::vec((prop::sample::select(keys), prop::option::of(any_json())), 0..4).prop_map(
-        move |edits| {
-            let mut body = valid.clone();
-            let object = body.as_object_mut().unwrap();
-            for (key, value) in edits {
-                match value {
-                    Some(v) => object.insert(key, v),
-                    None => object.remove(&key),
-                };
-            }
-            body
-        },
+    prop::collection::vec(
+        (prop::sample::select(keys), prop::option::of(any_json())),
+        0..4,
     )
+    .prop_map(move |edits| {
+        let mut body = valid.clone();
+        let object = body.as_object_mut().unwrap();
+        for (key, value) in edits {
+            match value {
+                Some(v) => object.insert(key, v),
+                None => object.remove(&key),
+            };
+        }
+        body
+    })
 }
 
 fn valid_sweep(table: &str) -> Value {

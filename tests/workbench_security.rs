@@ -18,10 +18,10 @@ use cloakd::auth::Role;
 use cloakd::config::Config;
 // The checker's models (`workbench_support` names them through `super::`).
 use cloakd::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
+use security_support::{principal, token_of};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use security_support::{principal, token_of};
 use workbench_support::Workbench;
 
 /// A generous upper bound for anything the daemon must do (never a timing threshold).
@@ -83,19 +83,29 @@ fn parse(raw: &[u8]) -> Reply {
         .unwrap_or_else(|| panic!("no header in {:?}", String::from_utf8_lossy(raw)));
     let head = String::from_utf8(raw[..split].to_vec()).unwrap();
     let mut lines = head.split("\r\n");
-    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers: HashMap<String, String> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
     let mut body = raw[split + 4..].to_vec();
-    if headers.get("transfer-encoding").is_some_and(|t| t == "chunked") {
+    if headers
+        .get("transfer-encoding")
+        .is_some_and(|t| t == "chunked")
+    {
         let mut out = Vec::new();
         let mut rest = body.as_slice();
         loop {
             let at = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&rest[..at]).unwrap().trim(), 16).unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..at]).unwrap().trim(), 16)
+                .unwrap();
             if size == 0 {
                 break;
             }
@@ -114,7 +124,13 @@ fn host(addr: SocketAddr) -> String {
 const JSON: &str = "Content-Type: application/json";
 
 /// A call as the page makes it: its own Host and Origin, JSON, and a token when given.
-async fn page(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &Value) -> Reply {
+async fn page(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &Value,
+) -> Reply {
     let mut headers = vec![host(addr), format!("Origin: http://{addr}")];
     if let Some(token) = token {
         headers.push(format!("Authorization: Bearer {token}"));
@@ -160,9 +176,15 @@ fn small_sweep(table: &Value, job: &str) -> Value {
 
 async fn wait_done(addr: SocketAddr, token: Option<&str>, sweep: &str) -> Value {
     for _ in 0..3000 {
-        let status = page(addr, "GET", &format!("/api/v1/sweeps/{sweep}"), token, &Value::Null)
-            .await
-            .json();
+        let status = page(
+            addr,
+            "GET",
+            &format!("/api/v1/sweeps/{sweep}"),
+            token,
+            &Value::Null,
+        )
+        .await
+        .json();
         if status["state"] != "running" {
             return status;
         }
@@ -182,13 +204,19 @@ async fn a_spoofed_host_is_refused() {
             "Host: 127.0.0.1".to_string(),
             format!("Host: 127.0.0.1:{}", port.wrapping_add(1)),
         ] {
-            let message = raw(ui, "GET", path, &[spoofed.clone()], b"")
-                .await
-                .error(403, "permission_denied", "host");
+            let message = raw(ui, "GET", path, &[spoofed.clone()], b"").await.error(
+                403,
+                "permission_denied",
+                "host",
+            );
             assert!(message.contains("host:"), "{message}");
         }
     }
-    for good in [host(ui), format!("Host: localhost:{port}"), format!("Host: [::1]:{port}")] {
+    for good in [
+        host(ui),
+        format!("Host: localhost:{port}"),
+        format!("Host: [::1]:{port}"),
+    ] {
         let reply = raw(ui, "GET", "/api/v1/session", &[good.clone()], b"").await;
         assert_eq!(reply.status, 200, "{good}");
     }
@@ -231,9 +259,19 @@ async fn cross_origin_and_non_json_requests_are_refused() {
     }
     // The page itself, and a client without Origin that sends JSON, are served.
     let table = page(ui, "POST", "/api/v1/tables", None, &small_table(SMALL_CSV)).await;
-    assert_eq!(table.status, 200, "{}", String::from_utf8_lossy(&table.body));
+    assert_eq!(
+        table.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&table.body)
+    );
     let headers = [host(ui), JSON.to_string()];
-    assert_eq!(raw(ui, "POST", "/api/v1/tables", &headers, &body).await.status, 200);
+    assert_eq!(
+        raw(ui, "POST", "/api/v1/tables", &headers, &body)
+            .await
+            .status,
+        200
+    );
     daemon.shutdown().await;
 }
 
@@ -256,14 +294,19 @@ async fn slow_headers_and_stalled_bodies_are_cut_off() {
     );
     // A connection that never sends a byte.
     let mut silent = TcpStream::connect(ui).await.unwrap();
-    assert!(closed(&mut silent).await.is_some(), "a silent connection is closed");
+    assert!(
+        closed(&mut silent).await.is_some(),
+        "a silent connection is closed"
+    );
     // A body that stops arriving: 408 naming the body.
     let mut stream = TcpStream::connect(ui).await.unwrap();
     let head = format!(
         "POST /api/v1/tables HTTP/1.1\r\nHost: {ui}\r\n{JSON}\r\nContent-Length: 1000\r\n\r\n{{\"name\""
     );
     stream.write_all(head.as_bytes()).await.unwrap();
-    let got = closed(&mut stream).await.expect("a stalled body's connection is closed");
+    let got = closed(&mut stream)
+        .await
+        .expect("a stalled body's connection is closed");
     let message = parse(&got).error(408, "deadline_exceeded", "body");
     assert!(message.contains("ui.idle_timeout_ms"), "{message}");
     daemon.shutdown().await;
@@ -295,8 +338,14 @@ async fn connections_past_the_limit_are_closed_while_grpc_answers() {
         let _ = stream
             .write_all(format!("GET /app.css HTTP/1.1\r\nHost: {ui}\r\n\r\n").as_bytes())
             .await;
-        let got = closed(&mut stream).await.expect("a connection past ui.max_connections is closed");
-        assert!(got.is_empty(), "served past the limit: {:?}", String::from_utf8_lossy(&got));
+        let got = closed(&mut stream)
+            .await
+            .expect("a connection past ui.max_connections is closed");
+        assert!(
+            got.is_empty(),
+            "served past the limit: {:?}",
+            String::from_utf8_lossy(&got)
+        );
     }
     // The gRPC listener still answers health.
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.grpc))
@@ -322,7 +371,10 @@ async fn connections_past_the_limit_are_closed_while_grpc_answers() {
     for _ in 0..600 {
         let mut stream = TcpStream::connect(ui).await.unwrap();
         let _ = stream
-            .write_all(format!("GET /app.css HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\n\r\n").as_bytes())
+            .write_all(
+                format!("GET /app.css HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
             .await;
         let got = closed(&mut stream).await.unwrap_or_default();
         if got.starts_with(b"HTTP/1.1 200") {
@@ -350,13 +402,37 @@ async fn one_principals_work_never_evicts_anothers() {
     let ui = daemon.ui;
     let (alice, bob) = (token_of("alice"), token_of("bob"));
     let upload = |token: String| async move {
-        let reply = page(ui, "POST", "/api/v1/tables", Some(&token), &small_table(SMALL_CSV)).await;
-        assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+        let reply = page(
+            ui,
+            "POST",
+            "/api/v1/tables",
+            Some(&token),
+            &small_table(SMALL_CSV),
+        )
+        .await;
+        assert_eq!(
+            reply.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
         reply.json()["table"].clone()
     };
     let sweep = |token: String, table: Value| async move {
-        let reply = page(ui, "POST", "/api/v1/sweeps", Some(&token), &small_sweep(&table, SMALL_JOB)).await;
-        assert_eq!(reply.status, 202, "{}", String::from_utf8_lossy(&reply.body));
+        let reply = page(
+            ui,
+            "POST",
+            "/api/v1/sweeps",
+            Some(&token),
+            &small_sweep(&table, SMALL_JOB),
+        )
+        .await;
+        assert_eq!(
+            reply.status,
+            202,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
         let id = reply.json()["sweep"].as_str().unwrap().to_string();
         assert_eq!(wait_done(ui, Some(&token), &id).await["state"], "done");
         id
@@ -373,28 +449,54 @@ async fn one_principals_work_never_evicts_anothers() {
         bobs_sweeps.push(sweep(bob.clone(), bobs_tables[4].clone()).await);
     }
     // Alice's table and finished sweep are still hers.
-    let status = page(ui, "GET", &format!("/api/v1/sweeps/{alices_sweep}"), Some(&alice), &Value::Null).await;
-    assert_eq!(status.status, 200, "{}", String::from_utf8_lossy(&status.body));
+    let status = page(
+        ui,
+        "GET",
+        &format!("/api/v1/sweeps/{alices_sweep}"),
+        Some(&alice),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(
+        status.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&status.body)
+    );
     sweep(alice.clone(), alices_table).await;
     // Bob's own oldest went first.
-    page(ui, "POST", "/api/v1/sweeps", Some(&bob), &small_sweep(&bobs_tables[0], SMALL_JOB))
-        .await
-        .error(404, "not_found", "table");
-    page(ui, "GET", &format!("/api/v1/sweeps/{}", bobs_sweeps[0]), Some(&bob), &Value::Null)
-        .await
-        .error(404, "not_found", "id");
-    let newest = page(ui, "GET", &format!("/api/v1/sweeps/{}", bobs_sweeps[3]), Some(&bob), &Value::Null).await;
+    page(
+        ui,
+        "POST",
+        "/api/v1/sweeps",
+        Some(&bob),
+        &small_sweep(&bobs_tables[0], SMALL_JOB),
+    )
+    .await
+    .error(404, "not_found", "table");
+    page(
+        ui,
+        "GET",
+        &format!("/api/v1/sweeps/{}", bobs_sweeps[0]),
+        Some(&bob),
+        &Value::Null,
+    )
+    .await
+    .error(404, "not_found", "id");
+    let newest = page(
+        ui,
+        "GET",
+        &format!("/api/v1/sweeps/{}", bobs_sweeps[3]),
+        Some(&bob),
+        &Value::Null,
+    )
+    .await;
     assert_eq!(newest.status, 200);
     daemon.shutdown().await;
 }
 
 /// The formula-like cells of the upload, as CSV fields.
-const FORMULAS: [&str; 4] = [
-    "=cmd|' /C calc'!A0",
-    "+SUM(1;2)",
-    "@HYPERLINK(x)",
-    "-2+3",
-];
+const FORMULAS: [&str; 4] = ["=cmd|' /C calc'!A0", "+SUM(1;2)", "@HYPERLINK(x)", "-2+3"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_downloads_neutralize_formulas_as_the_cli_does() {
@@ -402,19 +504,45 @@ async fn release_downloads_neutralize_formulas_as_the_cli_does() {
     let ui = daemon.ui;
     let mut csv = String::from("age,sex,disease\n");
     for (i, cell) in FORMULAS.iter().chain(&["-5", "flu"]).enumerate() {
-        csv.push_str(&format!("{},{},{cell}\n", 30 + i, if i % 2 == 0 { "Male" } else { "Female" }));
+        csv.push_str(&format!(
+            "{},{},{cell}\n",
+            30 + i,
+            if i % 2 == 0 { "Male" } else { "Female" }
+        ));
     }
-    let table = page(ui, "POST", "/api/v1/tables", None, &small_table(&csv)).await.json()["table"].clone();
+    let table = page(ui, "POST", "/api/v1/tables", None, &small_table(&csv))
+        .await
+        .json()["table"]
+        .clone();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("small.csv"), &csv).unwrap();
     std::fs::write(dir.path().join("sex.csv"), SEX).unwrap();
     let keep_job = SMALL_JOB.replace("[privacy]", "[release]\nformulas = \"keep\"\n\n[privacy]");
     for (job, neutralized) in [(SMALL_JOB.to_string(), true), (keep_job, false)] {
-        let reply = page(ui, "POST", "/api/v1/sweeps", None, &small_sweep(&table, &job)).await;
-        assert_eq!(reply.status, 202, "{}", String::from_utf8_lossy(&reply.body));
+        let reply = page(
+            ui,
+            "POST",
+            "/api/v1/sweeps",
+            None,
+            &small_sweep(&table, &job),
+        )
+        .await;
+        assert_eq!(
+            reply.status,
+            202,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
         let id = reply.json()["sweep"].as_str().unwrap().to_string();
         assert_eq!(wait_done(ui, None, &id).await["state"], "done");
-        let download = page(ui, "GET", &format!("/api/v1/sweeps/{id}/releases/0/release.csv"), None, &Value::Null).await;
+        let download = page(
+            ui,
+            "GET",
+            &format!("/api/v1/sweeps/{id}/releases/0/release.csv"),
+            None,
+            &Value::Null,
+        )
+        .await;
         assert_eq!(download.status, 200);
         let text = String::from_utf8(download.body.clone()).unwrap();
         for cell in FORMULAS {
@@ -428,7 +556,14 @@ async fn release_downloads_neutralize_formulas_as_the_cli_does() {
         // A number stays a number.
         assert!(text.contains(",-5\n"), "{text}");
         // The exported job makes the same bytes with the CLI.
-        let exported = page(ui, "GET", &format!("/api/v1/sweeps/{id}/releases/0/job.toml"), None, &Value::Null).await;
+        let exported = page(
+            ui,
+            "GET",
+            &format!("/api/v1/sweeps/{id}/releases/0/job.toml"),
+            None,
+            &Value::Null,
+        )
+        .await;
         let job_path = dir.path().join("release.toml");
         std::fs::write(&job_path, &exported.body).unwrap();
         let out = dir.path().join("out.csv");
@@ -439,7 +574,11 @@ async fn release_downloads_neutralize_formulas_as_the_cli_does() {
             .arg(&out)
             .output()
             .unwrap();
-        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
         assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
     }
     daemon.shutdown().await;

@@ -611,7 +611,15 @@ mod formula_tests {
     #[test]
     fn without_formulas_both_writers_write_the_same_bytes() {
         for cells in [
-            &["a,b", "say \"hi\"", "two\nlines", "cr\rx", "", "plain", "-3"][..],
+            &[
+                "a,b",
+                "say \"hi\"",
+                "two\nlines",
+                "cr\rx",
+                "",
+                "plain",
+                "-3",
+            ][..],
             &[""][..],
         ] {
             assert_eq!(csv(cells, Formulas::Neutralize), csv(cells, Formulas::Keep));

@@ -290,13 +290,7 @@ pub fn write_release(
             out.write(|w| Ok(release::write_csv(quasi_table, formulas, w)?))?;
             staged.push(out);
             let sens = Staged::new(&sensitive_path(output));
-            sens.write(|w| {
-                Ok(release::write_sensitive_csv(
-                    sensitive_table,
-                    formulas,
-                    w,
-                )?)
-            })?;
+            sens.write(|w| Ok(release::write_sensitive_csv(sensitive_table, formulas, w)?))?;
             staged.push(sens);
         }
     }

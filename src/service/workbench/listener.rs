@@ -100,11 +100,12 @@ async fn connection(
     _place: OwnedSemaphorePermit,
 ) {
     let idle = limits.idle_timeout;
-    let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        let mut request = request.map(|body| Body::new(IdleBody::new(body, idle)));
-        request.extensions_mut().insert(ConnectInfo(peer));
-        tower::ServiceExt::oneshot(app.clone(), request)
-    });
+    let service =
+        hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let mut request = request.map(|body| Body::new(IdleBody::new(body, idle)));
+            request.extensions_mut().insert(ConnectInfo(peer));
+            tower::ServiceExt::oneshot(app.clone(), request)
+        });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
@@ -210,7 +211,9 @@ impl Unread {
             .stalled
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         if stalled.as_mut().poll(cx).is_ready() {
-            tracing::debug!("closing a workbench connection that reads nothing (ui.idle_timeout_ms)");
+            tracing::debug!(
+                "closing a workbench connection that reads nothing (ui.idle_timeout_ms)"
+            );
             return Poll::Ready(Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "the client read nothing for ui.idle_timeout_ms",
