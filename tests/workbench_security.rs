@@ -204,11 +204,9 @@ async fn a_spoofed_host_is_refused() {
             "Host: 127.0.0.1".to_string(),
             format!("Host: 127.0.0.1:{}", port.wrapping_add(1)),
         ] {
-            let message = raw(ui, "GET", path, &[spoofed.clone()], b"").await.error(
-                403,
-                "permission_denied",
-                "host",
-            );
+            let message = raw(ui, "GET", path, std::slice::from_ref(&spoofed), b"")
+                .await
+                .error(403, "permission_denied", "host");
             assert!(message.contains("host:"), "{message}");
         }
     }
@@ -217,7 +215,14 @@ async fn a_spoofed_host_is_refused() {
         format!("Host: localhost:{port}"),
         format!("Host: [::1]:{port}"),
     ] {
-        let reply = raw(ui, "GET", "/api/v1/session", &[good.clone()], b"").await;
+        let reply = raw(
+            ui,
+            "GET",
+            "/api/v1/session",
+            std::slice::from_ref(&good),
+            b"",
+        )
+        .await;
         assert_eq!(reply.status, 200, "{good}");
     }
     daemon.shutdown().await;

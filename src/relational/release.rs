@@ -479,14 +479,14 @@ pub fn restore_formula(cell: &str) -> &str {
 /// a record of one empty field written `""`; `\n` after each record) except that a formula-like
 /// cell is written `"'<cell>"`.
 enum CsvOut<W: Write> {
-    Keep(csv::Writer<W>),
+    Keep(Box<csv::Writer<W>>),
     Neutralize(std::io::BufWriter<W>),
 }
 
 impl<W: Write> CsvOut<W> {
     fn new(writer: W, formulas: Formulas) -> CsvOut<W> {
         match formulas {
-            Formulas::Keep => CsvOut::Keep(csv::Writer::from_writer(writer)),
+            Formulas::Keep => CsvOut::Keep(Box::new(csv::Writer::from_writer(writer))),
             Formulas::Neutralize => CsvOut::Neutralize(std::io::BufWriter::new(writer)),
         }
     }
