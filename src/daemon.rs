@@ -103,6 +103,7 @@ async fn serve_inner(
             let ui_listener = crate::service::workbench::bind(ui_addr).await?;
             bound_addrs.ui = ui_listener.local_addr().ok();
             let workbench = crate::service::workbench::Workbench::new(
+                ui_listener.local_addr()?,
                 &config.ui,
                 &config.tables,
                 std::sync::Arc::new(Authenticator::new(&config.auth)),

@@ -112,13 +112,24 @@ pub struct ServeArgs {
 
 /// Logging to stderr in the chosen format, filtered by `--log-filter` / `RUST_LOG` (default `info`).
 /// A filter that does not parse is an error naming the flag, not a silent fallback.
+/// Whether text logs carry ANSI colours: only on a terminal, and never when `NO_COLOR` is set to a
+/// non-empty value (no-color.org), so a log file or a pipe holds plain text.
+pub fn colour_logs(no_color: Option<std::ffi::OsString>, stderr_is_terminal: bool) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 pub fn init_tracing(args: &LogArgs) -> anyhow::Result<()> {
     let directives = args.log_filter.as_deref().unwrap_or("info");
     let filter = tracing_subscriber::EnvFilter::builder()
         .parse(directives)
         .map_err(|e| anyhow::anyhow!("--log-filter / RUST_LOG {directives:?}: {e}"))?;
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour_logs(
+            std::env::var_os("NO_COLOR"),
+            std::io::stderr().is_terminal(),
+        ))
         .with_writer(std::io::stderr);
     let _ = match args.log_format {
         LogFormat::Text => builder.try_init(),

@@ -6,12 +6,14 @@
 //! Invariants: column roles come from the original table's schema (a column named like a
 //! quasi-identifier is a QI, the sensitive column by name, the group column is the first column of the
 //! sensitive CSV); every QI and (without a sensitive table) the sensitive column must be present;
+//! a cell a neutralizing writer wrote as `'<cell>` ([`restore_formula`]) reads as the cell;
 //! every error names the file, line and rule.
 use std::collections::HashMap;
 use std::io::Read;
 
 use crate::relational::release::{
     Release, ReleasedColumn, ReleasedRole, ReleasedTable, SensitiveEntry, SensitiveTable,
+    restore_formula,
 };
 use crate::relational::table::Table;
 
@@ -72,7 +74,11 @@ fn read_rows(
             source_name: source_name.to_string(),
         });
     }
-    let header: Vec<String> = header.iter().map(str::to_string).collect();
+    // A cell written as '<cell> by a neutralizing writer reads back as the cell.
+    let header: Vec<String> = header
+        .iter()
+        .map(|h| restore_formula(h).to_string())
+        .collect();
     let mut rows = Vec::new();
     let mut record = csv::StringRecord::new();
     let mut line = 1;
@@ -92,7 +98,11 @@ fn read_rows(
                 found: record.len(),
             });
         }
-        rows.push(record.clone());
+        if record.iter().any(|c| restore_formula(c).len() != c.len()) {
+            rows.push(record.iter().map(restore_formula).collect());
+        } else {
+            rows.push(record.clone());
+        }
     }
     Ok((header, rows))
 }

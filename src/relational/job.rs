@@ -23,6 +23,7 @@
 //! metric = "dm"                    # ola's loss: dm | prec | entropy
 //! max_suppression = 0.0            # ola: share of rows that may be suppressed, in [0, 1]
 //! seed = 7
+//! formulas = "neutralize"          # CSV cells a spreadsheet would evaluate: neutralize (default) | keep
 //! ```
 //!
 //! Invariants: a parsed job has exactly one sensitive column, at least one quasi-identifier, every
@@ -37,7 +38,7 @@ use toml::Spanned;
 use crate::relational::AlgorithmOptions;
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::models::{LDiversity, PrivacySpec, TCloseness};
-use crate::relational::release::ReleaseMethod;
+use crate::relational::release::{Formulas, ReleaseMethod};
 use crate::relational::table::{ColumnRole, ColumnSchema, QuasiKind, TableSchema, Unlisted};
 
 /// A job rejected: where and why.
@@ -87,6 +88,8 @@ pub struct JobSpec {
     pub seed: u64,
     /// The algorithm and its parameters (`[release] algorithm`, `metric`, `max_suppression`).
     pub algorithm: AlgorithmOptions,
+    /// How the released CSVs write formula-like cells (`[release] formulas`).
+    pub formulas: Formulas,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +128,7 @@ struct RawRelease {
     algorithm: Option<Spanned<String>>,
     metric: Option<Spanned<String>>,
     max_suppression: Option<Spanned<f64>>,
+    formulas: Option<Spanned<String>>,
 }
 
 /// 1-based line and column of a byte offset.
@@ -350,7 +354,14 @@ impl JobSpec {
         let mut release = ReleaseMethod::default();
         let mut seed = 0;
         let mut algorithm = AlgorithmOptions::default();
+        let mut formulas = Formulas::default();
         if let Some(r) = raw.release {
+            if let Some(f) = &r.formulas {
+                formulas = f
+                    .get_ref()
+                    .parse()
+                    .map_err(|e| error(f.span(), format!("formulas: {e}")))?;
+            }
             if let Some(m) = r.method {
                 release = m.get_ref().parse().map_err(|e| error(m.span(), e))?;
             }
@@ -389,6 +400,7 @@ impl JobSpec {
             release,
             seed,
             algorithm,
+            formulas,
         })
     }
 

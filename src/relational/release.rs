@@ -2,7 +2,8 @@
 //! `lo-hi`, or the single value when lo == hi; categorical the lowest common hierarchy node),
 //! bucketization (Anatomy, Xiao & Tao: the exact QIs with a group id, and a separate table of group id,
 //! sensitive value, count) and trivial sanitization (every QI suppressed to `*`, the baseline of
-//! Brickell & Shmatikov). Also the CSV writers of released tables.
+//! Brickell & Shmatikov). Also the CSV writers of released tables, which by default neutralize
+//! cells a spreadsheet would evaluate as a formula ([`Formulas`], OWASP's CSV injection advice).
 //!
 //! Invariants: a release never contains identifier columns; rows appear in a random order drawn from
 //! the seeded RNG (and bucketization group ids are a random relabelling of the classes), so order leaks
@@ -405,27 +406,223 @@ pub fn release(
 }
 
 /// Writes a released table as CSV with a header line.
-pub fn write_csv(table: &ReleasedTable, writer: impl Write) -> csv::Result<()> {
-    let mut csv = csv::Writer::from_writer(writer);
-    csv.write_record(table.header())?;
+pub fn write_csv(table: &ReleasedTable, formulas: Formulas, writer: impl Write) -> csv::Result<()> {
+    let mut out = CsvOut::new(writer, formulas);
+    out.row(&table.header())?;
+    let mut cells = Vec::with_capacity(table.columns.len());
     for row in 0..table.rows {
-        csv.write_record(table.row(row))?;
+        cells.clear();
+        cells.extend(table.row(row));
+        out.row(&cells)?;
     }
-    csv.flush()?;
-    Ok(())
+    out.finish()
+}
+
+/// Whether the CSV writers neutralize formula-like cells (the job's `[release] formulas`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Formulas {
+    /// A cell that starts with `=`, `+`, `-`, `@`, a tab or a carriage return and does not parse as
+    /// a plain (finite) number is written as `'` and the cell, as a quoted field; so is a cell that
+    /// starts with `'` (so that [`restore_formula`] gives every cell back exactly). Numbers such as
+    /// `-5` or `+1.5e3` stay as they are.
+    #[default]
+    Neutralize,
+    /// Every cell as it is.
+    Keep,
+}
+
+impl FromStr for Formulas {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Formulas, String> {
+        match s {
+            "neutralize" => Ok(Formulas::Neutralize),
+            "keep" => Ok(Formulas::Keep),
+            other => Err(format!(
+                "unknown formulas {other:?} (known: neutralize, keep)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Formulas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Formulas::Neutralize => "neutralize",
+            Formulas::Keep => "keep",
+        })
+    }
+}
+
+/// Whether a spreadsheet would read `cell` as a formula: it starts with `=`, `+`, `-`, `@`, a tab
+/// or a carriage return and is not a plain finite number.
+fn is_formula(cell: &str) -> bool {
+    cell.starts_with(['=', '+', '-', '@', '\t', '\r'])
+        && !cell.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// Whether [`Formulas::Neutralize`] writes `cell` with a `'` before it.
+fn needs_quote_mark(cell: &str) -> bool {
+    is_formula(cell) || cell.starts_with('\'')
+}
+
+/// A cell as it was before [`Formulas::Neutralize`]: one leading `'` taken off when the rest would
+/// have been given one. Readers of released CSVs call this on every cell.
+pub fn restore_formula(cell: &str) -> &str {
+    match cell.strip_prefix('\'') {
+        Some(rest) if needs_quote_mark(rest) => rest,
+        _ => cell,
+    }
+}
+
+/// The CSV writer of releases: the `csv` crate's as it is with [`Formulas::Keep`]; with
+/// [`Formulas::Neutralize`] the same bytes (a field quoted when it holds a comma, a quote, CR or LF;
+/// a record of one empty field written `""`; `\n` after each record) except that a formula-like
+/// cell is written `"'<cell>"`.
+enum CsvOut<W: Write> {
+    Keep(Box<csv::Writer<W>>),
+    Neutralize(std::io::BufWriter<W>),
+}
+
+impl<W: Write> CsvOut<W> {
+    fn new(writer: W, formulas: Formulas) -> CsvOut<W> {
+        match formulas {
+            Formulas::Keep => CsvOut::Keep(Box::new(csv::Writer::from_writer(writer))),
+            Formulas::Neutralize => CsvOut::Neutralize(std::io::BufWriter::new(writer)),
+        }
+    }
+
+    fn row(&mut self, cells: &[&str]) -> csv::Result<()> {
+        let out = match self {
+            CsvOut::Keep(csv) => return csv.write_record(cells),
+            CsvOut::Neutralize(out) => out,
+        };
+        if let [only] = cells
+            && only.is_empty()
+        {
+            out.write_all(b"\"\"\n")?;
+            return Ok(());
+        }
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            let mark = needs_quote_mark(cell);
+            if mark || cell.contains([',', '"', '\n', '\r']) {
+                out.write_all(if mark { b"\"'" } else { b"\"" })?;
+                out.write_all(cell.replace('"', "\"\"").as_bytes())?;
+                out.write_all(b"\"")?;
+            } else {
+                out.write_all(cell.as_bytes())?;
+            }
+        }
+        out.write_all(b"\n")?;
+        Ok(())
+    }
+
+    fn finish(self) -> csv::Result<()> {
+        match self {
+            CsvOut::Keep(mut csv) => csv.flush()?,
+            CsvOut::Neutralize(mut out) => out.flush()?,
+        }
+        Ok(())
+    }
 }
 
 /// Writes bucketization's sensitive table as CSV: `group,<sensitive>,count`.
-pub fn write_sensitive_csv(table: &SensitiveTable, writer: impl Write) -> csv::Result<()> {
-    let mut csv = csv::Writer::from_writer(writer);
-    csv.write_record([
+pub fn write_sensitive_csv(
+    table: &SensitiveTable,
+    formulas: Formulas,
+    writer: impl Write,
+) -> csv::Result<()> {
+    let mut out = CsvOut::new(writer, formulas);
+    out.row(&[
         table.group_name.as_str(),
         table.sensitive_name.as_str(),
         "count",
     ])?;
     for e in &table.entries {
-        csv.write_record([e.group.to_string(), e.value.clone(), e.count.to_string()])?;
+        let (group, count) = (e.group.to_string(), e.count.to_string());
+        out.row(&[&group, &e.value, &count])?;
     }
-    csv.flush()?;
-    Ok(())
+    out.finish()
+}
+
+#[cfg(test)]
+mod formula_tests {
+    use super::*;
+
+    fn table(cells: &[&str]) -> ReleasedTable {
+        let mut dictionary: Vec<String> = Vec::new();
+        let codes = cells
+            .iter()
+            .map(|c| {
+                let at = dictionary.iter().position(|d| d == c).unwrap_or_else(|| {
+                    dictionary.push(c.to_string());
+                    dictionary.len() - 1
+                });
+                at as u32
+            })
+            .collect();
+        ReleasedTable {
+            columns: vec![ReleasedColumn {
+                name: "v".into(),
+                role: ReleasedRole::Quasi,
+                dictionary,
+                codes,
+            }],
+            rows: cells.len(),
+        }
+    }
+
+    fn csv(cells: &[&str], formulas: Formulas) -> String {
+        let mut out = Vec::new();
+        write_csv(&table(cells), formulas, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn formula_cells_are_neutralized_and_numbers_are_not() {
+        let cells = [
+            "=cmd|' /C calc'!A0",
+            "+SUM(1,2)",
+            "@HYPERLINK(\"x\")",
+            "-5-10",
+            "\tx",
+            "'quoted",
+            "-5",
+            "+1.5e3",
+            "flu",
+        ];
+        assert_eq!(
+            csv(&cells, Formulas::Neutralize),
+            "v\n\"'=cmd|' /C calc'!A0\"\n\"'+SUM(1,2)\"\n\"'@HYPERLINK(\"\"x\"\")\"\n\"'-5-10\"\n\"'\tx\"\n\"''quoted\"\n-5\n+1.5e3\nflu\n"
+        );
+        for cell in cells {
+            let written = if needs_quote_mark(cell) {
+                format!("'{cell}")
+            } else {
+                cell.to_string()
+            };
+            assert_eq!(restore_formula(&written), cell);
+        }
+        assert!(csv(&cells, Formulas::Keep).contains("\n=cmd|' /C calc'!A0\n"));
+    }
+
+    #[test]
+    fn without_formulas_both_writers_write_the_same_bytes() {
+        for cells in [
+            &[
+                "a,b",
+                "say \"hi\"",
+                "two\nlines",
+                "cr\rx",
+                "",
+                "plain",
+                "-3",
+            ][..],
+            &[""][..],
+        ] {
+            assert_eq!(csv(cells, Formulas::Neutralize), csv(cells, Formulas::Keep));
+        }
+    }
 }

@@ -15,7 +15,7 @@ use crate::relational::anonymize;
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
 use crate::relational::release::{
-    Release, ReleaseMethod, ReleasedRole, ReleasedTable, write_csv, write_sensitive_csv,
+    Formulas, Release, ReleaseMethod, ReleasedRole, ReleasedTable, write_csv, write_sensitive_csv,
 };
 use crate::relational::report::evaluate;
 use crate::relational::table::{
@@ -50,7 +50,7 @@ pub(super) fn check_release_with(
     match release {
         Release::Generalized(table) => {
             let mut text = Vec::new();
-            write_csv(table, &mut text).unwrap();
+            write_csv(table, Formulas::default(), &mut text).unwrap();
             check_generalized_csv(original, privacy, &text, strict);
         }
         Release::Bucketized {
@@ -58,9 +58,9 @@ pub(super) fn check_release_with(
             sensitive_table,
         } => {
             let mut quasi = Vec::new();
-            write_csv(quasi_table, &mut quasi).unwrap();
+            write_csv(quasi_table, Formulas::default(), &mut quasi).unwrap();
             let mut sensitive = Vec::new();
-            write_sensitive_csv(sensitive_table, &mut sensitive).unwrap();
+            write_sensitive_csv(sensitive_table, Formulas::default(), &mut sensitive).unwrap();
             check_bucketized_csv(original, privacy, &quasi, &sensitive);
         }
     }
@@ -351,7 +351,7 @@ fn same_seed_same_release_other_seed_other_order() {
             panic!()
         };
         let mut out = Vec::new();
-        write_csv(&t, &mut out).unwrap();
+        write_csv(&t, Formulas::default(), &mut out).unwrap();
         out
     };
     assert_eq!(text(1), text(1));
@@ -845,7 +845,7 @@ fn a_cancelled_job_releases_nothing() {
         let csv = |r: &Release| {
             let (Release::Generalized(t) | Release::Bucketized { quasi_table: t, .. }) = r;
             let mut out = Vec::new();
-            write_csv(t, &mut out).unwrap();
+            write_csv(t, Formulas::default(), &mut out).unwrap();
             out
         };
         assert_eq!(csv(&release), csv(&expected));

@@ -249,6 +249,7 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
         release,
         seed: job.seed,
         algorithm: crate::relational::AlgorithmOptions::default(),
+        formulas: crate::relational::release::Formulas::default(),
     };
     override_algorithm(&mut spec, job)?;
     Ok(spec)

@@ -92,6 +92,11 @@ pub struct AnonymizeArgs {
     /// OLA: the share of rows that may be suppressed, in [0, 1].
     #[arg(long, value_name = "SHARE")]
     pub max_suppression: Option<f64>,
+    /// Formula-like CSV cells (starting with =, +, -, @, tab or CR, not a number): neutralize
+    /// (the default: written as '<cell>, quoted) or keep (raw values); overrides the job's
+    /// `[release] formulas`.
+    #[arg(long, value_name = "neutralize|keep")]
+    pub formulas: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -160,6 +165,9 @@ pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
     })?;
     if let Some(seed) = args.seed {
         job.seed = seed;
+    }
+    if let Some(formulas) = &args.formulas {
+        job.formulas = formulas.parse().map_err(|e| anyhow!("--formulas: {e}"))?;
     }
     Ok(job)
 }
@@ -236,7 +244,13 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     )?;
     drop(table);
     let write_started = Instant::now();
-    write_release(&released, &args.output, args.report.as_deref(), &report)?;
+    write_release(
+        &released,
+        job.formulas,
+        &args.output,
+        args.report.as_deref(),
+        &report,
+    )?;
     eprintln!(
         "cloakd: {} rows, {} classes, k={}, l_distinct={}, t_emd={:.4}, t_js={:.4}, delta={}; homogeneous classes {} ({:.2}% of rows), background posterior {:.4}; read {:.3}s, anonymize {:.3}s, write {:.3}s",
         report.rows,
@@ -261,6 +275,7 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
 /// Writes the release (and report) through staged files: all or nothing.
 pub fn write_release(
     released: &Release,
+    formulas: release::Formulas,
     output: &Path,
     report_path: Option<&Path>,
     report: &Report,
@@ -269,7 +284,7 @@ pub fn write_release(
     match released {
         Release::Generalized(table) => {
             let out = Staged::new(output);
-            out.write(|w| Ok(release::write_csv(table, w)?))?;
+            out.write(|w| Ok(release::write_csv(table, formulas, w)?))?;
             staged.push(out);
         }
         Release::Bucketized {
@@ -277,10 +292,10 @@ pub fn write_release(
             sensitive_table,
         } => {
             let out = Staged::new(output);
-            out.write(|w| Ok(release::write_csv(quasi_table, w)?))?;
+            out.write(|w| Ok(release::write_csv(quasi_table, formulas, w)?))?;
             staged.push(out);
             let sens = Staged::new(&sensitive_path(output));
-            sens.write(|w| Ok(release::write_sensitive_csv(sensitive_table, w)?))?;
+            sens.write(|w| Ok(release::write_sensitive_csv(sensitive_table, formulas, w)?))?;
             staged.push(sens);
         }
     }

@@ -12,6 +12,8 @@ use http::StatusCode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     InvalidArgument,
+    /// A body not sent as `application/json`: 415.
+    UnsupportedMediaType,
     Unauthenticated,
     PermissionDenied,
     NotFound,
@@ -22,20 +24,22 @@ pub enum Code {
     FailedPrecondition,
     Cancelled,
     DeadlineExceeded,
+    /// A request body that stopped arriving (`ui.idle_timeout_ms`): 408.
+    RequestTimeout,
     Internal,
 }
 
 impl Code {
     fn name(self) -> &'static str {
         match self {
-            Code::InvalidArgument => "invalid_argument",
+            Code::InvalidArgument | Code::UnsupportedMediaType => "invalid_argument",
             Code::Unauthenticated => "unauthenticated",
             Code::PermissionDenied => "permission_denied",
             Code::NotFound => "not_found",
             Code::TooLarge | Code::ResourceExhausted => "resource_exhausted",
             Code::FailedPrecondition => "failed_precondition",
             Code::Cancelled => "cancelled",
-            Code::DeadlineExceeded => "deadline_exceeded",
+            Code::DeadlineExceeded | Code::RequestTimeout => "deadline_exceeded",
             Code::Internal => "internal",
         }
     }
@@ -43,6 +47,7 @@ impl Code {
     fn status(self) -> StatusCode {
         match self {
             Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Code::Unauthenticated => StatusCode::UNAUTHORIZED,
             Code::PermissionDenied => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
@@ -52,6 +57,7 @@ impl Code {
             // nginx's "client closed request": the sweep was cancelled.
             Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::CONFLICT),
             Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+            Code::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -90,7 +96,7 @@ impl ApiError {
             Code::NotFound,
             Some(field),
             format!(
-                "{field}: no {what} {} (rule: ids are those this principal created and still kept; see ui.max_tables)",
+                "{field}: no {what} {} (rule: ids are those this principal created and still kept; see ui.max_tables and ui.max_sweeps)",
                 crate::text::quote(id)
             ),
         )

@@ -5,16 +5,22 @@
 //! [`crate::service::jobs::TableJobs`] (places, budget, metrics) and the same sweep
 //! ([`crate::service::frontier`]) as `cloakd table frontier`.
 //!
-//! Invariants: every response carries the security headers ([`SECURITY_HEADERS`]: a CSP without
+//! Invariants: every request passes [`guard`] first (its `Host` names this listener, a
+//! state-changing request's `Origin` is the page's, an API body is `application/json`); the
+//! listener holds at most `ui.max_connections` connections within its timeouts ([`listener`]);
+//! every response carries the security headers ([`SECURITY_HEADERS`]: a CSP without
 //! inline scripts, nosniff, no referrer, no framing) and every `/api/` response `Cache-Control:
 //! no-store`; with `auth.required` every `/api/` route needs `Authorization: Bearer` of an analyst
 //! or operator principal (no cookies: CSRF-safe), 401 without or with an unknown token, 403 for
 //! other roles; a principal sees only its own tables and sweeps; at most `ui.max_tables` tables and
-//! as many finished sweeps are kept (the oldest goes first); request bodies are bounded by
+//! `ui.max_sweeps` sweeps are kept per principal (its own oldest goes first, never another
+//! principal's); request bodies are bounded by
 //! `tables.max_bytes` before they are buffered; errors are [`error::ApiError`], mapped to a response
 //! in one place.
 pub mod assets;
 pub mod error;
+pub mod guard;
+pub mod listener;
 pub mod releases;
 pub mod sweeps;
 pub mod tables;
@@ -50,7 +56,8 @@ pub const SECURITY_HEADERS: [(&str, &str); 4] = [
     ("x-frame-options", "DENY"),
 ];
 
-/// Items kept per kind, the oldest evicted first; each belongs to one principal.
+/// Items kept per kind, each belonging to one principal; at most `max` per principal, its own oldest
+/// evicted first.
 #[derive(Debug)]
 pub struct Kept<T> {
     max: usize,
@@ -67,18 +74,19 @@ impl<T> Kept<T> {
         }
     }
 
-    /// Keeps `item` for `owner` under a new random id, evicting the oldest item that `evictable`
-    /// allows while more than `max` are kept.
+    /// Keeps `item` for `owner` under a new random id, evicting `owner`'s oldest item that
+    /// `evictable` allows while `owner` has more than `max`; another principal's items are never
+    /// evicted.
     pub fn insert(&mut self, owner: &str, item: Arc<T>, evictable: impl Fn(&T) -> bool) -> String {
         let id = random_id();
         self.items.insert(id.clone(), (owner.to_string(), item));
         self.order.push_back(id.clone());
-        while self.order.len() > self.max {
-            let Some(at) = self
-                .order
-                .iter()
-                .position(|id| self.items.get(id).is_some_and(|(_, t)| evictable(t)))
-            else {
+        while self.owned_by(owner) > self.max {
+            let Some(at) = self.order.iter().position(|id| {
+                self.items
+                    .get(id)
+                    .is_some_and(|(o, t)| o == owner && evictable(t))
+            }) else {
                 break;
             };
             if let Some(old) = self.order.remove(at) {
@@ -86,6 +94,11 @@ impl<T> Kept<T> {
             }
         }
         id
+    }
+
+    /// How many items `owner` has.
+    fn owned_by(&self, owner: &str) -> usize {
+        self.items.values().filter(|(o, _)| o == owner).count()
     }
 
     /// The item `id` if `owner` owns it.
@@ -105,6 +118,8 @@ fn random_id() -> String {
 
 /// The workbench's state: authentication, the table-job places and the kept tables and sweeps.
 pub struct Workbench {
+    ui: UiConfig,
+    allowed: Arc<guard::Allowed>,
     auth: Arc<Authenticator>,
     jobs: TableJobs,
     limits: TablesConfig,
@@ -113,18 +128,22 @@ pub struct Workbench {
 }
 
 impl Workbench {
+    /// The workbench of the listener bound to `addr` (its `Host` names, [`guard`]).
     pub fn new(
+        addr: SocketAddr,
         ui: &UiConfig,
         limits: &TablesConfig,
         auth: Arc<Authenticator>,
         jobs: TableJobs,
     ) -> Arc<Workbench> {
         Arc::new(Workbench {
+            ui: ui.clone(),
+            allowed: Arc::new(guard::Allowed::new(addr)),
             auth,
             jobs,
             limits: limits.clone(),
             tables: Mutex::new(Kept::new(ui.max_tables)),
-            sweeps: Mutex::new(Kept::new(ui.max_tables)),
+            sweeps: Mutex::new(Kept::new(ui.max_sweeps)),
         })
     }
 }
@@ -272,8 +291,9 @@ async fn not_found(request: Request) -> Response {
     .into_response()
 }
 
-/// The workbench's router: assets (public) and the API (authenticated).
+/// The workbench's router: assets (public) and the API (authenticated), behind [`guard`].
 pub fn router(workbench: Arc<Workbench>) -> Router {
+    let allowed = Arc::clone(&workbench.allowed);
     let api = Router::new()
         .route("/api/v1/session", get(session))
         .route("/api/v1/examples", get(examples))
@@ -316,6 +336,7 @@ pub fn router(workbench: Arc<Workbench>) -> Router {
         .merge(api)
         .fallback(not_found)
         .with_state(workbench)
+        .layer(axum::middleware::from_fn_with_state(allowed, guard::guard))
         .layer(axum::middleware::from_fn(headers))
 }
 
@@ -337,12 +358,16 @@ pub async fn read_body(
         // http-body's `LengthLimitError`, under axum's error.
         let mut source: Option<&dyn std::error::Error> = Some(&e);
         let mut too_large = false;
+        let mut idle = None;
         while let Some(s) = source {
             too_large |= s.to_string().contains("length limit exceeded");
+            idle = idle.or(s.downcast_ref::<listener::BodyIdle>());
             source = s.source();
         }
         if too_large {
             tables::too_large("body", max_bytes)
+        } else if let Some(idle) = idle {
+            ApiError::new(Code::RequestTimeout, Some("body"), format!("body: {idle}"))
         } else {
             ApiError::invalid("body", format!("cannot be read: {e}"))
         }
@@ -461,18 +486,18 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 pub async fn serve(
     listener: TcpListener,
     workbench: Arc<Workbench>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(ui_addr = %addr, "workbench listening (http://{addr}/)");
     }
-    let app = router(Arc::clone(&workbench)).into_make_service_with_connect_info::<SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        })
-        .await
-        .context("workbench listener failed");
+    let limits = listener::Limits {
+        max_connections: workbench.ui.max_connections,
+        header_timeout: workbench.ui.header_timeout,
+        idle_timeout: workbench.ui.idle_timeout,
+    };
+    let app = router(Arc::clone(&workbench));
+    listener::serve(listener, app, limits, stop).await;
     workbench.cancel_all();
-    served
+    Ok(())
 }

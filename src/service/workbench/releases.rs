@@ -3,7 +3,9 @@
 //! release), its report (byte for byte what `--report` writes), class sizes, a preview of rows, the
 //! downloads, and the sensitive distribution of one class against the table's.
 //!
-//! Invariants: a release's job is the sweep's job text with `[privacy]` and `[release]` replaced by
+//! Invariants: the CSV downloads write formula-like cells as the job's `[release] formulas` says
+//! (neutralized unless it says `keep`), as `cloakd table anonymize` does with the exported job; a
+//! release's job is the sweep's job text with `[privacy]` and `[release]` replaced by
 //! the release's (checked by parsing it back before it is served); recomputing holds a table-job
 //! place like any other table job; downloads are `attachment`s with `Cache-Control: no-store`.
 use std::collections::{BTreeMap, HashMap};
@@ -106,6 +108,12 @@ pub fn release_job_toml(sweep: &Sweep, n: usize) -> Result<String, ApiError> {
         toml_string(&item.algorithm.to_string()),
         spec.seed
     ));
+    if spec.formulas != crate::relational::release::Formulas::default() {
+        text.push_str(&format!(
+            "formulas = {}\n",
+            toml_string(&spec.formulas.to_string())
+        ));
+    }
     if item.algorithm == crate::relational::Algorithm::Ola {
         text.push_str(&format!(
             "metric = {}\nmax_suppression = {}\n",
@@ -120,6 +128,7 @@ pub fn release_job_toml(sweep: &Sweep, n: usize) -> Result<String, ApiError> {
         || back.release != spec.release
         || back.seed != spec.seed
         || back.algorithm != spec.algorithm
+        || back.formulas != spec.formulas
         || back.columns.len() != spec.columns.len()
     {
         return Err(ApiError::internal(
@@ -326,11 +335,11 @@ async fn file(
             text.into_bytes(),
         ));
     }
-    let (_, n, done) = computed(workbench, owner, id, n).await?;
+    let (sweep, n, done) = computed(workbench, owner, id, n).await?;
     match which {
         "release.csv" => {
             let mut out = Vec::new();
-            release::write_csv(released_table(&done.release), &mut out)
+            release::write_csv(released_table(&done.release), sweep.job.formulas, &mut out)
                 .map_err(ApiError::internal)?;
             Ok(download(
                 &format!("release-{n}.csv"),
@@ -343,7 +352,7 @@ async fn file(
                 sensitive_table, ..
             } => {
                 let mut out = Vec::new();
-                release::write_sensitive_csv(sensitive_table, &mut out)
+                release::write_sensitive_csv(sensitive_table, sweep.job.formulas, &mut out)
                     .map_err(ApiError::internal)?;
                 Ok(download(
                     &format!("release-{n}.sensitive.csv"),

@@ -65,6 +65,14 @@ async fn serve_answers_health_and_exits_cleanly_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(exit.success(), "exit status {exit:?}");
+    // Logs into a pipe are plain text: no ANSI colour codes.
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("INFO"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in a piped log: {stderr:?}"
+    );
 }
 
 /// Runs `cloakd serve` with `args` and `env`, expects it to refuse to start, and returns its stderr.

@@ -15,6 +15,8 @@ use super::{Distance, LDiversity, PrivacySpec, TCloseness, repo};
 /// The real daemon serving the workbench on its own loopback listener.
 pub struct Workbench {
     pub ui: SocketAddr,
+    /// The daemon's gRPC listener.
+    pub grpc: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     _data: tempfile::TempDir,
@@ -29,6 +31,7 @@ impl Workbench {
         config.telemetry.metrics_listen = None;
         config.ui.listen = Some("127.0.0.1:0".parse().unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc = listener.local_addr().unwrap();
         let (bound_tx, bound_rx) = oneshot::channel();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(cloakd::daemon::serve_reporting(
@@ -47,6 +50,7 @@ impl Workbench {
             .expect("the workbench listener is on");
         Workbench {
             ui,
+            grpc,
             stop: Some(stop),
             task,
             _data: data,

@@ -12,7 +12,9 @@ use cloakd::measures::released::read_release;
 use cloakd::measures::view::ReleaseView;
 use cloakd::relational::hierarchy::Hierarchy;
 use cloakd::relational::models::PrivacySpec;
-use cloakd::relational::release::{Release, ReleaseMethod, write_csv, write_sensitive_csv};
+use cloakd::relational::release::{
+    Formulas, Release, ReleaseMethod, write_csv, write_sensitive_csv,
+};
 use cloakd::relational::table::{
     ColumnRole, ColumnSchema, QuasiKind, Table, TableSchema, Unlisted, read_csv,
 };
@@ -256,15 +258,15 @@ proptest! {
         let (r, generalized_csv) = match &released {
             Release::Generalized(table) => {
                 let mut out = Vec::new();
-                write_csv(table, &mut out).unwrap();
+                write_csv(table, Formulas::default(), &mut out).unwrap();
                 let text = String::from_utf8(out).unwrap();
                 (release(&t, &text, None), Some(text))
             }
             Release::Bucketized { quasi_table, sensitive_table } => {
                 let mut q = Vec::new();
-                write_csv(quasi_table, &mut q).unwrap();
+                write_csv(quasi_table, Formulas::default(), &mut q).unwrap();
                 let mut s = Vec::new();
-                write_sensitive_csv(sensitive_table, &mut s).unwrap();
+                write_sensitive_csv(sensitive_table, Formulas::default(), &mut s).unwrap();
                 (release(&t, &String::from_utf8(q).unwrap(), Some(&String::from_utf8(s).unwrap())), None)
             }
         };

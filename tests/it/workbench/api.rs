@@ -440,7 +440,7 @@ async fn bad_input_gets_the_error_shape_naming_the_field() {
     // A body past tables.max_bytes: refused by its declared length before any of it is sent...
     let mut stream = tokio::net::TcpStream::connect(ui).await.unwrap();
     let head = format!(
-        "POST /api/v1/tables HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "POST /api/v1/tables HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         1u64 << 40
     );
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -449,7 +449,7 @@ async fn bad_input_gets_the_error_shape_naming_the_field() {
     // ... and, without a length, as soon as it passes the limit.
     let mut stream = tokio::net::TcpStream::connect(ui).await.unwrap();
     let head = format!(
-        "POST /api/v1/tables HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "POST /api/v1/tables HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     let chunk = vec![b' '; 1024];

@@ -2,3 +2,5 @@
 
 mod api;
 mod browser;
+mod props;
+mod security;
