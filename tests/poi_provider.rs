@@ -458,7 +458,8 @@ async fn a_burst_of_queries_gets_one_reply_each_and_the_provider_survives() {
         "every cloaked request gets its reply"
     );
     assert!(replied >= BURST as usize / 2, "only {replied} cloaked");
-    assert!(replies.answered > 0, "{replies:?}");
+    // Not everything was shed: the provider computed answers (lists, or lists too long to send).
+    assert!(replies.answered + replies.refused.len() > 0, "{replies:?}");
     assert!(
         replies.refused.iter().all(|e| e.starts_with("query: ")),
         "{:?}",
