@@ -4,6 +4,9 @@
 //! every client refines the candidate list with its own point and must get exactly the answer a
 //! brute force over all POIs gives for that point. The provider sees only boxes that strictly contain
 //! the clients' points (never a point), and a malformed query is answered with an error, not a crash.
+//! Under a burst the provider acknowledges at once and answers every request (or sheds it with the
+//! overloaded answer) without being closed; it reconnects when the daemon restarts; a POI file with
+//! a duplicate id is refused; an unknown category is answered with an error naming the known ones.
 mod common;
 
 use std::path::Path;
