@@ -149,7 +149,9 @@ def run_mobile(args, pb, stubs, metadata, poi_pb):
             kind = event.WhichOneof("outcome")
             if kind == "reply" and query:
                 candidates = poi_pb.PoiCandidates.FromString(event.reply.payload)
-                if candidates.error:
+                if candidates.overloaded:
+                    print(f"the provider is overloaded, ask again later: {candidates.error}", flush=True)
+                elif candidates.error:
                     print(f"the provider refused the query: {candidates.error}", flush=True)
                 else:
                     print(f"{len(candidates.pois)} candidates for the cloaking box; the answer here:", flush=True)

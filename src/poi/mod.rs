@@ -357,6 +357,11 @@ impl PoiIndex {
         .collect()
     }
 
+    /// Whether any POI has this category.
+    pub fn has_category(&self, category: &str) -> bool {
+        self.trees.contains_key(category)
+    }
+
     /// The categories and how many POIs each has, most frequent first.
     pub fn categories(&self) -> Vec<(&str, usize)> {
         let mut out: Vec<(&str, usize)> = self

@@ -2,8 +2,9 @@
 //!
 //! Every limit is checked before a POI is kept: at most [`TableLimits::max_pois`] rows, fields of at
 //! most [`TableLimits::max_field_bytes`] bytes, `lat` in [−90, 90] and `lon` in [−180, 180], non-empty
-//! `id` and `category`. An error names the line (1-based, the header is line 1) and the field, and
-//! quotes at most 64 bytes of the value ([`crate::text::quote`]). The caller bounds the length of one
+//! `id` and `category`, and ids unique in the file (a POI's id is what a client refines by and
+//! tells POIs apart with). An error names the line (1-based, the header is line 1) and the field,
+//! and quotes at most 64 bytes of the value ([`crate::text::quote`]). The caller bounds the length of one
 //! record (the CLI wraps the file in `lines::BoundedLines`), so no record is buffered without bound.
 use std::io::{Read, Write};
 
@@ -55,6 +56,8 @@ pub fn read_pois(input: impl Read, limits: &TableLimits) -> Result<Vec<Poi>, Tab
         .from_reader(input);
     let mut record = csv::StringRecord::new();
     let mut pois = Vec::new();
+    // The line each POI starts on, for naming both lines of a duplicate id.
+    let mut lines: Vec<u64> = Vec::new();
     let mut line = 0u64;
     let mut header_seen = false;
     loop {
@@ -137,11 +140,35 @@ pub fn read_pois(input: impl Read, limits: &TableLimits) -> Result<Vec<Poi>, Tab
             category: category.to_string(),
             name: record[4].trim().to_string(),
         });
+        lines.push(line);
     }
     if !header_seen {
         return Err(field_error(1, "header", "the file is empty"));
     }
+    if let Some((first, again)) = first_duplicate(&pois) {
+        return Err(field_error(
+            lines[again],
+            "id",
+            format!(
+                "{} is already the id of line {} (ids must be unique)",
+                quote(&pois[again].id),
+                lines[first]
+            ),
+        ));
+    }
     Ok(pois)
+}
+
+/// The first repeated id in file order: (position of its first use, position of the repeat).
+/// Sorting positions by id keeps the memory to one index per POI (no set of the ids).
+fn first_duplicate(pois: &[Poi]) -> Option<(usize, usize)> {
+    let mut order: Vec<usize> = (0..pois.len()).collect();
+    order.sort_unstable_by(|&a, &b| pois[a].id.cmp(&pois[b].id).then(a.cmp(&b)));
+    order
+        .windows(2)
+        .filter(|w| pois[w[0]].id == pois[w[1]].id)
+        .map(|w| (w[0], w[1]))
+        .min_by_key(|&(_, again)| again)
 }
 
 /// Writes POIs as CSV (header first; coordinates with 7 decimals, about 1 cm).
@@ -209,5 +236,23 @@ mod tests {
         let long = "id,lat,lon,category,name\n1,53.1,8.2,cafe,abcdefghij\n";
         let e = read_pois(long.as_bytes(), &limits).unwrap_err();
         assert_eq!(e.to_string(), "line 2: name: must be at most 8 bytes");
+    }
+
+    #[test]
+    fn a_duplicate_id_names_both_lines() {
+        let text = "id,lat,lon,category,name\nb,53.1,8.2,cafe,x\na,53.1,8.2,cafe,\"two\nlines\"\nc,1,2,bank,\nb,3,4,bank,\na,5,6,fuel,\n";
+        let e = read(text).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 6: id: \"b\" is already the id of line 2 (ids must be unique)"
+        );
+        let e =
+            read("id,lat,lon,category,name\nx,1,2,c,\ny,1,2,c,\ny,1,2,c,\nx,1,2,c,\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("line 4: id: \"y\" is already the id of line 3"),
+            "{e}"
+        );
+        assert!(read("id,lat,lon,category,name\nx,1,2,c,\nX,1,2,c,\n").is_ok());
     }
 }

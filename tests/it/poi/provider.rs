@@ -4,6 +4,10 @@
 //! every client refines the candidate list with its own point and must get exactly the answer a
 //! brute force over all POIs gives for that point. The provider sees only boxes that strictly contain
 //! the clients' points (never a point), and a malformed query is answered with an error, not a crash.
+//! Under a burst the provider acknowledges at once and answers every request (or sheds it with the
+//! overloaded answer) without being closed; it reconnects when the daemon restarts; a POI file with
+//! a duplicate id is refused; an unknown category is answered with an error naming the known ones.
+use std::path::Path;
 use std::time::Duration;
 
 use cloakd::cli::provider::PoiProvider;
@@ -15,7 +19,7 @@ use cloakd::proto::{LbsAnswer, LocationRequest};
 use prost::Message;
 use rand::{Rng, SeedableRng};
 
-use crate::support::{MobileClient, TestDaemon, subscribe_provider};
+use crate::support::{MobileClient, TestDaemon, bin, config_with, subscribe_provider};
 
 const CATEGORIES: [&str; 3] = ["cafe", "bank", "fuel"];
 
@@ -124,7 +128,7 @@ async fn clients_get_their_exact_nearest_through_the_real_provider_process() {
     let file = dir.path().join("pois.csv");
     cloakd::poi::table::write_pois(std::fs::File::create(&file).unwrap(), &pois).unwrap();
     let daemon = TestDaemon::start_default().await;
-    let mut provider = crate::support::bin()
+    let mut provider = bin()
         .args([
             "provider",
             "--service",
@@ -293,5 +297,364 @@ async fn the_provider_sees_boxes_never_points() {
     assert!(seen >= 10 && got == seen, "seen {seen}, replies {got}");
     drop(tx);
     let _ = answering.await;
+    daemon.shutdown().await.unwrap();
+}
+
+/// A running `cloakd provider` process, killed when dropped; its stderr goes to a file.
+struct ProviderProcess {
+    child: std::process::Child,
+    stderr: std::path::PathBuf,
+}
+
+impl ProviderProcess {
+    fn start(addr: &str, pois: &Path, extra: &[&str], dir: &Path) -> ProviderProcess {
+        let stderr = dir.join("provider.stderr");
+        let child = bin()
+            .args(["provider", "--service", "poi", "--addr", addr, "--pois"])
+            .arg(pois)
+            .args(extra)
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        ProviderProcess { child, stderr }
+    }
+
+    fn assert_running(&mut self) {
+        let status = self.child.try_wait().unwrap();
+        assert!(
+            status.is_none(),
+            "the provider exited ({status:?}): {}",
+            std::fs::read_to_string(&self.stderr).unwrap_or_default()
+        );
+    }
+}
+
+impl Drop for ProviderProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `count` seeded POIs of `category` spread over the box around Oldenburg's centre.
+fn dense_pois(count: usize, category: &str) -> Vec<Poi> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(43);
+    (0..count)
+        .map(|i| Poi {
+            id: format!("r{i:06}"),
+            lat: rng.random_range(53.04..53.24),
+            lon: rng.random_range(8.06..8.36),
+            category: category.to_string(),
+            name: String::new(),
+        })
+        .collect()
+}
+
+fn write_pois(dir: &Path, pois: &[Poi]) -> std::path::PathBuf {
+    let file = dir.join("pois.csv");
+    cloakd::poi::table::write_pois(std::fs::File::create(&file).unwrap(), pois).unwrap();
+    file
+}
+
+fn nearest(category: &str, count: u32) -> Vec<u8> {
+    PoiQuery {
+        category: category.to_string(),
+        query: Some(poi_query::Query::Nearest(Nearest { count })),
+    }
+    .encode_to_vec()
+}
+
+/// What the provider's replies said, by kind.
+#[derive(Debug, Default)]
+struct Replies {
+    answered: usize,
+    overloaded: usize,
+    refused: Vec<String>,
+}
+
+impl Replies {
+    fn count(&mut self, payload: &[u8]) {
+        let reply = PoiCandidates::decode(payload).expect("a reply is a PoiCandidates");
+        if reply.overloaded {
+            assert!(reply.pois.is_empty());
+            assert!(reply.error.starts_with("provider: overloaded"), "{reply:?}");
+            self.overloaded += 1;
+        } else if reply.error.is_empty() {
+            self.answered += 1;
+        } else {
+            self.refused.push(reply.error);
+        }
+    }
+}
+
+/// Issue 43, item 10: a burst of ordinary queries on one stream, with a provider window and an
+/// acknowledgement deadline far below what the provider needs to answer the burst. The provider
+/// acknowledges every request at once, answers from its worker pool, sheds what its queue cannot
+/// hold with the overloaded answer, and keeps running: every cloaked request gets exactly one reply,
+/// none is Undelivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_queries_gets_one_reply_each_and_the_provider_survives() {
+    const BURST: u64 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_pois(dir.path(), &dense_pois(30_000, "restaurant"));
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.location.provider_ack_ms = 300;
+        c.location.provider_window = 1024;
+    }))
+    .await;
+    let mut provider = ProviderProcess::start(
+        &daemon.endpoint(),
+        &file,
+        &["--threads", "2", "--queue", "64"],
+        dir.path(),
+    );
+    let mut client = MobileClient::connect(daemon.channel().await).await;
+    let requests = client.requests.clone();
+    let sender = tokio::spawn(async move {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(10);
+        for no in 0..BURST {
+            let mut r = request(
+                &format!("burst-{no}"),
+                rng.random_range(53.10..53.18),
+                rng.random_range(8.15..8.27),
+                nearest("restaurant", 5),
+            );
+            r.request_no = no;
+            r.dx_m = Some(2_000.0);
+            r.dy_m = Some(2_000.0);
+            r.dt_ms = Some(10_000);
+            requests.send(r).await.unwrap();
+        }
+    });
+    let mut cloaked = std::collections::HashSet::new();
+    let mut finished = std::collections::HashMap::new();
+    let mut replies = Replies::default();
+    while finished.len() < BURST as usize {
+        let event = tokio::time::timeout(Duration::from_secs(60), client.events.message())
+            .await
+            .unwrap_or_else(|_| panic!("stalled after {} outcomes", finished.len()))
+            .expect("event stream failed")
+            .expect("event stream ended");
+        let no = event.request_no;
+        match event.outcome {
+            Some(Outcome::Cloaked(_)) => assert!(cloaked.insert(no), "{no} cloaked twice"),
+            Some(Outcome::Reply(reply)) => {
+                assert!(cloaked.contains(&no), "{no}: a reply before Cloaked");
+                replies.count(&reply.payload);
+                assert!(finished.insert(no, "reply").is_none(), "{no}: two outcomes");
+            }
+            Some(Outcome::Expired(_)) => {
+                assert!(
+                    finished.insert(no, "expired").is_none(),
+                    "{no}: two outcomes"
+                );
+            }
+            other => panic!("request {no}: {other:?}"),
+        }
+    }
+    sender.await.unwrap();
+    let replied = finished.values().filter(|&&o| o == "reply").count();
+    assert_eq!(
+        replied,
+        cloaked.len(),
+        "every cloaked request gets its reply"
+    );
+    assert!(replied >= BURST as usize / 2, "only {replied} cloaked");
+    // Not everything was shed: the provider computed answers (lists, or lists too long to send).
+    assert!(replies.answered + replies.refused.len() > 0, "{replies:?}");
+    assert!(
+        replies.refused.iter().all(|e| e.starts_with("query: ")),
+        "{:?}",
+        replies.refused.first()
+    );
+    eprintln!(
+        "burst: {replied} replies: {} answered, {} overloaded, {} refused",
+        replies.answered,
+        replies.overloaded,
+        replies.refused.len()
+    );
+    provider.assert_running();
+    drop(provider);
+    daemon.shutdown().await.unwrap();
+}
+
+/// A daemon on a fixed address that can be stopped and started again on it.
+struct RestartableDaemon {
+    addr: std::net::SocketAddr,
+    data: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl RestartableDaemon {
+    async fn start(listener: tokio::net::TcpListener, data: tempfile::TempDir) -> Self {
+        let mut config = cloakd::config::Config::embedded_defaults();
+        config.transactions.data_dir = data.path().to_path_buf();
+        config.telemetry.metrics_listen = None;
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(cloakd::daemon::serve(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        RestartableDaemon {
+            addr,
+            data,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    async fn channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Stops the daemon and starts a new one on the same address.
+    async fn restart(mut self) -> Self {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task.take().unwrap())
+            .await
+            .expect("the daemon did not stop")
+            .unwrap()
+            .unwrap();
+        let mut tries = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(self.addr).await {
+                Ok(listener) => break listener,
+                Err(e) if tries < 100 => {
+                    tries += 1;
+                    eprintln!("rebinding {}: {e}", self.addr);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot bind {} again: {e}", self.addr),
+            }
+        };
+        let data = std::mem::replace(&mut self.data, tempfile::tempdir().unwrap());
+        Self::start(listener, data).await
+    }
+}
+
+/// Two clients near each other ask a nearest query; both must get a candidate list.
+async fn ask_pair(channel: tonic::transport::Channel, round: u32) {
+    let mut pair = Vec::new();
+    for i in 0..2 {
+        let client = MobileClient::connect(channel.clone()).await;
+        let user = format!("round-{round}-{i}");
+        let lat = 53.14 + f64::from(i) * 1e-4;
+        client
+            .send(request(&user, lat, 8.21, nearest("restaurant", 1)))
+            .await;
+        pair.push(client);
+    }
+    for mut client in pair {
+        loop {
+            match client.next_event(60).await.outcome {
+                Some(Outcome::Cloaked(_)) => {}
+                Some(Outcome::Reply(reply)) => {
+                    let list = PoiCandidates::decode(reply.payload.as_slice()).unwrap();
+                    assert_eq!(list.error, "", "round {round}");
+                    assert!(!list.pois.is_empty(), "round {round}");
+                    break;
+                }
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// A provider whose daemon stops and comes back reconnects (with backoff) and answers again,
+/// instead of exiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_reconnects_when_the_daemon_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_pois(dir.path(), &dense_pois(2_000, "restaurant"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut daemon = RestartableDaemon::start(listener, tempfile::tempdir().unwrap()).await;
+    let mut provider = ProviderProcess::start(
+        &format!("http://{}", daemon.addr),
+        &file,
+        &["--reconnect-max-ms", "300"],
+        dir.path(),
+    );
+    ask_pair(daemon.channel().await, 0).await;
+    for round in 1..=2 {
+        daemon = daemon.restart().await;
+        ask_pair(daemon.channel().await, round).await;
+        provider.assert_running();
+    }
+    drop(provider);
+    let _ = daemon.stop.take().unwrap().send(());
+}
+
+/// Issue 43, item 11: a POI file with a duplicate id is refused, naming the file, the line and the
+/// id; the provider does not start.
+#[test]
+fn a_poi_file_with_a_duplicate_id_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pois.csv");
+    std::fs::write(
+        &file,
+        "id,lat,lon,category,name\na,53.1,8.2,cafe,A\nb,53.2,8.2,cafe,B\na,53.3,8.2,bank,C\n",
+    )
+    .unwrap();
+    let out = bin()
+        .args(["provider", "--addr", "http://127.0.0.1:9", "--pois"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: line 4: id: \"a\" is already the id of line 2",
+            file.display()
+        )),
+        "{stderr}"
+    );
+}
+
+/// Issue 43, item 11: an unknown category is answered with an error naming it and the categories
+/// the provider knows (not an empty list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_category_is_answered_with_an_error_naming_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_pois(dir.path(), &pois());
+    let daemon = TestDaemon::start_default().await;
+    let mut provider = ProviderProcess::start(&daemon.endpoint(), &file, &[], dir.path());
+    let mut pair = Vec::new();
+    for i in 0..2 {
+        let client = MobileClient::connect(daemon.channel().await).await;
+        let lat = 53.14 + f64::from(i) * 1e-4;
+        client
+            .send(request(
+                &format!("u{i}"),
+                lat,
+                8.21,
+                nearest("restaurnat", 1),
+            ))
+            .await;
+        pair.push(client);
+    }
+    for mut client in pair {
+        let reply = loop {
+            match client.next_event(30).await.outcome {
+                Some(Outcome::Cloaked(_)) => {}
+                Some(Outcome::Reply(reply)) => break reply,
+                other => panic!("{other:?}"),
+            }
+        };
+        let list = PoiCandidates::decode(reply.payload.as_slice()).unwrap();
+        assert!(list.pois.is_empty());
+        assert!(!list.overloaded);
+        assert_eq!(
+            list.error,
+            "category: unknown category \"restaurnat\"; this provider knows \"bank\", \"cafe\", \"fuel\""
+        );
+    }
+    provider.assert_running();
+    drop(provider);
     daemon.shutdown().await.unwrap();
 }
