@@ -12,6 +12,7 @@ mod idle;
 
 pub use idle::{Connections, StreamTrackingLayer};
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -105,6 +106,57 @@ async fn sent_handshake(stream: &TcpStream) -> bool {
     }
 }
 
+/// One connection accepted within a connection limit: the stream (no delay set), its peer and its
+/// place of the limit, held until the connection is dropped.
+#[derive(Debug)]
+pub struct Admitted {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    pub place: OwnedSemaphorePermit,
+}
+
+/// The next connection on `listener` that gets a place of `places` (one per open connection), or
+/// `None` once `stop` turns true. A failed accept (such as running out of file descriptors) is
+/// logged and retried after a pause; a connection past the limit is closed at once, and a run of
+/// such refusals is logged once, naming `limit_key`, so a flood cannot flood the log. Both
+/// listeners, gRPC ([`accept`]) and the workbench's, accept through this.
+pub async fn accept_within(
+    listener: &TcpListener,
+    places: &Arc<Semaphore>,
+    limit_key: &'static str,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Admitted> {
+    let mut refusing = false;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|stop| *stop) => return None,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!(%err, "accepting a connection failed; retrying");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(place) = Arc::clone(places).try_acquire_owned() else {
+            if !refusing {
+                tracing::warn!("connections refused: {limit_key} are open");
+                refusing = true;
+            }
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        return Some(Admitted {
+            stream,
+            peer,
+            place,
+        });
+    }
+}
+
 /// The limits and timeouts [`accept`] applies.
 #[derive(Debug, Clone)]
 pub struct AcceptLimits {
@@ -130,26 +182,14 @@ pub fn accept(
     let places = Arc::new(Semaphore::new(max_connections));
     tokio::spawn(async move {
         loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                _ = stop.wait_for(|stop| *stop) => return,
+            let Some(Admitted {
+                stream,
+                peer,
+                place,
+            }) = accept_within(&listener, &places, "server.max_connections", &mut stop).await
+            else {
+                return;
             };
-            let (stream, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    tracing::warn!(%err, "accepting a connection failed; retrying");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            };
-            let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
-                tracing::warn!(
-                    limit = max_connections,
-                    "connection refused: server.max_connections are open"
-                );
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
             let ready = ready.clone();
             let connections = Arc::clone(&connections);
             tokio::spawn(async move {

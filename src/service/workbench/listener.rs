@@ -25,10 +25,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tokio::time::Sleep;
 
-/// Pause after a failed accept (for example EMFILE) before trying again.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+use crate::connections::{Admitted, accept_within};
+use tokio::time::Sleep;
 
 /// The limits [`serve`] applies (from `[ui]`).
 #[derive(Debug, Clone, Copy)]
@@ -47,34 +46,12 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let places = Arc::new(Semaphore::new(limits.max_connections));
-    let mut refusing = false;
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = stop.wait_for(|stop| *stop) => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!(%err, "accepting a workbench connection failed; retrying");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-                continue;
-            }
-        };
-        let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
-            // Once per run of refusals, not once per connection: a flood must not flood the log.
-            if !refusing {
-                tracing::warn!(
-                    limit = limits.max_connections,
-                    "workbench connections refused: ui.max_connections are open"
-                );
-                refusing = true;
-            }
-            drop(stream);
-            continue;
-        };
-        refusing = false;
-        let _ = stream.set_nodelay(true);
+    while let Some(Admitted {
+        stream,
+        peer,
+        place,
+    }) = accept_within(&listener, &places, "ui.max_connections", &mut stop).await
+    {
         tokio::spawn(connection(
             stream,
             peer,

@@ -2,6 +2,7 @@
 //! workbench listener (`daemon::serve_reporting` on 127.0.0.1:0 with `ui.listen = "127.0.0.1:0"`),
 //! and the Adult example as the independent relational checker reads it with the privacy requirement
 //! of one frontier point.
+use std::collections::HashMap;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -119,4 +120,59 @@ pub fn spec_of(model: &str, parameter: f64) -> PrivacySpec {
         other => panic!("unknown model {other}"),
     }
     spec
+}
+
+/// An HTTP/1.1 reply read whole off a raw connection.
+pub struct RawReply {
+    pub status: u16,
+    /// Header names in lower case.
+    pub headers: HashMap<String, String>,
+    /// The body, de-chunked when it came chunked.
+    pub body: Vec<u8>,
+}
+
+/// Parses the bytes of one whole HTTP/1.1 reply (the tests that speak raw HTTP to the listener).
+pub fn parse_reply(raw: &[u8]) -> RawReply {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: HashMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .get("transfer-encoding")
+        .is_some_and(|t| t == "chunked")
+    {
+        let mut out = Vec::new();
+        let mut rest = body.as_slice();
+        loop {
+            let at = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..at]).unwrap().trim(), 16)
+                .unwrap();
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[at + 2..at + 2 + size]);
+            rest = &rest[at + 4 + size..];
+        }
+        body = out;
+    }
+    RawReply {
+        status,
+        headers,
+        body,
+    }
 }

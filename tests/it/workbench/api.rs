@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::relational_checker::{check_generalized_csv, parse_csv};
 use crate::support::security::{secured_config, token_of};
-use crate::support::workbench::{Workbench, adult_original, spec_of};
+use crate::support::workbench::{RawReply, Workbench, adult_original, parse_reply, spec_of};
 use crate::support::{cloakd, repo};
 
 // ------------------------------------------------------------------------------------------------
@@ -98,43 +98,11 @@ async fn read_reply(stream: &mut tokio::net::TcpStream) -> Reply {
         .await
         .expect("a reply in time")
         .unwrap();
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a header");
-    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers
-        .get("transfer-encoding")
-        .is_some_and(|t| t == "chunked")
-    {
-        let mut out = Vec::new();
-        let mut rest = body.as_slice();
-        loop {
-            let at = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..at]).unwrap().trim(), 16)
-                .unwrap();
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[at + 2..at + 2 + size]);
-            rest = &rest[at + 4 + size..];
-        }
-        body = out;
-    }
+    let RawReply {
+        status,
+        headers,
+        body,
+    } = parse_reply(&raw);
     Reply {
         status,
         headers,

@@ -6,7 +6,6 @@
 //! `ui.max_connections` are closed at once while gRPC health still answers, one principal's uploads
 //! and sweeps never evict another's (per-principal quotas), and a release download neutralizes
 //! formula-like cells exactly as `cloakd table anonymize` does with the exported job.
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use tokio::net::TcpStream;
 
 use crate::support::bin;
 use crate::support::security::{principal, token_of};
-use crate::support::workbench::Workbench;
+use crate::support::workbench::{RawReply, Workbench, parse_reply};
 
 /// A generous upper bound for anything the daemon must do (never a timing threshold).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -73,43 +72,7 @@ async fn raw(addr: SocketAddr, method: &str, path: &str, headers: &[String], bod
 }
 
 fn parse(raw: &[u8]) -> Reply {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header in {:?}", String::from_utf8_lossy(raw)));
-    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers
-        .get("transfer-encoding")
-        .is_some_and(|t| t == "chunked")
-    {
-        let mut out = Vec::new();
-        let mut rest = body.as_slice();
-        loop {
-            let at = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..at]).unwrap().trim(), 16)
-                .unwrap();
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[at + 2..at + 2 + size]);
-            rest = &rest[at + 4 + size..];
-        }
-        body = out;
-    }
+    let RawReply { status, body, .. } = parse_reply(raw);
     Reply { status, body }
 }
 
