@@ -383,18 +383,21 @@ pub struct LargePopulations {
     _held: Option<Arc<Reservation>>,
 }
 
+/// Runs `work` with no memory limit and no cancellation: the plain entry points (`mine`,
+/// `estimates`, `uloss`) of work that otherwise runs within a job's budget and cancellation flag.
+fn unbounded<T>(
+    work: impl FnOnce(&MemoryBudget, &AtomicBool) -> Result<Option<T>, BudgetExceeded>,
+) -> T {
+    work(&MemoryBudget::unlimited(), &AtomicBool::new(false))
+        .ok()
+        .flatten()
+        .expect("work that can be neither cancelled nor refused completes")
+}
+
 impl LargePopulations {
     /// Mines every population with support >= `min_support` × |T| (`min_support` in (0, 1]).
     pub fn mine(table: &Table, min_support: f64) -> LargePopulations {
-        Self::mine_within(
-            table,
-            min_support,
-            &MemoryBudget::unlimited(),
-            &AtomicBool::new(false),
-        )
-        .ok()
-        .flatten()
-        .expect("mining that cannot be cancelled nor refused completes")
+        unbounded(|budget, never| Self::mine_within(table, min_support, budget, never))
     }
 
     /// No populations (the measure unavailable).
@@ -514,15 +517,7 @@ impl LargePopulations {
     /// The release's estimated sensitive counts of each population, in the order of
     /// [`LargePopulations::populations`] (`None`: the release gives it no mass).
     pub fn estimates(&self, table: &Table, view: &ReleaseView) -> Vec<Option<Vec<f64>>> {
-        self.estimates_within(
-            table,
-            view,
-            &MemoryBudget::unlimited(),
-            &AtomicBool::new(false),
-        )
-        .ok()
-        .flatten()
-        .expect("estimates that cannot be cancelled nor refused complete")
+        unbounded(|budget, never| self.estimates_within(table, view, budget, never))
     }
 
     /// [`LargePopulations::estimates`], giving up (`Ok(None)`) soon after `cancelled` turns true
@@ -642,15 +637,7 @@ impl LargePopulations {
 
     /// Uloss of a release: mean over the populations of JS(P_y, P̄_y); 0 when there are none.
     pub fn uloss(&self, table: &Table, view: &ReleaseView) -> f64 {
-        self.uloss_within(
-            table,
-            view,
-            &MemoryBudget::unlimited(),
-            &AtomicBool::new(false),
-        )
-        .ok()
-        .flatten()
-        .expect("a measurement that cannot be cancelled nor refused completes")
+        unbounded(|budget, never| self.uloss_within(table, view, budget, never))
     }
 
     /// [`LargePopulations::uloss`], giving up (`Ok(None)`) soon after `cancelled` turns true and

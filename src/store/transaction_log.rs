@@ -278,6 +278,15 @@ pub fn scan_bytes(bytes: &[u8], seal: Option<Seal>, journal: Journal) -> LogScan
     }
 }
 
+/// Cuts `file` back to `len` bytes, leaves its cursor there and makes the cut durable: a failed
+/// append's partial bytes are gone before the next append (best effort for the callers; what a
+/// failure here leaves is cut at the next open).
+fn cut_back(file: &mut File, len: u64) -> std::io::Result<()> {
+    file.set_len(len)?;
+    file.seek(SeekFrom::Start(len))?;
+    file.sync_all()
+}
+
 /// The open log, positioned at its end.
 #[derive(Debug)]
 pub struct TransactionLog {
@@ -357,15 +366,7 @@ impl AcksFile {
                 Ok(())
             }
             Err(err) => {
-                let _ = self
-                    .file
-                    .set_len(self.durable_len)
-                    .and_then(|()| {
-                        self.file
-                            .seek(SeekFrom::Start(self.durable_len))
-                            .map(|_| ())
-                    })
-                    .and_then(|()| self.file.sync_all());
+                let _ = cut_back(&mut self.file, self.durable_len);
                 Err(err)
             }
         }
@@ -540,15 +541,7 @@ impl TransactionLog {
                 }
                 // Best effort: cut the partial batch so the next append starts on a frame boundary.
                 // If this fails too, the torn tail is cut at the next open.
-                let _ = self
-                    .file
-                    .set_len(self.durable_len)
-                    .and_then(|()| {
-                        self.file
-                            .seek(SeekFrom::Start(self.durable_len))
-                            .map(|_| ())
-                    })
-                    .and_then(|()| self.file.sync_all());
+                let _ = cut_back(&mut self.file, self.durable_len);
                 Err(err)
             }
         }
