@@ -1,6 +1,6 @@
 //! The daemon: wires the configuration, the engines' services, gRPC health checking and server
 //! reflection onto one listener, the Prometheus metrics onto their own (`telemetry.metrics_listen`),
-//! the analyst's workbench onto its own (`ui.listen`, [`crate::service::workbench`]), and shuts down
+//! the analyst's workbench onto its own (`ui.listen`, [`crate::workbench`]), and shuts down
 //! gracefully.
 //!
 //! [`serve`] is a library function (tests call it on `127.0.0.1:0`); [`run`] adds the listener and
@@ -97,19 +97,19 @@ async fn serve_inner(
         }
         None => None,
     };
-    let table_jobs = crate::service::jobs::TableJobs::new(&config.tables);
+    let table_jobs = crate::jobs::TableJobs::new(&config.tables);
     let ui = match config.ui.listen {
         Some(ui_addr) => {
-            let ui_listener = crate::service::workbench::bind(ui_addr).await?;
+            let ui_listener = crate::workbench::bind(ui_addr).await?;
             bound_addrs.ui = ui_listener.local_addr().ok();
-            let workbench = crate::service::workbench::Workbench::new(
+            let workbench = crate::workbench::Workbench::new(
                 ui_listener.local_addr()?,
                 &config.ui,
                 &config.tables,
                 std::sync::Arc::new(Authenticator::new(&config.auth)),
                 table_jobs.clone(),
             );
-            Some(tokio::spawn(crate::service::workbench::serve(
+            Some(tokio::spawn(crate::workbench::serve(
                 ui_listener,
                 workbench,
                 stop_rx.clone(),

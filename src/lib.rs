@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod connections;
 pub mod daemon;
+pub mod jobs;
 pub mod learning;
 pub mod lines;
 pub mod location;
@@ -39,6 +40,7 @@ pub mod text;
 pub mod tls;
 pub mod transactions;
 pub mod windows;
+pub mod workbench;
 pub mod workload;
 
 /// Generated protobuf and gRPC code of package `cloakd.v1`.

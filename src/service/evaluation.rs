@@ -38,7 +38,7 @@ use crate::proto::{ClassifierWorkload, EvaluateRequest, EvaluateResponse, Worklo
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::read_csv;
-use crate::service::jobs::{JobRecord, Outcome, TableJobs};
+use crate::jobs::{JobRecord, Outcome, TableJobs};
 use crate::service::{JobStopped, LimitExceeded};
 use crate::text::quote;
 

@@ -10,12 +10,9 @@
 //! cancellation flag when the caller goes away, its deadline passes or the server's budget is spent.
 
 pub mod evaluation;
-pub mod frontier;
-pub mod jobs;
 pub mod location;
 pub mod table;
 pub mod transactions;
-pub mod workbench;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -36,7 +36,7 @@ use crate::relational::ola::OlaError;
 use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
-use crate::service::jobs::{JobRecord, Outcome, TableJobs, anonymize_job};
+use crate::jobs::{JobRecord, Outcome, TableJobs, anonymize_job};
 use crate::service::{InboundError, JobStopped, LimitExceeded, drain};
 
 /// Why a table job was refused.

@@ -89,7 +89,7 @@ pub fn record_table_job_stopped(kind: &'static str) {
 }
 
 /// Counts one table job of `kind` by `outcome` and records its time
-/// (`cloakd_table_jobs_total`, `cloakd_table_job_seconds`); `crate::service::jobs::JobRecord` calls it.
+/// (`cloakd_table_jobs_total`, `cloakd_table_job_seconds`); `crate::jobs::JobRecord` calls it.
 pub fn record_table_job(kind: &'static str, outcome: &'static str, elapsed: std::time::Duration) {
     metrics::counter!(catalog::TABLE_JOBS, "kind" => kind, "outcome" => outcome).increment(1);
     metrics::histogram!(catalog::TABLE_JOB_SECONDS, "kind" => kind).record(elapsed.as_secs_f64());

@@ -21,7 +21,7 @@ use crate::measures::evaluate::Baseline;
 use crate::measures::frontier::{charts, mark_efficient, write_csv};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline};
 use crate::plots::Format;
-use crate::service::frontier::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
+use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
 
 #[derive(Debug, clap::Args)]
 pub struct FrontierArgs {

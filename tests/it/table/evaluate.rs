@@ -379,7 +379,7 @@ async fn grpc_evaluate_measures_the_original_table() {
     let server = tonic::transport::Server::builder()
         .add_service(cloakd::service::evaluation::table_evaluator(
             &config.tables,
-            cloakd::service::jobs::TableJobs::new(&config.tables),
+            cloakd::jobs::TableJobs::new(&config.tables),
         ))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     let handle = tokio::spawn(server);

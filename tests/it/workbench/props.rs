@@ -1,6 +1,6 @@
 //! A property of the workbench's JSON surface: random and mutated JSON bodies (and bytes that are
 //! not JSON) for the table, sweep and session endpoints, sent through the real router
-//! (`service::workbench::router` with `tower::ServiceExt::oneshot`: the guard, authentication,
+//! (`workbench::router` with `tower::ServiceExt::oneshot`: the guard, authentication,
 //! deserialization and validation the listener runs), never panic and are always answered with a
 //! 2xx or a 4xx carrying the JSON error shape (`error.code`, `error.message`).
 use std::sync::{Arc, OnceLock};
@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use cloakd::auth::Authenticator;
 use cloakd::config::Config;
-use cloakd::service::jobs::TableJobs;
-use cloakd::service::workbench::{Workbench, router};
+use cloakd::jobs::TableJobs;
+use cloakd::workbench::{Workbench, router};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tower::ServiceExt;

@@ -24,7 +24,7 @@ use crate::relational::job::JobSpec;
 use crate::relational::models::PrivacySpec;
 use crate::relational::release::{self, Release, ReleasedRole, ReleasedTable};
 use crate::relational::report::Report;
-use crate::service::jobs::{JobRecord, Outcome, anonymize_job};
+use crate::jobs::{JobRecord, Outcome, anonymize_job};
 
 /// Rows of a release's preview.
 pub const PREVIEW_ROWS: usize = 100;

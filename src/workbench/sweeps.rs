@@ -1,6 +1,6 @@
 //! The workbench's sweeps: `POST /api/v1/sweeps` validates the sweep (the fields and defaults of
-//! `cloakd table frontier`'s flags, [`crate::service::frontier::SweepPlan`]), takes a table-job place
-//! and runs [`crate::service::frontier::run_sweep`] in the background; `GET` shows its points as
+//! `cloakd table frontier`'s flags, [`crate::jobs::sweep::SweepPlan`]), takes a table-job place
+//! and runs [`crate::jobs::sweep::run_sweep`] in the background; `GET` shows its points as
 //! releases finish; `DELETE` cancels it.
 //!
 //! Invariants: nothing runs before the whole request is validated and the job's table read (errors
@@ -32,8 +32,8 @@ use crate::measures::frontier::{FrontierPoint, csv_header, csv_record, mark_effi
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadOptions};
 use crate::relational::job::JobSpec;
 use crate::relational::table::Table;
-use crate::service::frontier::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
-use crate::service::jobs::{JobRecord, Outcome};
+use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
+use crate::jobs::{JobRecord, Outcome};
 
 /// The body of `POST /api/v1/sweeps`.
 #[derive(Debug, Deserialize)]

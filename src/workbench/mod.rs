@@ -2,8 +2,8 @@
 //! (`[ui] listen`) serving the page's embedded assets ([`assets`]) and a JSON API under `/api/v1/`:
 //! tables ([`tables`]), sweeps of the frontier ([`sweeps`]) and their releases ([`releases`]). An
 //! HTTP adapter like the gRPC services: the table work runs through the same
-//! [`crate::service::jobs::TableJobs`] (places, budget, metrics) and the same sweep
-//! ([`crate::service::frontier`]) as `cloakd table frontier`.
+//! [`crate::jobs::TableJobs`] (places, budget, metrics) and the same sweep
+//! ([`crate::jobs::sweep`]) as `cloakd table frontier`.
 //!
 //! Invariants: every request passes [`guard`] first (its `Host` names this listener, a
 //! state-changing request's `Origin` is the page's, an API body is `application/json`); the
@@ -42,7 +42,7 @@ use tokio::sync::watch;
 
 use crate::auth::{ANALYSTS, Authenticator, Principal};
 use crate::config::{TablesConfig, UiConfig};
-use crate::service::jobs::TableJobs;
+use crate::jobs::TableJobs;
 use error::{ApiError, Code};
 
 /// The headers of every response.
@@ -396,15 +396,15 @@ async fn create_table(
     principal: &Principal,
     request: Request,
 ) -> Result<serde_json::Value, ApiError> {
-    let record = crate::service::jobs::JobRecord::start("upload");
+    let record = crate::jobs::JobRecord::start("upload");
     let result = upload_table(workbench, principal, request).await;
     record.finish(match &result {
-        Ok(_) => crate::service::jobs::Outcome::Ok,
-        Err(e) if e.code == Code::InvalidArgument => crate::service::jobs::Outcome::Invalid,
+        Ok(_) => crate::jobs::Outcome::Ok,
+        Err(e) if e.code == Code::InvalidArgument => crate::jobs::Outcome::Invalid,
         Err(e) if matches!(e.code, Code::TooLarge | Code::ResourceExhausted) => {
-            crate::service::jobs::Outcome::Exhausted
+            crate::jobs::Outcome::Exhausted
         }
-        Err(_) => crate::service::jobs::Outcome::Failed,
+        Err(_) => crate::jobs::Outcome::Failed,
     });
     result
 }

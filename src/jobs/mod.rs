@@ -1,5 +1,5 @@
 //! Table work, the one way: what `TableAnonymizer`, `TableEvaluator` and the workbench's HTTP API
-//! ([`crate::service::workbench`]) all do around the engines. A job takes a place of the one table-job
+//! ([`crate::workbench`]) all do around the engines. A job takes a place of the one table-job
 //! limiter (`tables.max_concurrent_jobs`, shown on `cloakd_table_jobs_running`), runs on a blocking
 //! thread with a cancellation flag ([`crate::service::run_job`]) within `tables.max_job_ms` and a
 //! memory budget of its own ([`MemoryBudget`], `tables.max_job_bytes`, its bytes shown on
@@ -11,6 +11,8 @@
 //! frees its place then; a job's budget is new for every job and holds nothing once the job's work
 //! has returned (its reservations are dropped with it); [`anonymize_job`] is the anonymization of a job (its timing in
 //! `report.seconds`), the same for the CLI, gRPC and HTTP.
+pub mod sweep;
+
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 

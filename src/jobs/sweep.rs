@@ -1,5 +1,5 @@
 //! The frontier's sweep, once for every caller: `cloakd table frontier` (a progress bar on stderr)
-//! and the workbench's sweeps ([`crate::service::workbench`], a background job whose progress the
+//! and the workbench's sweeps ([`crate::workbench`], a background job whose progress the
 //! page polls). [`SweepPlan::new`] validates what the caller asked for (the CLI's flags, the API's
 //! fields: the same names and defaults) into the releases to make; [`run_sweep`] anonymizes and
 //! measures them on threads sharing the table, the measurement baseline and the learning baseline

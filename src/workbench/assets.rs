@@ -4,10 +4,10 @@
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 
-const INDEX_HTML: &str = include_str!("../../../ui/dist/index.html");
-const APP_JS: &str = include_str!("../../../ui/dist/app.js");
-const APP_CSS: &str = include_str!("../../../ui/dist/app.css");
-const LICENSES_TXT: &str = include_str!("../../../ui/dist/LICENSES.txt");
+const INDEX_HTML: &str = include_str!("../../ui/dist/index.html");
+const APP_JS: &str = include_str!("../../ui/dist/app.js");
+const APP_CSS: &str = include_str!("../../ui/dist/app.css");
+const LICENSES_TXT: &str = include_str!("../../ui/dist/LICENSES.txt");
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     (

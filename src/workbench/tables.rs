@@ -38,7 +38,7 @@ macro_rules! hierarchy {
         (
             concat!("data/hierarchies/", $name, ".csv"),
             include_str!(concat!(
-                "../../../examples/data/hierarchies/",
+                "../../examples/data/hierarchies/",
                 $name,
                 ".csv"
             )),
@@ -50,10 +50,10 @@ macro_rules! hierarchy {
 pub const EXAMPLES: &[Example] = &[Example {
     name: "adult",
     description: "UCI Adult (45,222 rows without missing values): Li & Li's setup, quasi-identifiers age, workclass, education, marital-status, race, sex; sensitive occupation (examples/adult.toml)",
-    job: include_str!("../../../examples/adult.toml"),
+    job: include_str!("../../examples/adult.toml"),
     input: (
         "data/adult.csv.gz",
-        include_bytes!("../../../examples/data/adult.csv.gz"),
+        include_bytes!("../../examples/data/adult.csv.gz"),
     ),
     hierarchies: &[
         hierarchy!("age"),
