@@ -8,9 +8,14 @@
 //!
 //! Invariant: every connection handed to the server holds one place of the connection limit until it
 //! is dropped (closed).
+//!
+//! Also the counting limits of concurrent streams and jobs ([`StreamLimit`], [`PrincipalStreamLimit`]),
+//! which the gRPC services and the table jobs ([`crate::jobs`]) take their places of.
 mod idle;
+mod limit;
 
 pub use idle::{Connections, StreamTrackingLayer};
+pub use limit::{LimitExceeded, PrincipalSlot, PrincipalStreamLimit, StreamLimit, StreamSlot};
 
 use std::net::SocketAddr;
 use std::pin::Pin;

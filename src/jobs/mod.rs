@@ -1,7 +1,7 @@
 //! Table work, the one way: what `TableAnonymizer`, `TableEvaluator` and the workbench's HTTP API
 //! ([`crate::workbench`]) all do around the engines. A job takes a place of the one table-job
 //! limiter (`tables.max_concurrent_jobs`, shown on `cloakd_table_jobs_running`), runs on a blocking
-//! thread with a cancellation flag ([`crate::service::run_job`]) within `tables.max_job_ms` and a
+//! thread with a cancellation flag ([`run_job`]) within `tables.max_job_ms` and a
 //! memory budget of its own ([`MemoryBudget`], `tables.max_job_bytes`, its bytes shown on
 //! `cloakd_table_job_bytes`), is counted by kind and outcome ([`JobRecord`]), and an engine
 //! computation stopped by its flag is counted too.
@@ -13,18 +13,23 @@
 //! `report.seconds`), the same for the CLI, gRPC and HTTP.
 pub mod sweep;
 
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::budget::MemoryBudget;
 
 use crate::config::TablesConfig;
+use crate::connections::{LimitExceeded, StreamLimit, StreamSlot};
 use crate::relational::job::JobSpec;
 use crate::relational::release::Release;
 use crate::relational::report::Report;
 use crate::relational::table::Table;
 use crate::relational::{AnonymizeError, anonymize_with};
-use crate::service::{JobStopped, LimitExceeded, StreamLimit, StreamSlot, run_job};
+
+/// Bytes a parsed table may take per byte of its CSV at most (a code per cell of at least two bytes,
+/// the domains' texts, the per-column indexes): charged before a table is read.
+pub const TABLE_BYTES_PER_CSV_BYTE: u64 = 4;
 
 /// The daemon's table-job places and budget, shared by every protocol.
 #[derive(Debug, Clone)]
@@ -198,4 +203,48 @@ pub fn anonymize_job(
     )?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok((release, report))
+}
+
+/// Sets its flag when dropped: the engine work watching the flag stops at its next look.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Why [`run_job`] has no result of the work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobStopped {
+    /// The work ran past the server's budget and was stopped.
+    #[error("the job ran longer than {budget_ms} ms and was stopped")]
+    OverBudget { budget_ms: u64 },
+    /// The work panicked (a bug): the job fails, the daemon lives.
+    #[error("the job's thread failed: {0}")]
+    Panicked(String),
+}
+
+/// Runs `work` on a blocking thread, handing it a cancellation flag that turns true when the
+/// returned future is dropped (tonic drops a call's future when its client goes away or its
+/// deadline passes) or when `budget` has passed. `slot` (the job's place of its limiter) is held
+/// by the thread and freed when `work` returns, so the limiter counts exactly the jobs still
+/// computing, and a cancelled job frees its place as soon as the engine looks at the flag. The
+/// slot comes back with the result, for a job that still has a response to send.
+pub async fn run_job<T: Send + 'static>(
+    slot: StreamSlot,
+    budget: Duration,
+    work: impl FnOnce(&AtomicBool) -> T + Send + 'static,
+) -> Result<(T, StreamSlot), JobStopped> {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let _cancel = CancelOnDrop(Arc::clone(&cancelled));
+    let thread = tokio::task::spawn_blocking(move || (work(&cancelled), slot));
+    match tokio::time::timeout(budget, thread).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(e)) => Err(JobStopped::Panicked(e.to_string())),
+        // `_cancel` sets the flag on return.
+        Err(_) => Err(JobStopped::OverBudget {
+            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+        }),
+    }
 }

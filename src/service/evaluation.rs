@@ -27,6 +27,9 @@ use tonic::Status;
 use crate::budget::{BudgetExceeded, MemoryBudget, ReadWithin, Reservation, read_to_end_within};
 
 use crate::config::TablesConfig;
+use crate::connections::LimitExceeded;
+use crate::jobs::JobStopped;
+use crate::jobs::{JobRecord, Outcome, TABLE_BYTES_PER_CSV_BYTE, TableJobs};
 use crate::measures::evaluate::{Baseline, EvaluateError, EvaluationOptions, evaluate_unless};
 use crate::measures::released::read_release;
 use crate::measures::view::ViewError;
@@ -38,8 +41,6 @@ use crate::proto::{ClassifierWorkload, EvaluateRequest, EvaluateResponse, Worklo
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::read_csv;
-use crate::jobs::{JobRecord, Outcome, TableJobs};
-use crate::service::{JobStopped, LimitExceeded};
 use crate::text::quote;
 
 /// Why an evaluation was refused or failed.
@@ -129,10 +130,6 @@ pub fn table_evaluator(config: &TablesConfig, jobs: TableJobs) -> TableEvaluator
     })
     .max_decoding_message_size(config.max_bytes.saturating_add(1 << 20))
 }
-
-/// Bytes a parsed table may take per byte of its CSV at most (a code per cell of at least two bytes,
-/// the domains' texts, the per-column indexes): charged before a table is read.
-pub const TABLE_BYTES_PER_CSV_BYTE: u64 = 4;
 
 /// Plain bytes of an upload that may be gzip-compressed, at most `limit` bytes once decoded; a
 /// plain upload is read in place, a compressed one decoded charging `held` as it grows.

@@ -19,6 +19,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::TablesConfig;
+use crate::connections::LimitExceeded;
+use crate::jobs::JobStopped;
+use crate::jobs::{JobRecord, Outcome, TableJobs, anonymize_job};
 use crate::proto::anonymize_request::Part as RequestPart;
 use crate::proto::anonymize_response::Part as ResponsePart;
 use crate::proto::table_anonymizer_server::{TableAnonymizer, TableAnonymizerServer};
@@ -36,8 +39,7 @@ use crate::relational::ola::OlaError;
 use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
-use crate::jobs::{JobRecord, Outcome, TableJobs, anonymize_job};
-use crate::service::{InboundError, JobStopped, LimitExceeded, drain};
+use crate::service::{InboundError, drain};
 
 /// Why a table job was refused.
 #[derive(Debug, thiserror::Error)]

@@ -19,12 +19,12 @@ use super::error::{ApiError, Code};
 use super::sweeps::{Computed, Sweep, find};
 use super::tables::toml_string;
 use super::{Caller, Workbench, json_response};
+use crate::jobs::{JobRecord, Outcome, anonymize_job};
 use crate::relational::AnonymizeError;
 use crate::relational::job::JobSpec;
 use crate::relational::models::PrivacySpec;
 use crate::relational::release::{self, Release, ReleasedRole, ReleasedTable};
 use crate::relational::report::Report;
-use crate::jobs::{JobRecord, Outcome, anonymize_job};
 
 /// Rows of a release's preview.
 pub const PREVIEW_ROWS: usize = 100;

@@ -27,13 +27,13 @@ use super::tables::StoredTable;
 use super::{Caller, Workbench, json_response, parse_json, read_body};
 use crate::budget::MemoryBudget;
 use crate::config::TablesConfig;
+use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
+use crate::jobs::{JobRecord, Outcome};
 use crate::measures::evaluate::{Baseline, EvaluationOptions};
 use crate::measures::frontier::{FrontierPoint, csv_header, csv_record, mark_efficient};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadOptions};
 use crate::relational::job::JobSpec;
 use crate::relational::table::Table;
-use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
-use crate::jobs::{JobRecord, Outcome};
 
 /// The body of `POST /api/v1/sweeps`.
 #[derive(Debug, Deserialize)]

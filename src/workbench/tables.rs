@@ -37,11 +37,7 @@ macro_rules! hierarchy {
     ($name:literal) => {
         (
             concat!("data/hierarchies/", $name, ".csv"),
-            include_str!(concat!(
-                "../../examples/data/hierarchies/",
-                $name,
-                ".csv"
-            )),
+            include_str!(concat!("../../examples/data/hierarchies/", $name, ".csv")),
         )
     };
 }
@@ -118,8 +114,7 @@ impl StoredTable {
     pub fn load(&self, job: &JobSpec, budget: &MemoryBudget) -> Result<Table, ApiError> {
         let _held = budget
             .try_reserve(
-                (self.csv.len() as u64)
-                    .saturating_mul(crate::service::evaluation::TABLE_BYTES_PER_CSV_BYTE),
+                (self.csv.len() as u64).saturating_mul(crate::jobs::TABLE_BYTES_PER_CSV_BYTE),
                 "the job's table (parsed)",
             )
             .map_err(|e| ApiError::memory(&e))?;

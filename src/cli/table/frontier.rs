@@ -17,11 +17,11 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::evaluate::{LearningArgs, MeasureArgs, read_job};
 use super::input::load_table;
 use crate::budget::MemoryBudget;
+use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
 use crate::measures::evaluate::Baseline;
 use crate::measures::frontier::{charts, mark_efficient, write_csv};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline};
 use crate::plots::Format;
-use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
 
 #[derive(Debug, clap::Args)]
 pub struct FrontierArgs {

@@ -237,11 +237,8 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     let job = load_job(&args)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
     let read_seconds = started.elapsed().as_secs_f64();
-    let (released, report) = crate::jobs::anonymize_job(
-        &table,
-        &job,
-        &std::sync::atomic::AtomicBool::new(false),
-    )?;
+    let (released, report) =
+        crate::jobs::anonymize_job(&table, &job, &std::sync::atomic::AtomicBool::new(false))?;
     drop(table);
     let write_started = Instant::now();
     write_release(

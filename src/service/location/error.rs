@@ -3,7 +3,8 @@
 use tonic::Status;
 
 use crate::broker::message::{Rejection, StreamEnd};
-use crate::service::{InboundError, LimitExceeded, quote};
+use crate::connections::LimitExceeded;
+use crate::service::{InboundError, quote};
 
 /// Why a location stream (Submit, Report, Subscribe or Answer) failed or ended early.
 #[derive(Debug, Clone, thiserror::Error)]

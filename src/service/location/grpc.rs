@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::connections::StreamSlot;
 use crate::location::Pseudonym;
 use crate::proto::lbs_gateway_server::LbsGateway;
 use crate::proto::location_broker_server::LocationBroker;
@@ -22,7 +23,7 @@ use crate::proto::{
     AnswerSummary, CloakedRequest, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest,
     PositionUpdate, ReportSummary,
 };
-use crate::service::{InboundError, StreamSlot, drain};
+use crate::service::{InboundError, drain};
 
 use super::LocationServices;
 use super::error::LocationError;

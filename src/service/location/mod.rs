@@ -34,9 +34,10 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::LocationConfig;
+use crate::connections::{PrincipalStreamLimit, StreamLimit};
 use crate::proto::lbs_gateway_server::LbsGatewayServer;
 use crate::proto::location_broker_server::LocationBrokerServer;
-use crate::service::{DEFAULT_MAX_MESSAGE_BYTES, PrincipalStreamLimit, StreamLimit};
+use crate::service::DEFAULT_MAX_MESSAGE_BYTES;
 
 pub use crate::broker::BrokerClock;
 use crate::broker::message::Command;
