@@ -53,6 +53,7 @@ use crate::proto::{
 use crate::service::{InboundError, drain};
 use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
 use crate::text::quote;
+use crate::windows::pipeline::{Pipeline, read_announced};
 use crate::windows::{self, Append, AppendError, Appended, ForwardedKind, WindowManager, cluster};
 
 /// Request metadata of a Publish call whose producer reads [`PublishAck::refused`]: with value `1`,
@@ -173,23 +174,17 @@ pub struct TransactionServices {
 
 impl TransactionServices {
     /// Locks `config.data_dir`, opens and recovers the file stores there and starts the window
-    /// manager. When `shutdown` becomes true, Publish streams stop reading (records already read are
-    /// still acknowledged once durable) and end with UNAVAILABLE, and subscriptions end with
-    /// UNAVAILABLE.
+    /// pipeline ([`Pipeline::start`]). When `shutdown` becomes true, Publish streams stop reading
+    /// (records already read are still acknowledged once durable) and end with UNAVAILABLE, and
+    /// subscriptions end with UNAVAILABLE.
     pub async fn start(
         config: TransactionsConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Result<TransactionServices, StoreError> {
-        let dir = config.data_dir.clone();
-        let lock = tokio::task::spawn_blocking(move || DataDirLock::acquire(&dir))
-            .await
-            .map_err(|e| StoreError::Io {
-                path: config.data_dir.clone(),
-                action: "locking the data directory",
-                source: std::io::Error::other(e),
-            })??;
-        let manager = WindowManager::start(config.clone()).await?;
-        Ok(TransactionServices::over(manager, Some(lock), shutdown))
+        Ok(TransactionServices::over(
+            Pipeline::start(config).await?,
+            shutdown,
+        ))
     }
 
     /// As [`Self::start`], over the given record log and release store instead of the files of
@@ -200,127 +195,36 @@ impl TransactionServices {
         releases: Arc<dyn ReleaseStore>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<TransactionServices, StoreError> {
-        let manager = WindowManager::start_with(config.clone(), log, releases, None).await?;
-        Ok(TransactionServices::over(manager, None, shutdown))
+        let pipeline = Pipeline::start_with(config, log, releases).await?;
+        Ok(TransactionServices::over(pipeline, shutdown))
     }
 
-    /// A replica of `cluster`: the record log and the release store on its JetStream
-    /// ([`crate::store::jetstream`], `config.data_dir` is neither locked nor used), one writer per
-    /// stream by lease, records forwarded to it from every replica, and releases announced on every
-    /// replica ([`cluster`]). On shutdown the replica gives its stream leases up, so others take
-    /// its streams over at once.
+    /// A replica of `nats`'s cluster ([`Pipeline::start_cluster`]); forwarded records are checked
+    /// as Publish checks its own ([`validate`]).
     pub async fn start_cluster(
         config: TransactionsConfig,
         nats: &crate::cluster::Cluster,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<TransactionServices> {
-        use anyhow::Context;
-        let layout = crate::store::jetstream::Layout {
-            prefix: nats.config.prefix.clone(),
-            replicas: nats.config.replicas,
-        };
-        // JetStream may still be electing leaders when replicas start together (a fresh cluster, a
-        // rolling restart): opening is retried for a while before the replica gives up.
-        let request_timeout = nats
-            .config
-            .nats
-            .as_ref()
-            .map_or(std::time::Duration::from_secs(5), |n| n.request_timeout);
-        // A log request unanswered after a second is made again (it is idempotent), for up to
-        // `cluster.request_timeout_ms`: after a NATS server died, the first request after the
-        // JetStream election goes through instead of the writer waiting out a whole timeout.
-        let patience = crate::store::jetstream::Patience {
-            attempt: Some(request_timeout.min(crate::cluster::connect::JETSTREAM_ATTEMPT)),
-            total: request_timeout,
-        };
-        let (log, releases) = retry_opening(|| async {
-            let log = crate::store::jetstream::JetStreamRecordLog::open_with(
-                nats.jetstream.clone(),
-                layout.clone(),
-                patience,
-            )
-            .await
-            .context("opening the record log on JetStream")?;
-            let releases = crate::store::jetstream::JetStreamReleases::open(
-                nats.jetstream.clone(),
-                layout.clone(),
-            )
-            .await
-            .context("opening the release store on JetStream")?;
-            Ok((log, releases))
-        })
-        .await?;
-        let releases: Arc<dyn ReleaseStore> = Arc::new(releases);
-        let leases =
-            retry_opening(|| async { Ok(cluster::ClusterStreams::leases(nats).await?) }).await?;
-        let manager = WindowManager::start_with(
-            config,
-            Arc::new(log),
-            releases.clone(),
-            Some(Arc::new(leases.clone())),
-        )
-        .await?;
-        let prefix = nats.config.prefix.clone();
-        let ingest = nats
-            .client
-            .subscribe(format!("{prefix}.ingest.{}", nats.node_id))
-            .await
-            .context("subscribing to forwarded records")?;
-        tokio::spawn(cluster::serve_ingest(
-            nats.client.clone(),
-            ingest,
-            manager.appends.clone(),
-            manager.config(),
-            |t, config| validate(t, config).map_err(|e| e.to_string()),
-        ));
-        let seen = nats
-            .client
-            .subscribe(format!("{prefix}.releases.>"))
-            .await
-            .context("subscribing to releases")?;
-        tokio::spawn(cluster::watch_releases(
-            seen,
-            manager.streams.clone(),
-            releases,
-            nats.config.lease,
-        ));
-        let (appends, routed) = mpsc::channel(windows::WRITER_QUEUE);
-        let router = cluster::Router {
-            writer: manager.appends.clone(),
-            leases: leases.clone(),
-            client: nats.client.clone(),
-            prefix,
-            request_timeout,
-            lease: nats.config.lease,
-            failover_wait: nats.config.failover_wait,
-        };
-        tokio::spawn(router.run(routed));
-        {
-            let mut shutdown = shutdown.clone();
-            let leases = leases.clone();
-            tokio::spawn(async move {
-                stopped(&mut shutdown).await;
-                leases.0.stop().await;
-            });
-        }
-        let mut services = TransactionServices::over(manager, None, shutdown);
-        services.appends = appends;
-        services.cluster = Some(cluster::ClusterStreams { leases });
-        Ok(services)
+        let pipeline =
+            Pipeline::start_cluster(config, nats, validate_forwarded, shutdown.clone()).await?;
+        Ok(TransactionServices::over(pipeline, shutdown))
     }
 
-    fn over(
-        manager: WindowManager,
-        lock: Option<DataDirLock>,
-        shutdown: watch::Receiver<bool>,
-    ) -> TransactionServices {
+    fn over(pipeline: Pipeline, shutdown: watch::Receiver<bool>) -> TransactionServices {
+        let Pipeline {
+            manager,
+            appends,
+            cluster,
+            lock,
+        } = pipeline;
         TransactionServices {
             config: manager.config(),
-            appends: manager.appends.clone(),
-            cluster: None,
+            appends,
+            cluster,
             manager,
             max_message_bytes: crate::service::DEFAULT_MAX_MESSAGE_BYTES,
-            _lock: lock.map(Arc::new),
+            _lock: lock,
             shutdown,
         }
     }
@@ -437,6 +341,11 @@ fn check_items(
     Ok(())
 }
 
+/// [`validate`] as a replica's forwarded-records server takes it ([`cluster::Validate`]).
+fn validate_forwarded(t: &Transaction, config: &TransactionsConfig) -> Result<(), String> {
+    validate(t, config).map_err(|e| e.to_string())
+}
+
 /// Validates a published transaction.
 pub fn validate(t: &Transaction, config: &TransactionsConfig) -> Result<(), TransactionsError> {
     check_stream_name(&t.stream).map_err(|e| match e {
@@ -473,55 +382,6 @@ pub fn validate(t: &Transaction, config: &TransactionsConfig) -> Result<(), Tran
     Ok(())
 }
 
-/// Completes when the daemon shuts down (or its shutdown signal is gone).
-/// Attempts to open cluster stores at start, before giving up on the first error kept.
-const OPEN_ATTEMPTS: u32 = 8;
-
-/// Runs `open` until it succeeds, at most [`OPEN_ATTEMPTS`] times with a doubling pause (0.25 s to
-/// 8 s, about 30 s in all); the last error otherwise.
-async fn retry_opening<T, F, Fut>(mut open: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    let mut pause = std::time::Duration::from_millis(250);
-    let mut attempt = 1;
-    loop {
-        match open().await {
-            Ok(opened) => return Ok(opened),
-            Err(e) if attempt < OPEN_ATTEMPTS => {
-                tracing::warn!(
-                    error = format!("{e:#}"),
-                    attempt,
-                    "opening the transaction stores on JetStream failed; trying again"
-                );
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(8));
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Reads window `window`, announced as stored. A replicated store may answer from a replica that
-/// has not caught up yet: an announced window that reads as missing is read again for a while.
-async fn read_announced(
-    releases: &dyn ReleaseStore,
-    stream: &str,
-    window: u64,
-) -> Result<Option<WindowOutcome>, StoreError> {
-    let mut wait = std::time::Duration::from_millis(10);
-    for _ in 0..10 {
-        match releases.read(stream, window).await? {
-            Some(outcome) => return Ok(Some(outcome)),
-            None => tokio::time::sleep(wait).await,
-        }
-        wait = (wait * 2).min(std::time::Duration::from_secs(1));
-    }
-    releases.read(stream, window).await
-}
-
 /// A window a subscriber cannot be sent: logged (stream, window and what is wrong; never a record)
 /// and counted (`cloakd_transaction_data_loss_total`), then sent as DATA_LOSS.
 /// The file is named in the log line only, not to the subscriber.
@@ -549,6 +409,7 @@ fn data_loss(
     }
 }
 
+/// Completes when the daemon shuts down (or its shutdown signal is gone).
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }

@@ -18,6 +18,7 @@
 //! writer's state after a failed append.
 pub mod cluster;
 mod metrics;
+pub mod pipeline;
 pub mod release;
 mod releaser;
 #[cfg(test)]
