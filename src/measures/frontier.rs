@@ -150,7 +150,8 @@ impl FrontierPoint {
     }
 }
 
-/// Marks the efficient points: no other point has both lower Ploss and lower Uloss.
+/// Marks the efficient (Pareto-optimal) points: no other point is at least as good on both Ploss and
+/// Uloss and better on one. A point without Uloss cannot be compared and stays marked.
 pub fn mark_efficient(points: &mut [FrontierPoint]) {
     let coordinates: Vec<(f64, f64)> = points
         .iter()
@@ -162,9 +163,11 @@ pub fn mark_efficient(points: &mut [FrontierPoint]) {
     }
 }
 
-/// For each (x, y): whether no other point has both a lower x and a lower y.
+/// For each (x, y): whether no other point dominates it, that is has x and y no greater and one of
+/// them smaller. Equal points do not dominate each other; a point whose y is NaN is kept.
 pub fn efficient_set(points: &[(f64, f64)]) -> Vec<bool> {
-    // Sort by x; a point is dominated iff some point with strictly lower x has strictly lower y.
+    // Sort by x. A point is dominated iff some point with strictly lower x has y no greater, or some
+    // point with the same x has strictly lower y.
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by(|&a, &b| points[a].0.total_cmp(&points[b].0));
     let mut efficient = vec![true; points.len()];
@@ -176,12 +179,16 @@ pub fn efficient_set(points: &[(f64, f64)]) -> Vec<bool> {
         while j < order.len() && points[order[j]].0 == x {
             j += 1;
         }
+        let group_min = order[i..j]
+            .iter()
+            .map(|&p| points[p].1)
+            .filter(|y| !y.is_nan())
+            .fold(f64::INFINITY, f64::min);
         for &p in &order[i..j] {
-            efficient[p] = points[p].1 <= best_y || points[p].1.is_nan();
+            let y = points[p].1;
+            efficient[p] = y.is_nan() || (y < best_y && y <= group_min);
         }
-        for &p in &order[i..j] {
-            best_y = best_y.min(points[p].1);
-        }
+        best_y = best_y.min(group_min);
         i = j;
     }
     efficient
@@ -432,6 +439,14 @@ const ULOSS: &str = "Utility loss Uloss (mean JS divergence)";
 mod tests {
     use super::*;
 
+    /// The definition, checked pair by pair.
+    fn dominated(points: &[(f64, f64)], p: (f64, f64)) -> bool {
+        !p.1.is_nan()
+            && points
+                .iter()
+                .any(|q| q.0 <= p.0 && q.1 <= p.1 && (q.0 < p.0 || q.1 < p.1))
+    }
+
     #[test]
     fn efficient_set_matches_the_definition() {
         let points = [
@@ -441,12 +456,41 @@ mod tests {
             (0.1, 0.6),
             (0.4, 0.1),
             (0.2, 0.3),
+            (0.4, 0.2),
+            (0.5, 0.1),
+            (0.6, f64::NAN),
         ];
         let fast = efficient_set(&points);
         for (i, p) in points.iter().enumerate() {
-            let dominated = points.iter().any(|q| q.0 < p.0 && q.1 < p.1);
-            assert_eq!(fast[i], !dominated, "{p:?}");
+            assert_eq!(fast[i], !dominated(&points, *p), "{p:?}");
         }
-        assert_eq!(fast, vec![true, true, false, true, true, true]);
+        // (0.1, 0.6) loses to (0.1, 0.5) at equal Ploss; (0.4, 0.2) to (0.4, 0.1); (0.5, 0.1) to
+        // (0.4, 0.1) at equal Uloss; the two (0.2, 0.3) do not beat each other.
+        assert_eq!(
+            fast,
+            vec![true, true, false, false, true, true, false, false, true]
+        );
+    }
+
+    #[test]
+    fn efficient_set_matches_the_definition_on_random_points_with_ties() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for _ in 0..500 {
+            let n = rng.random_range(0..12);
+            // Few distinct values, so that ties on either axis are common.
+            let points: Vec<(f64, f64)> = (0..n)
+                .map(|_| {
+                    (
+                        f64::from(rng.random_range(0..4u8)),
+                        f64::from(rng.random_range(0..4u8)),
+                    )
+                })
+                .collect();
+            let fast = efficient_set(&points);
+            for (i, p) in points.iter().enumerate() {
+                assert_eq!(fast[i], !dominated(&points, *p), "{points:?} at {p:?}");
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Generalization hierarchies of categorical quasi-identifiers, in ARX's format: one line per leaf,
-//! `value;level1;level2;...;*`, `;`-separated, no header. This is the one place hierarchy lookup lives.
+//! `value;level1;level2;...;*`, `;`-separated (or `,`-separated when the first line holds no `;`),
+//! no header. This is the one place hierarchy lookup lives.
 //!
 //! Invariants (checked by [`Hierarchy::parse`], each failure names the source, line and rule):
 //! every line has the same number of levels (at least 2); leaves are unique; the hierarchy is a tree
@@ -104,16 +105,28 @@ pub enum HierarchyError {
     },
 }
 
+/// The separator of a hierarchy file: `;` (ARX's export) when its first non-empty line holds one,
+/// else `,` when it holds one (a plain CSV), else `;` (a one-level file).
+fn separator_of(text: &str) -> char {
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    if !first.contains(';') && first.contains(',') {
+        ','
+    } else {
+        ';'
+    }
+}
+
 impl Hierarchy {
     /// Parses ARX hierarchy text. `source_name` (usually the file path) is used in error messages.
     pub fn parse(source_name: &str, text: &str) -> Result<Hierarchy, HierarchyError> {
+        let separator = separator_of(text);
         let mut lines: Vec<(usize, Vec<&str>)> = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let line = raw.trim_end_matches('\r');
             if line.trim().is_empty() {
                 continue;
             }
-            let fields: Vec<&str> = line.split(';').map(str::trim).collect();
+            let fields: Vec<&str> = line.split(separator).map(str::trim).collect();
             lines.push((i + 1, fields));
         }
         let Some((first_line, first)) = lines.first() else {
@@ -342,6 +355,24 @@ mod tests {
         assert!(h.covers(node, private));
         assert!(!h.covers(h.ancestor(state, 1), private));
         assert_eq!(h.leaf("Never-worked"), None);
+    }
+
+    #[test]
+    fn a_comma_separated_file_reads_like_the_semicolon_one() {
+        let semicolons = Hierarchy::parse("w.csv", WORKCLASS).unwrap();
+        let commas = Hierarchy::parse("w.csv", &WORKCLASS.replace(';', ",")).unwrap();
+        for value in ["Private", "Self-emp", "State-gov", "Federal-gov", "Without-pay"] {
+            let (a, b) = (semicolons.leaf(value).unwrap(), commas.leaf(value).unwrap());
+            for level in 0..3 {
+                assert_eq!(
+                    semicolons.label(semicolons.ancestor(a, level)),
+                    commas.label(commas.ancestor(b, level))
+                );
+            }
+        }
+        // A `;` file keeps commas inside its labels.
+        let h = Hierarchy::parse("h.csv", "a,b;x;*\nc;x;*\n").unwrap();
+        assert_eq!(h.label(h.ancestor(h.leaf("a,b").unwrap(), 1)), "x");
     }
 
     #[test]

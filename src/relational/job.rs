@@ -24,6 +24,8 @@
 //! max_suppression = 0.0            # ola: share of rows that may be suppressed, in [0, 1]
 //! seed = 7
 //! formulas = "neutralize"          # CSV cells a spreadsheet would evaluate: neutralize (default) | keep
+//! [sweep]                          # optional: the settings `cloakd table frontier` and the
+//! k = [10, 50, 100]                # workbench sweep with (flags override them); kept as written
 //! ```
 //!
 //! Invariants: a parsed job has exactly one sensitive column, at least one quasi-identifier, every
@@ -90,6 +92,9 @@ pub struct JobSpec {
     pub algorithm: AlgorithmOptions,
     /// How the released CSVs write formula-like cells (`[release] formulas`).
     pub formulas: Formulas,
+    /// The `[sweep]` section as written (the frontier's settings, validated by the sweep that reads
+    /// them; anonymization ignores it), with its position for messages.
+    pub sweep: Option<(toml::Table, Range<usize>)>,
 }
 
 #[derive(Deserialize)]
@@ -101,6 +106,7 @@ struct RawJob {
     columns: Option<Spanned<BTreeMap<String, Spanned<RawColumn>>>>,
     privacy: Option<Spanned<RawPrivacy>>,
     release: Option<RawRelease>,
+    sweep: Option<Spanned<toml::Table>>,
 }
 
 #[derive(Deserialize)]
@@ -401,6 +407,10 @@ impl JobSpec {
             seed,
             algorithm,
             formulas,
+            sweep: raw.sweep.map(|s| {
+                let span = s.span();
+                (s.into_inner(), span)
+            }),
         })
     }
 

@@ -252,6 +252,7 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
         seed: job.seed,
         algorithm: crate::relational::AlgorithmOptions::default(),
         formulas: crate::relational::release::Formulas::default(),
+        sweep: None,
     };
     override_algorithm(&mut spec, job)?;
     Ok(spec)

@@ -59,8 +59,8 @@ fn release_spec(sweep: &Sweep, n: usize) -> JobSpec {
     spec
 }
 
-/// The sweep's job text without its `[privacy]` and `[release]` sections (a section runs from its
-/// header line to the next header line).
+/// The sweep's job text without its `[privacy]`, `[release]` and `[sweep]` sections (a section
+/// runs from its header line to the next header line).
 fn without_sections(text: &str) -> String {
     let mut out = String::new();
     let mut skipping = false;
@@ -73,7 +73,10 @@ fn without_sections(text: &str) -> String {
                 .next()
                 .unwrap_or("")
                 .trim();
-            skipping = name == "privacy" || name == "release";
+            skipping = name == "privacy"
+                || name == "release"
+                || name == "sweep"
+                || name.starts_with("sweep.");
         }
         if !skipping {
             out.push_str(line);
@@ -286,12 +289,30 @@ pub async fn release(
             .map(|r| table.row(r).collect())
             .collect();
         let (_, classes) = classes(&done.release);
+        // Bucketization's second table: its first lines, so the preview shows the sensitive values
+        // the groups of the released rows hold.
+        let (method, sensitive_preview) = match &done.release {
+            Release::Generalized(_) => ("generalization", serde_json::Value::Null),
+            Release::Bucketized {
+                sensitive_table, ..
+            } => (
+                "bucketization",
+                serde_json::json!({
+                    "columns": [sensitive_table.group_name, sensitive_table.sensitive_name, "count"],
+                    "rows": sensitive_table.entries.iter().take(PREVIEW_ROWS)
+                        .map(|e| serde_json::json!([e.group.to_string(), e.value, e.count.to_string()]))
+                        .collect::<Vec<_>>(),
+                }),
+            ),
+        };
         Ok::<_, ApiError>(serde_json::json!({
             "job": done.job_toml,
+            "method": method,
             "report": report,
             "class_sizes": done.report.class_sizes.iter().map(|c| serde_json::json!({"size": c.size, "count": c.classes})).collect::<Vec<_>>(),
             "classes": classes,
             "preview": {"columns": table.header(), "rows": rows},
+            "sensitive_preview": sensitive_preview,
         }))
     }
     .await;

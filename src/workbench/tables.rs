@@ -71,6 +71,8 @@ pub struct TableRequest {
     pub example: Option<String>,
     pub name: Option<String>,
     pub csv: Option<String>,
+    /// The upload's delimiter (one ASCII character); absent: detected from the header line.
+    pub delimiter: Option<String>,
     #[serde(default)]
     pub hierarchies: BTreeMap<String, String>,
 }
@@ -193,22 +195,80 @@ pub fn too_large(field: &str, max_bytes: usize) -> ApiError {
     )
 }
 
+/// The delimiters detection chooses from, in order of preference on a tie.
+const DELIMITERS: [u8; 4] = [b',', b';', b'\t', b'|'];
+
+/// The upload's delimiter: the request's when given (one ASCII character, not a quote or a line
+/// break), else the one of `,` `;` tab `|` the header line holds most often outside quotes (`,`
+/// when it holds none).
+pub fn delimiter_of(given: Option<&str>, csv: &[u8]) -> Result<u8, ApiError> {
+    if let Some(d) = given {
+        return match d.as_bytes() {
+            [b] if b.is_ascii() && !matches!(b, b'"' | b'\n' | b'\r') => Ok(*b),
+            _ => Err(ApiError::invalid(
+                "delimiter",
+                format!(
+                    "{} is not a delimiter (rule: one ASCII character other than a quote or a line break)",
+                    quote(d)
+                ),
+            )),
+        };
+    }
+    let header = csv.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut counts = [0usize; DELIMITERS.len()];
+    let mut quoted = false;
+    for &b in header {
+        if b == b'"' {
+            quoted = !quoted;
+        } else if !quoted && let Some(i) = DELIMITERS.iter().position(|&d| d == b) {
+            counts[i] += 1;
+        }
+    }
+    let best = (0..DELIMITERS.len())
+        .max_by_key(|&i| (counts[i], std::cmp::Reverse(i)))
+        .filter(|&i| counts[i] > 0)
+        .unwrap_or(0);
+    Ok(DELIMITERS[best])
+}
+
+/// Refuses a file that is not text: a NUL byte, or more than 1 % of undecodable characters (what a
+/// browser's `File.text()` makes of binary), in its first 64 KiB.
+fn refuse_binary(name: &str, csv: &[u8]) -> Result<(), ApiError> {
+    let head = &csv[..csv.len().min(64 * 1024)];
+    let text = String::from_utf8_lossy(head);
+    let chars = text.chars().count().max(1);
+    let undecodable = text.chars().filter(|&c| c == '\u{FFFD}').count();
+    if head.contains(&0) || undecodable * 100 > chars {
+        return Err(ApiError::invalid(
+            "csv",
+            format!(
+                "{} is not a text table: it holds binary data (rule: a CSV text file with a header line)",
+                quote(name)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads the CSV's header, rows and per-column kinds and distinct counts, within `max_rows`,
-/// charging what it keeps to `held`; a header naming a column twice is refused.
+/// charging what it keeps to `held`; a header naming a column twice is refused, and so is a file
+/// that is not a table (binary, a single column, no rows).
 fn survey(
     name: &str,
     csv: &[u8],
+    delimiter: u8,
     hierarchies: &BTreeMap<String, String>,
     max_rows: usize,
     held: &mut Reservation,
 ) -> Result<(usize, Vec<ColumnInfo>), ApiError> {
-    let mut reader =
-        csv::ReaderBuilder::new()
-            .flexible(false)
-            .from_reader(crate::lines::BoundedLines::new(
-                csv,
-                crate::lines::Records::Csv,
-            ));
+    refuse_binary(name, csv)?;
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(false)
+        .delimiter(delimiter)
+        .from_reader(crate::lines::BoundedLines::new(
+            csv,
+            crate::lines::Records::Csv,
+        ));
     let header: Vec<String> = reader
         .headers()
         .map_err(|e| ApiError::invalid("csv", format!("{}: {e}", quote(name))))?
@@ -242,6 +302,16 @@ fn survey(
         }
     }
     drop(seen);
+    if header.len() < 2 {
+        return Err(ApiError::invalid(
+            "delimiter",
+            format!(
+                "{}: one column found with delimiter {} (rule: a table has at least two columns, a quasi-identifier and a sensitive attribute); if the file separates its columns with another character, choose it",
+                quote(name),
+                quote(&char::from(delimiter).to_string())
+            ),
+        ));
+    }
     // Distinct values are counted by a 64-bit hash of each (the counts are what the page shows; a
     // hash costs 8 bytes whatever the value's length).
     let hasher = std::collections::hash_map::RandomState::new();
@@ -267,6 +337,15 @@ fn survey(
                     .map_err(|e| ApiError::memory(&e))?;
             }
         }
+    }
+    if rows == 0 {
+        return Err(ApiError::invalid(
+            "csv",
+            format!(
+                "{}: no rows under the header (rule: a table has at least one row)",
+                quote(name)
+            ),
+        ));
     }
     let columns = header
         .iter()
@@ -294,12 +373,19 @@ fn survey(
 
 /// The suggested job of an upload: the table as input and every column commented out (dropped),
 /// with its kind and hierarchy, for the page (or the analyst) to assign roles.
-fn suggested_job(name: &str, columns: &[ColumnInfo]) -> String {
+fn suggested_job(name: &str, delimiter: u8, columns: &[ColumnInfo]) -> String {
     let mut job = format!(
-        "# The workbench's suggested job for {}: give columns a role (quasi, sensitive, identifier,\n# insensitive); columns not listed are dropped.\ninput = {}\nunlisted = \"drop\"\n\n[columns]\n",
+        "# The workbench's suggested job for {}: give columns a role (quasi, sensitive, identifier,\n# insensitive); columns not listed are dropped.\ninput = {}\n",
         name,
         toml_string(name)
     );
+    if delimiter != b',' {
+        job.push_str(&format!(
+            "delimiter = {}\n",
+            toml_string(&char::from(delimiter).to_string())
+        ));
+    }
+    job.push_str("unlisted = \"drop\"\n\n[columns]\n");
     for c in columns {
         let entry = match (c.kind, c.hierarchies.first()) {
             ("numeric", _) => "{ role = \"quasi\", kind = \"numeric\" }".to_string(),
@@ -365,7 +451,7 @@ pub fn build(
                 .iter()
                 .map(|(p, t)| (p.to_string(), t.to_string()))
                 .collect();
-            let (rows, columns) = survey(e.input.0, &csv, &hierarchies, max_rows, held)?;
+            let (rows, columns) = survey(e.input.0, &csv, b',', &hierarchies, max_rows, held)?;
             Ok(StoredTable {
                 name: e.input.0.to_string(),
                 csv,
@@ -401,8 +487,10 @@ pub fn build(
                     .map_err(|e| ApiError::invalid("hierarchies", e))?;
             }
             let csv = request.csv.unwrap_or_default().into_bytes();
-            let (rows, columns) = survey(&name, &csv, &request.hierarchies, max_rows, held)?;
-            let job = suggested_job(&name, &columns);
+            let delimiter = delimiter_of(request.delimiter.as_deref(), &csv)?;
+            let (rows, columns) =
+                survey(&name, &csv, delimiter, &request.hierarchies, max_rows, held)?;
+            let job = suggested_job(&name, delimiter, &columns);
             Ok(StoredTable {
                 name,
                 csv,

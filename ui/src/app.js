@@ -5,6 +5,8 @@
 // `wb-first-point`, `wb-sweep-done`) let a test read the page's own timings.
 import { api, ApiError, download, hasToken, saveBlob, setToken } from "./api.js";
 import { BrickellShmatikovChart, DistributionChart, FIELD_LABELS, FrontierChart, HistogramChart, LiLiChart, fmt } from "./charts.js";
+import { findings } from "./findings.js";
+import { proposedRoles, sweepFlags } from "./flags.js";
 import { buildJob, checkChoices, cliCommand, parseJob, parseList } from "./job.js";
 
 const $ = (id) => document.getElementById(id);
@@ -28,6 +30,7 @@ const state = {
   table: null,
   choices: null,
   sweep: null, // { id, total, request, points, state }
+  sweeps: [], // every sweep started since the page was opened: { id, table, request, state, total, done, points }
   release: null,
   poll: null,
 };
@@ -59,6 +62,34 @@ function status(text) {
   $("status").textContent = text;
 }
 
+/** An Error from whatever failed: an Error, an API error body (`{code, message, field}`) or text. */
+function asError(e) {
+  if (e instanceof Error) return e;
+  if (e && typeof e === "object") return new ApiError(0, e.code || "error", e.message || JSON.stringify(e), e.field);
+  return new Error(String(e));
+}
+
+/** What to change, for the fields whose fix the page knows. */
+const FIXES = {
+  "workload.attribute": "Give the attribute to learn a role other than drop, or pick another one.",
+  hierarchies: "Hierarchy files are CSV (',' or ';' between levels), one row per value, from the value to the most general level.",
+  csv: "Upload a text table with a header row; choose its delimiter if it is not detected.",
+  "tables.max_job_bytes": "Use fewer quasi-identifiers or a smaller table, or ask the operator to raise tables.max_job_bytes.",
+};
+
+/** An error in words: the message, the field it concerns and, where known, what to change. */
+function errorText(error) {
+  const e = asError(error);
+  if (e instanceof ApiError && e.status === 403) return FORBIDDEN;
+  let text = e.message || String(e);
+  if (e instanceof ApiError && e.field) {
+    text += ` (field: ${e.field})`;
+    const fix = FIXES[e.field];
+    if (fix) text += ` ${fix}`;
+  }
+  return text;
+}
+
 function showError(id, error) {
   const node = $(id);
   if (!error) {
@@ -66,11 +97,10 @@ function showError(id, error) {
     node.textContent = "";
     return;
   }
-  let text = error instanceof ApiError && error.status === 403 ? FORBIDDEN : error.message || String(error);
-  if (error instanceof ApiError && error.field) text += ` (field: ${error.field})`;
-  node.textContent = text;
+  const e = asError(error);
+  node.textContent = errorText(e);
   node.hidden = false;
-  if (error instanceof ApiError && error.status === 401) needToken("The token was not accepted; enter it again.");
+  if (e instanceof ApiError && e.status === 401) needToken("The token was not accepted; enter it again.");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -161,10 +191,10 @@ async function loadTable(body) {
   try {
     const table = await api("/api/v1/tables", { method: "POST", body });
     setTable(table);
-    status(`Loaded ${table.name}: ${table.rows} rows. Check the roles, then run a sweep.`);
+    status(`Loaded ${table.name}. Check the roles, then run a sweep.`);
   } catch (e) {
     showError("load-error", e);
-    status("The table was not loaded.");
+    status(`The table was not loaded: ${errorText(e)}`);
   } finally {
     for (const b of document.querySelectorAll("#step-load button")) b.disabled = false;
   }
@@ -187,22 +217,15 @@ async function uploadTable(event) {
   await loadTable({ name: file.name, csv: await file.text(), hierarchies });
 }
 
-function setTable(table) {
+function setTable(table, restored = null) {
+  stopSweep();
   state.table = table;
   const suggested = parseJob(table.job || "");
-  const choices = { input: suggested.input || (table.files && table.files[0]) || table.name, delimiter: suggested.delimiter, columns: new Map() };
-  for (const c of table.columns) {
-    const s = suggested.columns.get(c.name);
-    let role = "drop";
-    let hierarchy = "";
-    if (s) {
-      role = s.role === "identifier" ? "drop" : s.role;
-      hierarchy = s.hierarchy || "";
-    }
-    if (!hierarchy && c.kind !== "numeric" && c.hierarchies && c.hierarchies.length) hierarchy = c.hierarchies[0];
-    choices.columns.set(c.name, { role, hierarchy });
-  }
+  const input = suggested.input || (table.files && table.files[0]) || table.name;
+  const choices = { input, delimiter: suggested.delimiter, columns: restored || proposedRoles(table, suggested) };
   state.choices = choices;
+  // Every hierarchy file of the table is offered for every column: assigned by choice, not by name.
+  const hierarchyFiles = (table.files || []).filter((f) => f !== input);
   $("table-summary").textContent = `${table.name}: ${table.rows} rows, ${table.columns.length} columns.`;
   const body = $("columns").querySelector("tbody");
   body.replaceChildren();
@@ -215,7 +238,7 @@ function setTable(table) {
       refreshJob();
     });
     const hierarchy = el("select", { id: `hierarchy-${i}`, dataset: { column: c.name } });
-    const options = new Set(c.hierarchies || []);
+    const options = new Set([...(c.hierarchies || []), ...hierarchyFiles]);
     if (choice.hierarchy) options.add(choice.hierarchy);
     hierarchy.append(el("option", { value: "", selected: !choice.hierarchy }, c.kind === "numeric" ? "none (numeric intervals)" : "none"));
     for (const h of options) hierarchy.append(el("option", { value: h, selected: h === choice.hierarchy }, h));
@@ -238,11 +261,26 @@ function setTable(table) {
   const workload = $("workload-attribute");
   workload.replaceChildren(el("option", { value: "" }, "none"));
   for (const c of table.columns) workload.append(el("option", { value: c.name }, c.name));
+  $("progress").max = 1;
+  $("progress").value = 0;
+  $("progress-text").textContent = "";
+  showError("sweep-error", null);
   show("table-info");
   show("step-sweep");
   show("step-frontier", false);
   show("step-release", false);
   refreshJob();
+}
+
+/** Forgets the sweep and release shown (a new table starts clean). */
+function stopSweep() {
+  if (state.poll) clearTimeout(state.poll);
+  state.poll = null;
+  state.sweep = null;
+  state.release = null;
+  delete document.body.dataset.sweep;
+  delete document.body.dataset.release;
+  showOutcome(null);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -294,12 +332,60 @@ function refreshJob() {
   } catch (e) {
     showError("sweep-error", e);
     $("run").disabled = true;
+    renderFlags([]);
     return null;
   }
+  const flags = sweepFlags(state.table, state.choices, request);
+  renderFlags(flags);
+  if (flags.some((f) => f.blocking)) $("run").disabled = true;
   const job = buildJob(state.table, state.choices, request);
   $("cli-command").textContent = cliCommand(request);
   state.job = job;
   return problem ? null : job;
+}
+
+/** Shows the flags beside the sweep form, each with its fix; marks the controls they concern. */
+function renderFlags(flags) {
+  for (const node of document.querySelectorAll("[data-flagged]")) {
+    node.removeAttribute("data-flagged");
+    node.removeAttribute("aria-invalid");
+  }
+  const list = $("sweep-flags");
+  list.replaceChildren(
+    ...flags.map((f) => {
+      const control = $(f.control);
+      if (control) {
+        control.dataset.flagged = f.blocking ? "blocking" : "warning";
+        control.setAttribute("aria-invalid", "true");
+      }
+      const item = el("li", { dataset: { flag: f.id }, class: f.blocking ? "blocking" : "" }, f.text);
+      if (f.fix) {
+        item.append(
+          " ",
+          el("button", { type: "button", class: "fix", dataset: { fix: f.id }, onclick: () => applyFix(f) }, f.fix.label),
+        );
+      }
+      return item;
+    }),
+  );
+  list.hidden = flags.length === 0;
+}
+
+/** Applies a flag's fix to the choices and the form, then rebuilds the job. */
+function applyFix(flag) {
+  const request = sweepRequest();
+  flag.fix.apply(state.choices, request);
+  state.table.columns.forEach((c, i) => {
+    const choice = state.choices.columns.get(c.name);
+    $(`role-${i}`).value = choice.role;
+    const h = $(`hierarchy-${i}`);
+    if (choice.hierarchy && ![...h.options].some((o) => o.value === choice.hierarchy)) h.append(el("option", { value: choice.hierarchy }, choice.hierarchy));
+    h.value = choice.hierarchy;
+  });
+  $("sweep-k").value = request.k.join(",");
+  $("sweep-l").value = request.l.join(",");
+  refreshJob();
+  status(`Applied: ${flag.fix.label}.`);
 }
 
 async function runSweep(event) {
@@ -322,12 +408,15 @@ async function runSweep(event) {
     return;
   }
   state.sweep = { id: started.sweep, total: started.total, request, points: [], state: "running" };
+  state.sweeps.unshift({ id: started.sweep, table: state.table.name, tableId: state.table.table, request, state: "running", total: started.total, done: 0, points: 0 });
+  renderSweeps();
   document.body.dataset.sweep = "running";
   $("progress").max = started.total;
   $("progress").value = 0;
   $("progress-text").textContent = `0 / ${started.total} releases`;
   $("cancel").disabled = false;
   $("releases").querySelector("tbody").replaceChildren();
+  showOutcome(null);
   show("step-frontier");
   show("step-release", false);
   status(`Sweep ${started.sweep}: ${started.total} releases…`);
@@ -352,6 +441,11 @@ async function pollSweep() {
     return;
   }
   if (state.sweep !== sweep) return;
+  const entry = state.sweeps.find((x) => x.id === sweep.id);
+  if (entry) {
+    Object.assign(entry, { state: s.state, total: s.total, done: s.done, points: s.points.length });
+    renderSweeps();
+  }
   sweep.state = s.state;
   sweep.total = s.total;
   if (s.points.length > 0 && sweep.points.length === 0) performance.mark("wb-first-point");
@@ -371,8 +465,70 @@ async function pollSweep() {
   $("cancel").disabled = true;
   document.body.dataset.sweep = s.state;
   refreshJob();
-  if (s.state === "failed") showError("sweep-error", new Error(s.error || "the sweep failed"));
-  status(`Sweep ${sweep.id} ${s.state}: ${s.points.length} releases measured. Pick one in the chart or the list.`);
+  const outcome = sweepOutcome(s);
+  showOutcome(outcome);
+  if (s.state === "failed") showError("sweep-error", s.error || "the sweep failed");
+  status(outcome ? outcome.text : `Sweep ${sweep.id} ${s.state}: ${s.points.length} releases measured. Pick one in the chart or the list.`);
+}
+
+/** The sweeps run since the page was opened, newest first; each can be shown again. */
+function renderSweeps() {
+  const body = $("sweeps").querySelector("tbody");
+  body.replaceChildren(
+    ...state.sweeps.map((x) => {
+      const r = x.request;
+      const models = ["k", "l", "t", "delta"].filter((m) => r[m].length).map((m) => `${m} ${r[m].join(",")}`).join("; ");
+      const current = state.sweep && state.sweep.id === x.id;
+      return el(
+        "tr",
+        { dataset: { sweep: x.id }, class: current ? "selected" : "" },
+        el("td", {}, el("button", { type: "button", class: "link", disabled: current || x.tableId !== (state.table && state.table.table), onclick: () => showSweep(x) }, x.id.slice(0, 8))),
+        el("td", {}, x.table),
+        el("td", {}, models || "–"),
+        el("td", {}, `${r.methods.join(", ")} · ${r.algorithms.join(", ")}`),
+        el("td", {}, x.state),
+        el("td", { class: "num" }, `${x.points} / ${x.total}`),
+      );
+    }),
+  );
+  show("sweeps-box", state.sweeps.length > 0);
+}
+
+/** Shows an earlier sweep of this table again: its points, releases and outcome. */
+function showSweep(entry) {
+  if (state.poll) clearTimeout(state.poll);
+  state.sweep = { id: entry.id, total: entry.total, request: entry.request, points: [], state: "running" };
+  state.release = null;
+  $("releases").querySelector("tbody").replaceChildren();
+  showOutcome(null);
+  show("step-frontier");
+  show("step-release", false);
+  renderSweeps();
+  status(`Sweep ${entry.id.slice(0, 8)}…`);
+  pollSweep();
+}
+
+/** What the finished sweep's results need said at their top (failure, nothing released), or null. */
+function sweepOutcome(s) {
+  const leftOut = s.left_out || [];
+  if (s.state === "failed") {
+    return { kind: "bad", text: `The sweep failed: ${errorText(s.error || "no reason given")}` };
+  }
+  if (s.points.length > 0) {
+    if (leftOut.length === 0) return null;
+    return { kind: "warn", text: `${s.points.length} releases measured; ${leftOut.length} left out (listed below the chart). Pick one in the chart or the list.` };
+  }
+  if (s.state === "cancelled") return { kind: "warn", text: "The sweep was cancelled before any release was measured." };
+  const reasons = [...new Set(leftOut.map((x) => x.reason))];
+  const why = reasons.length ? ` Why: ${reasons.slice(0, 3).join("; ")}${reasons.length > 3 ? "; …" : ""}.` : "";
+  return { kind: "bad", text: `No release was produced: all ${s.total} were left out.${why} Change the settings flagged above the Run button and run again.` };
+}
+
+function showOutcome(outcome) {
+  const node = $("sweep-outcome");
+  node.hidden = !outcome;
+  node.textContent = outcome ? outcome.text : "";
+  node.className = outcome ? `outcome ${outcome.kind}` : "outcome";
 }
 
 async function cancelSweep() {
@@ -390,6 +546,50 @@ function exportJob() {
   const job = refreshJob();
   if (!job) return;
   saveBlob(new Blob([job], { type: "application/toml" }), "job.toml");
+  status("Saved job.toml: restore it after a reload (step 1), or run it with cloakd table frontier.");
+}
+
+/**
+ * Restores a saved job onto the loaded table: each column's role and hierarchy (columns the job
+ * does not list are dropped, as `unlisted = "drop"` says) and, from its `[sweep]`, every sweep setting.
+ */
+async function restoreJob(event) {
+  event.preventDefault();
+  showError("restore-error", null);
+  const file = $("restore-job").files[0];
+  if (!file) return showError("restore-error", new Error("choose a job file (.toml) saved by the workbench"));
+  const job = parseJob(await file.text());
+  if (job.columns.size === 0) return showError("restore-error", new Error(`${file.name} has no [columns]: it is not a job file`));
+  if (!state.table) return showError("restore-error", new Error(`load the table first (${job.input || "the job's input"}), then restore the job onto it`));
+  if (job.input && job.input !== state.choices.input) {
+    return showError("restore-error", new Error(`this job is for ${job.input}, but ${state.choices.input} is loaded: load ${job.input} first, then restore`));
+  }
+  const unknown = [...job.columns.keys()].filter((name) => !state.table.columns.some((c) => c.name === name));
+  if (unknown.length) return showError("restore-error", new Error(`the job names columns this table lacks: ${unknown.join(", ")}`));
+  const roles = new Map();
+  for (const c of state.table.columns) {
+    const spec = job.columns.get(c.name);
+    const role = spec ? (spec.role === "identifier" ? "drop" : spec.role) : "drop";
+    roles.set(c.name, { role, hierarchy: (spec && spec.hierarchy) || "" });
+  }
+  setTable(state.table, roles);
+  if (job.delimiter) state.choices.delimiter = job.delimiter;
+  const sw = job.sweep || {};
+  for (const key of ["k", "l", "t", "delta"]) if (Array.isArray(sw[key])) $(`sweep-${key}`).value = sw[key].join(",");
+  if (sw.t_distance) $("sweep-t-distance").value = sw.t_distance;
+  if (Array.isArray(sw.methods)) for (const m of ["generalization", "bucketization"]) $(`method-${m}`).checked = sw.methods.includes(m);
+  if (Array.isArray(sw.algorithms)) for (const a of ["mondrian", "kaca", "ola"]) $(`algorithm-${a}`).checked = sw.algorithms.includes(a);
+  if (sw.metric) $("sweep-metric").value = sw.metric;
+  if (typeof sw.max_suppression === "number") $("sweep-suppression").value = String(sw.max_suppression);
+  if (typeof sw.seed === "number") $("sweep-seed").value = String(sw.seed);
+  const w = sw.workload;
+  $("workload-attribute").value = w && w.attribute ? w.attribute : "";
+  if (w && Array.isArray(w.classifiers)) for (const c of ["j48", "rf", "nb"]) $(`classifier-${c}`).checked = w.classifiers.includes(c);
+  if (w && typeof w.folds === "number") $("workload-folds").value = String(w.folds);
+  if (w && typeof w.seed === "number") $("workload-seed").value = String(w.seed);
+  refreshJob();
+  document.body.dataset.restored = file.name;
+  status(`Restored ${file.name}: roles${job.sweep ? " and sweep settings" : ""} applied to ${state.table.name}.`);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -494,11 +694,18 @@ async function openRelease(n) {
     ? `Release #${n}: ${point.model} ${point.parameter}, ${point.method}, ${point.algorithm}; ${r.classes} classes.`
     : `Release #${n}: ${r.classes} classes.`;
   document.body.dataset.release = String(n);
-  renderReport(r.report);
+  frontierChart.select(n);
+  liliChart.select(n);
+  const sensitiveColumn = state.table && state.table.columns.find((c) => (state.choices.columns.get(c.name) || {}).role === "sensitive");
+  renderReport(r.report, { sensitive: sensitiveColumn ? sensitiveColumn.name : undefined, rows: state.table ? state.table.rows : null });
   histogramChart.update(r.class_sizes || []);
   $("class-pick").max = String(Math.max(0, r.classes - 1));
   $("class-pick").value = "0";
-  renderPreview(r.preview);
+  renderPreview("preview", r.preview);
+  const bucketized = r.method === "bucketization";
+  show("download-sensitive", bucketized);
+  show("sensitive-preview-box", bucketized);
+  renderPreview("sensitive-preview", bucketized ? r.sensitive_preview : null);
   $("release-job").textContent = r.job;
   show("step-release");
   $("step-release").scrollIntoView({ block: "start" });
@@ -515,7 +722,23 @@ function scalar(v) {
   return String(v);
 }
 
-function renderReport(report) {
+function renderFindings(report, context) {
+  const list = $("findings");
+  list.replaceChildren(
+    ...findings(report, context).map((f) =>
+      el(
+        "li",
+        { class: `finding ${f.verdict}`, dataset: { finding: f.id, verdict: f.verdict } },
+        el("strong", {}, `${f.title}: ${f.verdict === "ok" ? "no finding" : f.verdict === "warn" ? "worth a look" : "found"}. `),
+        f.text,
+        f.fix ? el("span", { class: "fix-text" }, ` What would remove it: ${f.fix}`) : null,
+      ),
+    ),
+  );
+}
+
+function renderReport(report, context = {}) {
+  renderFindings(report, context);
   const measures = $("measures").querySelector("tbody");
   const checks = $("checks").querySelector("tbody");
   measures.replaceChildren();
@@ -538,8 +761,8 @@ function renderReport(report) {
   }
 }
 
-function renderPreview(preview) {
-  const table = $("preview");
+function renderPreview(id, preview) {
+  const table = $(id);
   const head = table.querySelector("thead");
   const body = table.querySelector("tbody");
   head.replaceChildren();
@@ -595,6 +818,7 @@ function init() {
   $("sweep-form").addEventListener("change", refreshJob);
   $("cancel").addEventListener("click", cancelSweep);
   $("export-job").addEventListener("click", exportJob);
+  $("restore-form").addEventListener("submit", restoreJob);
   $("axis-x").addEventListener("change", drawFrontier);
   $("axis-y").addEventListener("change", drawFrontier);
   $("class-form").addEventListener("submit", (e) => {
@@ -604,6 +828,7 @@ function init() {
   $("download-csv").addEventListener("click", () => save("release.csv", "release.csv"));
   $("download-report").addEventListener("click", () => save("report.json", "report.json"));
   $("download-job").addEventListener("click", () => save("job.toml", "job.toml"));
+  $("download-sensitive").addEventListener("click", () => save("sensitive.csv", "sensitive.csv"));
   startSession();
 }
 

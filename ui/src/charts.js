@@ -27,6 +27,26 @@ export function color(i) {
   return PALETTE[i % PALETTE.length];
 }
 
+const STYLES = ["circle", "triangle", "rect", "rectRot", "star"];
+const seriesLook = new Map();
+
+/**
+ * The colour and point style of a series, the same in every chart for the page's life: a series
+ * (model · method · algorithm) keeps the look it was first given, and no two series share one.
+ */
+export function look(series) {
+  if (!seriesLook.has(series)) {
+    const i = seriesLook.size;
+    seriesLook.set(series, { color: color(i), pointStyle: STYLES[Math.floor(i / PALETTE.length) % STYLES.length] });
+  }
+  return seriesLook.get(series);
+}
+
+/** A release's series name: the same key in the frontier chart and in Li & Li's view. */
+export function seriesOf(p) {
+  return `${p.model} · ${p.method} · ${p.algorithm}`;
+}
+
 /** Axis label of a point field. */
 export const FIELD_LABELS = {
   ploss: "Ploss",
@@ -44,12 +64,28 @@ export function lowerIsBetter(field) {
 }
 
 /**
- * For each (x, y): whether no other point is strictly better on both axes (lower x; lower y, or higher
- * y when `yLower` is false). Quadratic: a sweep has tens to hundreds of releases.
+ * For each (x, y): whether no other point dominates it, that is is at least as good on both axes
+ * (lower x; lower y, or higher y when `yLower` is false) and better on one. Equal points do not
+ * dominate each other. Quadratic: a sweep has tens to hundreds of releases.
  */
 export function paretoSet(points, yLower) {
-  const better = (a, b) => a.x < b.x && (yLower ? a.y < b.y : a.y > b.y);
-  return points.map((p) => !points.some((q) => q !== p && better(q, p)));
+  const yBetter = (a, b) => (yLower ? a.y < b.y : a.y > b.y);
+  const dominates = (a, b) => a.x <= b.x && !yBetter(b, a) && (a.x < b.x || yBetter(a, b));
+  return points.map((p) => !points.some((q) => q !== p && dominates(q, p)));
+}
+
+/** The ring drawn around the chosen release, the same in every chart. */
+function chosenDataset(data) {
+  return {
+    label: "chosen release",
+    data,
+    borderColor: "#e66100",
+    backgroundColor: "rgba(230,97,0,0.15)",
+    borderWidth: 3,
+    pointRadius: 11,
+    pointHoverRadius: 12,
+    pointStyle: "circle",
+  };
 }
 
 function scatter(canvas, onPick) {
@@ -59,7 +95,7 @@ function scatter(canvas, onPick) {
     options: {
       parsing: false,
       plugins: {
-        legend: { position: "bottom" },
+        legend: { position: "bottom", labels: { usePointStyle: true, boxWidth: 10, font: { size: 11 } } },
         tooltip: {
           callbacks: {
             label: (ctx) => {
@@ -91,6 +127,16 @@ export function fmt(v) {
 export class FrontierChart {
   constructor(canvas, onPick) {
     this.chart = scatter(canvas, onPick);
+    this.chosen = null;
+    this.placed = [];
+  }
+
+  /** Marks release `n` (or none) with the chosen-release ring. */
+  select(n) {
+    this.chosen = n;
+    const ds = this.chart.data.datasets.find((d) => d.label === "chosen release");
+    if (ds) ds.data = this.placed.filter((d) => d.release === n);
+    this.chart.update("none");
   }
 
   update(points, xField, yField, value, label) {
@@ -100,18 +146,20 @@ export class FrontierChart {
       const x = value(p, xField);
       const y = value(p, yField);
       if (x === null || y === null) continue;
-      const key = `${p.algorithm} · ${p.method}`;
+      const key = seriesOf(p);
       if (!series.has(key)) series.set(key, []);
       const d = { x, y, release: p.release, label: label(p) };
       series.get(key).push(d);
       placed.push(d);
     }
     const efficient = paretoSet(placed, lowerIsBetter(yField));
-    const datasets = [...series.entries()].map(([name, data], i) => ({
+    this.placed = placed;
+    const datasets = [...series.entries()].map(([name, data]) => ({
       label: name,
       data,
-      backgroundColor: color(i),
-      borderColor: color(i),
+      backgroundColor: look(name).color,
+      borderColor: look(name).color,
+      pointStyle: look(name).pointStyle,
       pointRadius: 4,
       pointHoverRadius: 6,
     }));
@@ -126,6 +174,7 @@ export class FrontierChart {
       pointBorderWidth: 2,
       pointHoverRadius: 9,
     });
+    datasets.push(chosenDataset(placed.filter((d) => d.release === this.chosen)));
     this.chart.data.datasets = datasets;
     this.chart.options.scales.x.title.text = FIELD_LABELS[xField] || xField;
     this.chart.options.scales.y.title.text = FIELD_LABELS[yField] || yField;
@@ -140,22 +189,34 @@ export class LiLiChart {
     this.chart = scatter(canvas, onPick);
     this.chart.options.scales.x.title.text = "Ploss";
     this.chart.options.scales.y.title.text = "Uloss";
+    this.chosen = null;
+    this.placed = [];
+  }
+
+  /** Marks release `n` (or none) with the chosen-release ring. */
+  select(n) {
+    this.chosen = n;
+    const ds = this.chart.data.datasets.find((d) => d.label === "chosen release");
+    if (ds) ds.data = this.placed.filter((d) => d.release === n);
+    this.chart.update("none");
   }
 
   update(points, label) {
     const series = new Map();
     for (const p of points) {
       if (typeof p.ploss !== "number" || typeof p.uloss !== "number") continue;
-      const key = `${p.model} · ${p.method} · ${p.algorithm}`;
+      const key = seriesOf(p);
       if (!series.has(key)) series.set(key, []);
       series.get(key).push({ x: p.ploss, y: p.uloss, release: p.release, label: label(p), parameter: p.parameter });
     }
-    const datasets = [...series.entries()].map(([name, data], i) => ({
+    this.placed = [...series.values()].flat();
+    const datasets = [...series.entries()].map(([name, data]) => ({
       label: name,
       data: data.sort((a, b) => a.parameter - b.parameter),
       showLine: true,
-      borderColor: color(i),
-      backgroundColor: color(i),
+      borderColor: look(name).color,
+      backgroundColor: look(name).color,
+      pointStyle: look(name).pointStyle,
       pointRadius: 3,
     }));
     datasets.push({
@@ -171,6 +232,7 @@ export class LiLiChart {
       pointRadius: 0,
       pointHitRadius: 6,
     });
+    datasets.push(chosenDataset(this.placed.filter((d) => d.release === this.chosen)));
     this.chart.data.datasets = datasets;
     this.chart.update("none");
   }
@@ -216,12 +278,34 @@ export class HistogramChart {
     this.chart.options.plugins.legend.display = false;
   }
 
+  /**
+   * Class sizes on a linear axis: sizes are binned into at most 40 equal-width bins from the
+   * smallest to the largest class, each bar the number of classes in its bin.
+   */
   update(classSizes) {
-    const sorted = [...classSizes].sort((a, b) => a.size - b.size);
-    this.chart.data.labels = sorted.map((c) => String(c.size));
-    this.chart.data.datasets = [{ label: "classes", data: sorted.map((c) => c.count), backgroundColor: color(0) }];
+    const bins = sizeBins(classSizes, 40);
+    this.chart.data.labels = [];
+    this.chart.data.datasets = [{ label: "classes", data: bins.map((b) => ({ x: b.mid, y: b.count })), backgroundColor: color(0), barPercentage: 1, categoryPercentage: 1 }];
+    const lo = bins.length ? bins[0].lo : 0;
+    const hi = bins.length ? bins[bins.length - 1].hi : 1;
+    this.chart.options.scales.x = { type: "linear", min: lo, max: hi, offset: false, title: { display: true, text: "class size (rows)" } };
     this.chart.update("none");
   }
+}
+
+/** Equal-width bins of class sizes (`{size, count}` pairs): `{lo, hi, mid, count}` each. */
+export function sizeBins(classSizes, most) {
+  if (classSizes.length === 0) return [];
+  const sizes = classSizes.map((c) => c.size);
+  const min = Math.min(...sizes);
+  const max = Math.max(...sizes);
+  const span = max - min + 1;
+  const n = Math.max(1, Math.min(most, span));
+  const width = span / n;
+  const bins = Array.from({ length: n }, (_, i) => ({ lo: min - 0.5 + i * width, hi: min - 0.5 + (i + 1) * width, count: 0 }));
+  for (const c of classSizes) bins[Math.min(n - 1, Math.floor((c.size - min) / width))].count += c.count;
+  for (const b of bins) b.mid = (b.lo + b.hi) / 2;
+  return bins;
 }
 
 /** A class's sensitive distribution (shares) against the table's. */

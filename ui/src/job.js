@@ -24,12 +24,19 @@ function unquote(s) {
 /**
  * Reads what the page needs from a job in the format the server suggests: the top-level `input`
  * and `delimiter`, and each `[columns]` entry's role, kind and hierarchy (inline tables, one per line).
+ * Entries commented out under `[columns]` (`# name = { role = ... }`, how the server proposes roles
+ * for an upload) are read into `proposals`.
  */
 export function parseJob(text) {
-  const job = { input: null, delimiter: null, columns: new Map() };
+  const job = { input: null, delimiter: null, columns: new Map(), proposals: new Map(), sweep: null };
   let section = "";
   for (const raw of text.split(/\r?\n/)) {
-    const line = raw.replace(/^\s+/, "");
+    let line = raw.replace(/^\s+/, "");
+    let proposal = false;
+    if (section === "columns" && /^#\s*\S+\s*=\s*\{/.test(line)) {
+      line = line.replace(/^#\s*/, "");
+      proposal = true;
+    }
     if (!line || line.startsWith("#")) continue;
     const header = line.match(/^\[([^\]]+)\]/);
     if (header) {
@@ -44,6 +51,16 @@ export function parseJob(text) {
       const s = value.match(/^("(?:[^"\\]|\\.)*"|'[^']*')/);
       if (s && key === "input") job.input = unquote(s[1]);
       if (s && key === "delimiter") job.delimiter = unquote(s[1]);
+    } else if (section === "sweep" || section === "sweep.workload") {
+      let parsed;
+      try {
+        parsed = JSON.parse(value.replace(/\s+#.*$/, ""));
+      } catch {
+        continue;
+      }
+      job.sweep = job.sweep || {};
+      if (section === "sweep") job.sweep[key] = parsed;
+      else (job.sweep.workload = job.sweep.workload || {})[key] = parsed;
     } else if (section === "columns") {
       const inline = value.match(/^\{(.*)\}/);
       if (!inline) continue;
@@ -51,7 +68,7 @@ export function parseJob(text) {
       for (const m of inline[1].matchAll(/([A-Za-z_]+)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*')/g)) {
         spec[m[1]] = unquote(m[2]);
       }
-      job.columns.set(key, spec);
+      (proposal ? job.proposals : job.columns).set(key, spec);
     }
   }
   return job;
@@ -108,7 +125,27 @@ export function buildJob(table, choices, sweep) {
     lines.push(`max_suppression = ${sweep.max_suppression}`);
   }
   lines.push(`seed = ${sweep.seed}`);
+  lines.push(...sweepSection(sweep));
   return `${lines.join("\n")}\n`;
+}
+
+/**
+ * The job's `[sweep]` section: the sweep's settings, which `cloakd table frontier` reads as the
+ * defaults of its flags and the page restores a project from.
+ */
+export function sweepSection(sweep) {
+  const numbers = (values) => `[${values.map((v) => String(v)).join(", ")}]`;
+  const strings = (values) => `[${values.map(tomlString).join(", ")}]`;
+  const lines = ["", "[sweep]"];
+  lines.push(`k = ${numbers(sweep.k)}`, `l = ${numbers(sweep.l)}`, `t = ${numbers(sweep.t)}`, `delta = ${numbers(sweep.delta)}`);
+  lines.push(`t_distance = ${tomlString(sweep.t_distance || "js")}`);
+  lines.push(`methods = ${strings(sweep.methods)}`, `algorithms = ${strings(sweep.algorithms)}`);
+  lines.push(`metric = ${tomlString(sweep.metric)}`, `max_suppression = ${sweep.max_suppression}`, `seed = ${sweep.seed}`);
+  if (sweep.workload) {
+    lines.push("", "[sweep.workload]", `attribute = ${tomlString(sweep.workload.attribute)}`);
+    lines.push(`classifiers = ${strings(sweep.workload.classifiers)}`, `folds = ${sweep.workload.folds}`, `seed = ${sweep.workload.seed}`);
+  }
+  return lines;
 }
 
 /** Which roles the job needs: exactly one sensitive column, a quasi-identifier, hierarchies. */

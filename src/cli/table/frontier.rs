@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Deserialize;
 
 use super::evaluate::{LearningArgs, MeasureArgs, read_job};
 use super::input::load_table;
@@ -22,10 +23,12 @@ use crate::measures::evaluate::Baseline;
 use crate::measures::frontier::{charts, mark_efficient, write_csv};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline};
 use crate::plots::Format;
+use crate::relational::job::JobSpec;
 
 #[derive(Debug, clap::Args)]
 pub struct FrontierArgs {
-    /// The job file (TOML): input and column roles (its [privacy] is ignored).
+    /// The job file (TOML): input and column roles (its [privacy] is ignored); its optional
+    /// [sweep] section gives the settings of every flag below that is not given.
     pub job: PathBuf,
     /// Directory for frontier.csv and the plots (created if missing).
     #[arg(long, value_name = "DIR")]
@@ -42,73 +45,157 @@ pub struct FrontierArgs {
     /// t values (t-closeness, with the distance of --t-distance).
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub t: Option<Vec<f64>>,
-    /// The distance of t-closeness: js (Li & Li's) or emd.
-    #[arg(long, default_value = "js")]
-    pub t_distance: String,
+    /// The distance of t-closeness: js (Li & Li's) or emd [default: js].
+    #[arg(long)]
+    pub t_distance: Option<String>,
     /// delta values (delta-disclosure).
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub delta: Option<Vec<f64>>,
-    /// Release methods.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "generalization,bucketization"
-    )]
-    pub methods: Vec<String>,
-    /// Algorithms (mondrian, kaca, ola): one series per algorithm in frontier.csv and the plots.
-    #[arg(long, value_delimiter = ',', default_value = "mondrian")]
-    pub algorithms: Vec<String>,
-    /// OLA's information-loss metric: dm, prec or entropy.
-    #[arg(long, default_value = "dm")]
-    pub metric: String,
-    /// OLA: the share of rows that may be suppressed, in [0, 1].
-    #[arg(long, value_name = "SHARE", default_value_t = 0.0)]
-    pub max_suppression: f64,
+    /// Release methods [default: generalization,bucketization].
+    #[arg(long, value_delimiter = ',')]
+    pub methods: Option<Vec<String>>,
+    /// Algorithms (mondrian, kaca, ola): one series per algorithm in frontier.csv and the plots
+    /// [default: mondrian].
+    #[arg(long, value_delimiter = ',')]
+    pub algorithms: Option<Vec<String>>,
+    /// OLA's information-loss metric: dm, prec or entropy [default: dm].
+    #[arg(long)]
+    pub metric: Option<String>,
+    /// OLA: the share of rows that may be suppressed, in [0, 1] [default: 0].
+    #[arg(long, value_name = "SHARE")]
+    pub max_suppression: Option<f64>,
     /// Worker threads (default: available parallelism).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Plot formats, comma-separated: svg, png (each plot written once per format).
     #[arg(long, value_delimiter = ',', default_value = "svg")]
     pub format: Vec<String>,
-    /// Seed of each release's row order and group ids.
-    #[arg(long, default_value_t = 7)]
-    pub seed: u64,
+    /// Seed of each release's row order and group ids [default: 7].
+    #[arg(long)]
+    pub seed: Option<u64>,
     #[command(flatten)]
     pub measures: MeasureArgs,
     /// The learning workload: U_base and U_san − U_base per classifier in frontier.csv, and the
     /// workload chart.
     #[command(flatten)]
     pub learning: LearningArgs,
-    /// Seed of the workload's folds and forests (and of a bucketized release's association).
-    #[arg(long, default_value_t = 1, requires = "workload")]
-    pub learning_seed: u64,
+    /// Seed of the workload's folds and forests (and of a bucketized release's association)
+    /// [default: 1].
+    #[arg(long)]
+    pub learning_seed: Option<u64>,
 }
 
-/// The sweep the flags ask for ([`SweepOptions`], the same names and defaults as the workbench's).
-fn sweep_options(args: &FrontierArgs) -> SweepOptions {
+/// A job's `[sweep]` section: the settings of the flags of the same names (the workbench writes it
+/// when it saves a project). Every key is optional; a flag given on the command line wins.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepSection {
+    k: Option<Vec<f64>>,
+    l: Option<Vec<f64>>,
+    t: Option<Vec<f64>>,
+    delta: Option<Vec<f64>>,
+    t_distance: Option<String>,
+    methods: Option<Vec<String>>,
+    algorithms: Option<Vec<String>>,
+    metric: Option<String>,
+    max_suppression: Option<f64>,
+    seed: Option<u64>,
+    workload: Option<WorkloadSection>,
+}
+
+/// `[sweep.workload]`: the learning workload (`--workload`, `--classifiers`, `--folds`,
+/// `--learning-seed`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkloadSection {
+    attribute: String,
+    classifiers: Option<Vec<String>>,
+    folds: Option<usize>,
+    seed: Option<u64>,
+}
+
+/// The job's `[sweep]`, or an empty one; an error names the job, the line and the key.
+fn sweep_section(job: &JobSpec) -> anyhow::Result<SweepSection> {
+    let Some((table, span)) = &job.sweep else {
+        return Ok(SweepSection::default());
+    };
+    SweepSection::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: [sweep] (at byte {}): {}",
+            job.source_name,
+            span.start,
+            e.message().trim()
+        )
+    })
+}
+
+/// The sweep the flags ask for, over the job's `[sweep]` ([`SweepOptions`], the same names and
+/// defaults as the workbench's).
+fn sweep_options(args: &FrontierArgs, section: &SweepSection) -> SweepOptions {
+    let or = |flag: &Option<Vec<f64>>, key: &Option<Vec<f64>>| flag.clone().or_else(|| key.clone());
     SweepOptions {
-        k: args.k.clone(),
-        l: args.l.clone(),
-        t: args.t.clone(),
-        delta: args.delta.clone(),
-        t_distance: args.t_distance.clone(),
-        methods: args.methods.clone(),
-        algorithms: args.algorithms.clone(),
-        metric: args.metric.clone(),
-        max_suppression: args.max_suppression,
-        seed: args.seed,
+        k: or(&args.k, &section.k),
+        l: or(&args.l, &section.l),
+        t: or(&args.t, &section.t),
+        delta: or(&args.delta, &section.delta),
+        t_distance: args
+            .t_distance
+            .clone()
+            .or_else(|| section.t_distance.clone())
+            .unwrap_or_else(|| "js".into()),
+        methods: args
+            .methods
+            .clone()
+            .or_else(|| section.methods.clone())
+            .unwrap_or_else(|| vec!["generalization".into(), "bucketization".into()]),
+        algorithms: args
+            .algorithms
+            .clone()
+            .or_else(|| section.algorithms.clone())
+            .unwrap_or_else(|| vec!["mondrian".into()]),
+        metric: args
+            .metric
+            .clone()
+            .or_else(|| section.metric.clone())
+            .unwrap_or_else(|| "dm".into()),
+        max_suppression: args
+            .max_suppression
+            .or(section.max_suppression)
+            .unwrap_or(0.0),
+        seed: args.seed.or(section.seed).unwrap_or(7),
     }
+}
+
+/// The learning workload: the flags when `--workload` is given, else the job's `[sweep.workload]`.
+fn workload_options(
+    args: &FrontierArgs,
+    section: &SweepSection,
+) -> anyhow::Result<Option<crate::measures::workload::WorkloadOptions>> {
+    if args.learning.workload.is_some() {
+        return args.learning.options(args.learning_seed.unwrap_or(1));
+    }
+    let Some(w) = &section.workload else {
+        return Ok(None);
+    };
+    Ok(Some(crate::measures::workload::WorkloadOptions::parse(
+        &w.attribute,
+        w.classifiers.as_ref().map(|c| c.iter().map(String::as_str)),
+        w.folds,
+        Some(args.learning_seed.or(w.seed).unwrap_or(1)),
+    )?))
 }
 
 pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let options = args.measures.options();
     options.validate()?;
-    let workload_options = args.learning.options(args.learning_seed)?;
+    let job = read_job(&args.job)?;
+    let section = sweep_section(&job)?;
+    let workload_options = workload_options(&args, &section)?;
     let formats = formats(&args.format)?;
     // The embedded defaults' tables.max_sweep_values and tables.max_sweep_points, as the daemon's.
     let limits = SweepLimits::of(&crate::config::Config::embedded_defaults().tables);
-    let plan = SweepPlan::new(&sweep_options(&args), limits).map_err(|e| {
+    let plan = SweepPlan::new(&sweep_options(&args, &section), limits).map_err(|e| {
         let value = e.value.map(|v| format!(" {v}")).unwrap_or_default();
         anyhow::anyhow!("--{}{value}: {}", e.field.replace('_', "-"), e.rule)
     })?;
@@ -118,7 +205,6 @@ pub fn run(args: FrontierArgs) -> anyhow::Result<()> {
     let items = &plan.items;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("{}: cannot create the output directory", args.out.display()))?;
-    let job = read_job(&args.job)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
     let baseline_started = Instant::now();
     let baseline = Baseline::new(&table, options)?;

@@ -519,6 +519,86 @@ async fn bad_input_gets_the_error_shape_naming_the_field() {
     daemon.shutdown().await;
 }
 
+/// An analyst's own files: the delimiter detected or chosen, hierarchies with either separator, and
+/// a file that is not a table refused in plain words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_tables_are_read_with_their_delimiter_and_non_tables_are_refused() {
+    let daemon = Workbench::start(Config::embedded_defaults()).await;
+    let ui = daemon.ui;
+    // `;` is detected from the header; the suggested job names it, and a sweep reads the table with it.
+    let semicolons = SMALL_CSV.replace(',', ";");
+    let table = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "small.csv", "csv": semicolons, "hierarchies": {"sex.csv": "Male,*\nFemale,*\n"}}),
+    )
+    .await;
+    table.status_is(200);
+    let table = table.json();
+    assert_eq!(table["columns"].as_array().unwrap().len(), 3, "{table}");
+    assert_eq!(table["columns"][0]["kind"], "numeric");
+    let suggested = table["job"].as_str().unwrap();
+    assert!(suggested.contains("delimiter = \";\""), "{suggested}");
+    let job = SMALL_JOB.replace("[columns]", "delimiter = \";\"\n[columns]");
+    let started = post(
+        ui,
+        "/api/v1/sweeps",
+        &json!({"table": table["table"], "job": job, "k": [2], "l": [], "t": [], "delta": [], "methods": ["generalization"]}),
+    )
+    .await;
+    started.status_is(202);
+    let status = wait_done(ui, started.json()["sweep"].as_str().unwrap()).await;
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(status["points"].as_array().unwrap().len(), 1, "{status}");
+
+    // A chosen delimiter wins over detection; a bad one is refused by name.
+    let tabs = SMALL_CSV.replace(',', "\t");
+    let table = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "t.tsv", "csv": tabs, "delimiter": "\t"}),
+    )
+    .await;
+    table.status_is(200);
+    assert_eq!(table.json()["columns"].as_array().unwrap().len(), 3);
+    post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "t.csv", "csv": SMALL_CSV, "delimiter": "ab"}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("delimiter"));
+
+    // Prose is one column: refused, saying why and what to change.
+    let message = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "letter.txt", "csv": "Dear analyst\nthis is not a table\nat all\n"}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("delimiter"));
+    assert!(message.contains("one column found"), "{message}");
+    // Binary data (what a browser makes of an image or an archive) is not a table.
+    let message = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "photo.csv", "csv": "PK\u{3}\u{4}\u{0}\u{0}\u{fffd}\u{fffd},x\n1,2\n"}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("csv"));
+    assert!(message.contains("not a text table"), "{message}");
+    // A header alone has no rows to anonymize.
+    let message = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "h.csv", "csv": "age,sex,disease\n"}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("csv"));
+    assert!(message.contains("no rows"), "{message}");
+    daemon.shutdown().await;
+}
+
 /// The probe's table of about 250 bytes: 16 numeric QIs (every one row % 3) and `s` = row % 2, 6 rows.
 fn many_qis_csv() -> (String, String) {
     let names: Vec<String> = (0..16).map(|i| format!("q{i}")).collect();

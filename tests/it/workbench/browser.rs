@@ -41,7 +41,7 @@ fn tool(env: &str, default: &str) -> Option<PathBuf> {
 }
 
 /// Chromium and chromedriver, or a SKIP line naming what is missing.
-fn browser_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+pub(super) fn browser_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
     match (
         tool("CLOAKD_CHROMIUM", "/usr/bin/chromium"),
         tool("CLOAKD_CHROMEDRIVER", "/usr/bin/chromedriver"),
@@ -58,15 +58,15 @@ fn browser_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// A headless Chromium session with its own profile and download directory.
-struct Browser {
-    client: Client,
+pub(super) struct Browser {
+    pub(super) client: Client,
     driver: Child,
     downloads: tempfile::TempDir,
     _profile: tempfile::TempDir,
 }
 
 impl Browser {
-    async fn start((chromium, chromedriver): &(PathBuf, PathBuf)) -> Browser {
+    pub(super) async fn start((chromium, chromedriver): &(PathBuf, PathBuf)) -> Browser {
         let port = crate::support::free_port();
         // In a process group of its own, with the Chromium it starts: a failing test ends both.
         let driver = Command::new(chromedriver)
@@ -133,11 +133,11 @@ impl Browser {
     }
 
     /// Closes the session (Chromium quits); dropping ends chromedriver.
-    async fn close(self) {
+    pub(super) async fn close(self) {
         let _ = self.client.clone().close().await;
     }
 
-    async fn js(&self, script: &str) -> Value {
+    pub(super) async fn js(&self, script: &str) -> Value {
         self.client
             .execute(script, vec![])
             .await
@@ -145,7 +145,7 @@ impl Browser {
     }
 
     /// Waits (up to `secs`) until `condition` (a JS expression) is truthy.
-    async fn wait_until(&self, condition: &str, secs: u64) {
+    pub(super) async fn wait_until(&self, condition: &str, secs: u64) {
         let started = Instant::now();
         let script = format!("return Boolean({condition});");
         loop {
@@ -162,7 +162,7 @@ impl Browser {
         }
     }
 
-    async fn find(&self, css: &str) -> fantoccini::elements::Element {
+    pub(super) async fn find(&self, css: &str) -> fantoccini::elements::Element {
         self.client
             .wait()
             .at_most(Duration::from_secs(20))
@@ -171,23 +171,23 @@ impl Browser {
             .unwrap_or_else(|e| panic!("element {css}: {e}"))
     }
 
-    async fn click(&self, css: &str) {
+    pub(super) async fn click(&self, css: &str) {
         self.find(css).await.click().await.unwrap();
     }
 
-    async fn fill(&self, css: &str, text: &str) {
+    pub(super) async fn fill(&self, css: &str, text: &str) {
         let e = self.find(css).await;
         e.clear().await.unwrap();
         e.send_keys(text).await.unwrap();
     }
 
-    async fn select(&self, css: &str, value: &str) {
+    pub(super) async fn select(&self, css: &str, value: &str) {
         self.find(css).await.select_by_value(value).await.unwrap();
     }
 
     /// A screenshot of the whole window (`section`: of that element) under
     /// target/workbench-screenshots/NAME.png.
-    async fn screenshot(&self, name: &str, section: Option<&str>) -> PathBuf {
+    pub(super) async fn screenshot(&self, name: &str, section: Option<&str>) -> PathBuf {
         let png = match section {
             Some(css) => {
                 self.js(&format!(
@@ -206,7 +206,7 @@ impl Browser {
     }
 
     /// Waits for `name` to be complete in the download directory and returns its bytes.
-    async fn downloaded(&self, name: &str) -> Vec<u8> {
+    pub(super) async fn downloaded(&self, name: &str) -> Vec<u8> {
         let path = self.downloads.path().join(name);
         let partial = self.downloads.path().join(format!("{name}.crdownload"));
         let started = Instant::now();
@@ -228,7 +228,7 @@ impl Browser {
 
     /// Key presses through WebDriver's actions (to whatever has the focus, as a keyboard does):
     /// each of `held` down, every key of `keys` pressed and released in turn, `held` released.
-    async fn keys(&self, held: &[char], keys: &[char]) {
+    pub(super) async fn keys(&self, held: &[char], keys: &[char]) {
         let mut actions = KeyActions::new("keyboard".to_string());
         for &h in held {
             actions = actions.then(KeyAction::Down { value: h });
@@ -246,23 +246,23 @@ impl Browser {
     }
 
     /// Presses `key` (Tab, Enter, Backspace, ...).
-    async fn press(&self, key: Key) {
+    pub(super) async fn press(&self, key: Key) {
         self.keys(&[], &[char::from(key)]).await;
     }
 
     /// Presses the key of `c` (Space on a button or checkbox).
-    async fn press_char(&self, c: char) {
+    pub(super) async fn press_char(&self, c: char) {
         self.keys(&[], &[c]).await;
     }
 
     /// Types `text` key by key.
-    async fn type_text(&self, text: &str) {
+    pub(super) async fn type_text(&self, text: &str) {
         self.keys(&[], &text.chars().collect::<Vec<_>>()).await;
     }
 
     /// Presses Tab until the element with `id` has the focus (at most 400 presses), checking on the
     /// way that each focused control shows a focus outline.
-    async fn tab_to(&self, id: &str) {
+    pub(super) async fn tab_to(&self, id: &str) {
         for _ in 0..400 {
             let focused = self
                 .js(
@@ -311,7 +311,7 @@ fn screenshot_dir() -> PathBuf {
 // ------------------------------------------------------------------------------------------------
 
 /// The frontier's points as the page lists them (the release list's `data-` attributes).
-async fn page_points(browser: &Browser) -> Vec<HashMap<String, String>> {
+pub(super) async fn page_points(browser: &Browser) -> Vec<HashMap<String, String>> {
     let rows = browser
         .js("return [...document.querySelectorAll('#releases tbody tr')].map(r => Object.assign({}, r.dataset));")
         .await;
@@ -427,7 +427,7 @@ fn cli_anonymize(job: &[u8]) -> Vec<u8> {
 
 /// The daemon (with `config`) and a browser on its workbench page, or `None` (after a SKIP line)
 /// without Chromium.
-async fn open(test: &str, config: Config) -> Option<(Workbench, Browser)> {
+pub(super) async fn open(test: &str, config: Config) -> Option<(Workbench, Browser)> {
     let tools = browser_tools(test)?;
     let workbench = Workbench::start(config).await;
     let browser = Browser::start(&tools).await;
@@ -436,14 +436,14 @@ async fn open(test: &str, config: Config) -> Option<(Workbench, Browser)> {
 }
 
 /// Waits for the page's first step (session and examples loaded).
-async fn wait_ready(browser: &Browser) {
+pub(super) async fn wait_ready(browser: &Browser) {
     browser
         .wait_until("document.body.dataset.ready === '1'", 30)
         .await;
 }
 
 /// Waits for the loaded table's columns.
-async fn wait_columns(browser: &Browser) {
+pub(super) async fn wait_columns(browser: &Browser) {
     browser
         .wait_until(
             "document.querySelectorAll('#columns tbody tr').length > 0",
@@ -453,7 +453,7 @@ async fn wait_columns(browser: &Browser) {
 }
 
 /// Waits for the sweep to end and asserts it is done.
-async fn wait_sweep_done(browser: &Browser) {
+pub(super) async fn wait_sweep_done(browser: &Browser) {
     browser
         .wait_until(
             "['done', 'cancelled', 'failed'].includes(document.body.dataset.sweep)",

@@ -2,5 +2,6 @@
 
 mod api;
 mod browser;
+mod journey;
 mod props;
 mod security;
