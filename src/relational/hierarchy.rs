@@ -108,7 +108,10 @@ pub enum HierarchyError {
 /// The separator of a hierarchy file: `;` (ARX's export) when its first non-empty line holds one,
 /// else `,` when it holds one (a plain CSV), else `;` (a one-level file).
 fn separator_of(text: &str) -> char {
-    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
     if !first.contains(';') && first.contains(',') {
         ','
     } else {
@@ -361,7 +364,13 @@ mod tests {
     fn a_comma_separated_file_reads_like_the_semicolon_one() {
         let semicolons = Hierarchy::parse("w.csv", WORKCLASS).unwrap();
         let commas = Hierarchy::parse("w.csv", &WORKCLASS.replace(';', ",")).unwrap();
-        for value in ["Private", "Self-emp", "State-gov", "Federal-gov", "Without-pay"] {
+        for value in [
+            "Private",
+            "Self-emp",
+            "State-gov",
+            "Federal-gov",
+            "Without-pay",
+        ] {
             let (a, b) = (semicolons.leaf(value).unwrap(), commas.leaf(value).unwrap());
             for level in 0..3 {
                 assert_eq!(

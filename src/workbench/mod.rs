@@ -18,8 +18,10 @@
 //! `tables.max_bytes` before they are buffered; errors are [`error::ApiError`], mapped to a response
 //! in one place.
 pub mod assets;
+pub mod distribution;
 pub mod error;
 pub mod guard;
+pub mod hierarchies;
 pub mod listener;
 pub mod releases;
 pub mod sweeps;
@@ -107,6 +109,18 @@ impl<T> Kept<T> {
             .get(id)
             .filter(|(o, _)| o == owner)
             .map(|(_, t)| Arc::clone(t))
+    }
+
+    /// Keeps `item` as the new version of `owner`'s item `id` (its place in the eviction order
+    /// unchanged); false when there is no such item (evicted meanwhile).
+    pub fn replace(&mut self, owner: &str, id: &str, item: Arc<T>) -> bool {
+        match self.items.get_mut(id) {
+            Some((o, t)) if o == owner => {
+                *t = item;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -226,6 +240,8 @@ const ROUTES: &[&str] = &[
     "/api/v1/session",
     "/api/v1/examples",
     "/api/v1/tables",
+    "/api/v1/tables/{id}/columns/{name}/values",
+    "/api/v1/tables/{id}/hierarchies",
     "/api/v1/sweeps",
     "/api/v1/sweeps/{id}",
     "/api/v1/sweeps/{id}/releases/{n}",
@@ -234,6 +250,7 @@ const ROUTES: &[&str] = &[
     "/api/v1/sweeps/{id}/releases/{n}/report.json",
     "/api/v1/sweeps/{id}/releases/{n}/job.toml",
     "/api/v1/sweeps/{id}/releases/{n}/classes/{c}",
+    "/api/v1/sweeps/{id}/releases/{n}/distribution/{column}",
 ];
 
 /// The route pattern a path matches (`{...}` matches one segment), or `other`.
@@ -298,6 +315,11 @@ pub fn router(workbench: Arc<Workbench>) -> Router {
         .route("/api/v1/session", get(session))
         .route("/api/v1/examples", get(examples))
         .route("/api/v1/tables", post(tables_post))
+        .route(
+            "/api/v1/tables/{id}/columns/{name}/values",
+            get(hierarchies::values),
+        )
+        .route("/api/v1/tables/{id}/hierarchies", post(hierarchies::add))
         .route("/api/v1/sweeps", post(sweeps::create))
         .route(
             "/api/v1/sweeps/{id}",
@@ -323,6 +345,10 @@ pub fn router(workbench: Arc<Workbench>) -> Router {
         .route(
             "/api/v1/sweeps/{id}/releases/{n}/classes/{c}",
             get(releases::class),
+        )
+        .route(
+            "/api/v1/sweeps/{id}/releases/{n}/distribution/{column}",
+            get(distribution::distribution),
         )
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&workbench),
@@ -458,21 +484,30 @@ async fn upload_table(
             )
         })?;
     let stored = stored?;
-    let body = serde_json::json!({
-        "name": stored.name,
-        "rows": stored.rows,
-        "columns": stored.columns,
-        "files": stored.files(),
-        "job": stored.job,
-    });
     let id = workbench
         .tables
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(&principal.name, Arc::new(stored), |_| true);
-    let mut body = body;
-    body["table"] = serde_json::Value::String(id);
-    Ok(body)
+    let stored = workbench
+        .tables
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&principal.name, &id)
+        .ok_or_else(|| ApiError::not_found("table", "table", &id))?;
+    Ok(table_json(&id, &stored))
+}
+
+/// A kept table as the API answers it (`POST /api/v1/tables` and its hierarchies).
+pub fn table_json(id: &str, stored: &tables::StoredTable) -> serde_json::Value {
+    serde_json::json!({
+        "table": id,
+        "name": stored.name,
+        "rows": stored.rows,
+        "columns": stored.columns,
+        "files": stored.files(),
+        "job": stored.job,
+    })
 }
 
 /// Binds the workbench's listener (`ui.listen`).

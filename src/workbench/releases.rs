@@ -159,7 +159,7 @@ fn index(sweep: &Sweep, n: &str) -> Result<usize, ApiError> {
 }
 
 /// Release `n` of sweep `id`, computed (or the one computed last).
-async fn computed(
+pub(super) async fn computed(
     workbench: &Workbench,
     owner: &str,
     id: &str,
@@ -246,7 +246,7 @@ pub fn report_bytes(report: &Report) -> Result<Vec<u8>, ApiError> {
 }
 
 /// The released table (generalization's table, bucketization's QI table).
-fn released_table(release: &Release) -> &ReleasedTable {
+pub(super) fn released_table(release: &Release) -> &ReleasedTable {
     match release {
         Release::Generalized(t) => t,
         Release::Bucketized { quasi_table, .. } => quasi_table,

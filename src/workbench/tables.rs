@@ -12,6 +12,7 @@
 //! job file (`examples/adult.toml`), so an exported job saved in `examples/` runs as is.
 use std::collections::{BTreeMap, HashSet};
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -93,8 +94,10 @@ pub struct ColumnInfo {
 pub struct StoredTable {
     /// The CSV's path as the job's `input` names it.
     pub name: String,
-    /// The CSV, decompressed.
-    pub csv: Vec<u8>,
+    /// The CSV, decompressed (shared by the table's versions: adding a hierarchy copies no row).
+    pub csv: Arc<Vec<u8>>,
+    /// The CSV's delimiter.
+    pub delimiter: u8,
     /// Hierarchy path (as a job names it) → CSV text.
     pub hierarchies: BTreeMap<String, String>,
     pub rows: usize,
@@ -454,7 +457,8 @@ pub fn build(
             let (rows, columns) = survey(e.input.0, &csv, b',', &hierarchies, max_rows, held)?;
             Ok(StoredTable {
                 name: e.input.0.to_string(),
-                csv,
+                csv: Arc::new(csv),
+                delimiter: b',',
                 hierarchies,
                 rows,
                 columns,
@@ -493,7 +497,8 @@ pub fn build(
             let job = suggested_job(&name, delimiter, &columns);
             Ok(StoredTable {
                 name,
-                csv,
+                csv: Arc::new(csv),
+                delimiter,
                 hierarchies: request.hierarchies,
                 rows,
                 columns,
@@ -553,6 +558,7 @@ mod tests {
             example: None,
             name: Some("t.csv".into()),
             csv: Some(csv),
+            delimiter: None,
             hierarchies: BTreeMap::new(),
         };
         build(request, 50, 4096, &mut budget.reservation())
@@ -565,6 +571,36 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("csv"));
         assert!(e.message.contains("more than once"), "{e:?}");
         assert!(upload("a,b,c\n1,2,3\n".into(), &budget).is_ok());
+    }
+
+    #[test]
+    fn the_delimiter_is_the_headers_most_frequent_outside_quotes() {
+        let d = |csv: &str| delimiter_of(None, csv.as_bytes()).unwrap();
+        assert_eq!(d("a,b,c\n1,2,3\n"), b',');
+        assert_eq!(d("a;b;c\n1,5;2;3\n"), b';');
+        assert_eq!(d("a\tb\n1\t2\n"), b'\t');
+        assert_eq!(d("\"x;y\",b,c\n"), b',');
+        assert_eq!(d("prose without separators\n"), b',');
+        assert_eq!(delimiter_of(Some("|"), b"a;b\n").unwrap(), b'|');
+        for bad in ["", "ab", "\"", "\n", "é"] {
+            let e = delimiter_of(Some(bad), b"a,b\n").unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("delimiter"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn files_that_are_not_tables_are_refused_in_words() {
+        let budget = MemoryBudget::unlimited();
+        let e = upload("just one column\nof prose\n".into(), &budget).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("delimiter"));
+        assert!(e.message.contains("one column found"), "{e:?}");
+        let e = upload("a,b\u{0}\n1,2\n".into(), &budget).unwrap_err();
+        assert!(e.message.contains("not a text table"), "{e:?}");
+        let e = upload("a,b\n".into(), &budget).unwrap_err();
+        assert!(e.message.contains("no rows"), "{e:?}");
+        let table = upload("a;b\n1;x\n".into(), &budget).unwrap();
+        assert_eq!(table.columns.len(), 2);
+        assert!(table.job.contains("delimiter = \";\""), "{}", table.job);
     }
 
     #[test]

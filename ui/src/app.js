@@ -1,15 +1,17 @@
-// The cloakd workbench: one page, four steps (load a table and assign roles; sweep models and
-// parameters; the frontier; one release). Talks only to the daemon's /api/v1 (same origin, bearer
+// The cloakd workbench: one page, five steps (load a table and assign roles; sweep models and
+// parameters; the frontier; one release; two releases side by side). Talks only to the daemon's /api/v1 (same origin, bearer
 // token in a header); builds every element through the DOM (no innerHTML of server data, no inline
 // styles or scripts: the CSP forbids them). Performance marks (`wb-interactive`, `wb-sweep-start`,
 // `wb-first-point`, `wb-sweep-done`) let a test read the page's own timings.
 import { api, ApiError, download, hasToken, saveBlob, setToken } from "./api.js";
 import { BrickellShmatikovChart, DistributionChart, FIELD_LABELS, FrontierChart, HistogramChart, LiLiChart, fmt } from "./charts.js";
+import { $, el, show } from "./dom.js";
+import { Comparison } from "./compare.js";
 import { findings } from "./findings.js";
 import { proposedRoles, sweepFlags } from "./flags.js";
+import { groupHierarchy, hierarchyText, intervalHierarchy, maskHierarchy } from "./hierarchy.js";
 import { buildJob, checkChoices, cliCommand, parseJob, parseList } from "./job.js";
 
-const $ = (id) => document.getElementById(id);
 const ROLES = [
   ["quasi", "quasi-identifier"],
   ["sensitive", "sensitive"],
@@ -40,23 +42,7 @@ let liliChart;
 let bsChart;
 let histogramChart;
 let classChart;
-
-function el(tag, props = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === "class") e.className = v;
-    else if (k === "dataset") Object.assign(e.dataset, v);
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (k in e && typeof v !== "string") e[k] = v;
-    else e.setAttribute(k, v);
-  }
-  for (const c of children) if (c !== null && c !== undefined) e.append(c);
-  return e;
-}
-
-function show(id, visible = true) {
-  $(id).hidden = !visible;
-}
+let comparison;
 
 function status(text) {
   $("status").textContent = text;
@@ -255,9 +241,11 @@ function setTable(table, restored = null) {
         el("td", { class: "num" }, String(c.distinct)),
         el("td", {}, el("label", { for: `role-${i}`, class: "visually-hidden" }, `Role of ${c.name}`), role),
         el("td", {}, el("label", { for: `hierarchy-${i}`, class: "visually-hidden" }, `Hierarchy of ${c.name}`), hierarchy),
+        el("td", {}, el("button", { type: "button", class: "link", id: `build-${i}`, "aria-label": `Build a hierarchy for ${c.name}`, onclick: () => openBuilder(c) }, "Build…")),
       ),
     );
   });
+  show("builder", false);
   const workload = $("workload-attribute");
   workload.replaceChildren(el("option", { value: "" }, "none"));
   for (const c of table.columns) workload.append(el("option", { value: c.name }, c.name));
@@ -274,6 +262,7 @@ function setTable(table, restored = null) {
 
 /** Forgets the sweep and release shown (a new table starts clean). */
 function stopSweep() {
+  if (comparison) comparison.clear();
   if (state.poll) clearTimeout(state.poll);
   state.poll = null;
   state.sweep = null;
@@ -281,6 +270,110 @@ function stopSweep() {
   delete document.body.dataset.sweep;
   delete document.body.dataset.release;
   showOutcome(null);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The hierarchy builder
+// ------------------------------------------------------------------------------------------------
+
+const builder = { column: null, values: [], lines: null, text: null };
+
+/** Opens the builder for `column`: fetches its distinct values, picks the kind that fits it. */
+async function openBuilder(column) {
+  showError("builder-error", null);
+  builder.column = column;
+  builder.lines = null;
+  builder.text = null;
+  $("builder-title").textContent = `Build a hierarchy for ${column.name}`;
+  $("builder-table").querySelector("tbody").replaceChildren();
+  $("builder-use").disabled = true;
+  $("builder-download").disabled = true;
+  show("builder");
+  $("builder").scrollIntoView({ block: "nearest" });
+  try {
+    const r = await api(`/api/v1/tables/${state.table.table}/columns/${encodeURIComponent(column.name)}/values`);
+    builder.values = r.values.map((v) => v.value);
+  } catch (e) {
+    showError("builder-error", e);
+    return;
+  }
+  $("builder-mode").value = column.kind === "numeric" ? "intervals" : "groups";
+  const longest = Math.max(1, ...builder.values.map((v) => v.length));
+  $("builder-mask-levels").max = String(longest);
+  $("builder-mask-levels").value = String(Math.min(longest, Math.max(1, longest - 1)));
+  if (column.kind === "numeric") {
+    const numbers = builder.values.map(Number);
+    const span = Math.max(...numbers) - Math.min(...numbers);
+    const width = span > 0 ? 10 ** Math.floor(Math.log10(span / 4)) : 1;
+    $("builder-width").value = String(width);
+  }
+  $("builder-note").textContent = `${column.name}: ${builder.values.length} distinct values.`;
+  builderMode();
+  previewHierarchy();
+}
+
+function builderMode() {
+  const mode = $("builder-mode").value;
+  for (const [cls, m] of [["builder-intervals", "intervals"], ["builder-mask", "mask"], ["builder-groups", "groups"]]) {
+    for (const node of document.getElementsByClassName(cls)) node.hidden = mode !== m;
+  }
+}
+
+/** Builds the hierarchy of the builder's settings and previews its first lines. */
+function previewHierarchy(event) {
+  if (event) event.preventDefault();
+  showError("builder-error", null);
+  builder.lines = null;
+  builder.text = null;
+  $("builder-use").disabled = true;
+  $("builder-download").disabled = true;
+  let lines;
+  let note = `${builder.column.name}: ${builder.values.length} distinct values.`;
+  try {
+    const mode = $("builder-mode").value;
+    if (mode === "intervals") {
+      lines = intervalHierarchy(builder.values, Number($("builder-width").value), Number($("builder-fanout").value), Number($("builder-levels").value));
+    } else if (mode === "mask") {
+      lines = maskHierarchy(builder.values, Number($("builder-mask-levels").value));
+    } else {
+      const g = groupHierarchy(builder.values, $("builder-groups").value);
+      lines = g.lines;
+      if (g.other.length) note += ` ${g.other.length} values are in no group and go to "other".`;
+    }
+    builder.text = hierarchyText(lines);
+  } catch (e) {
+    showError("builder-error", e);
+    return;
+  }
+  builder.lines = lines;
+  $("builder-note").textContent = note;
+  $("builder-table").querySelector("tbody").replaceChildren(...lines.slice(0, 20).map((l) => el("tr", {}, ...l.map((x) => el("td", {}, x)))));
+  $("builder-use").disabled = false;
+  $("builder-download").disabled = false;
+}
+
+/** Adds the built hierarchy to the table and assigns it to the column (a quasi-identifier). */
+async function useHierarchy() {
+  if (!builder.text) return;
+  const column = builder.column;
+  const path = `hierarchies/${column.name}-built.csv`;
+  let table;
+  try {
+    table = await api(`/api/v1/tables/${state.table.table}/hierarchies`, { method: "POST", body: { path, text: builder.text, column: column.name } });
+  } catch (e) {
+    showError("builder-error", e);
+    return;
+  }
+  const roles = state.choices.columns;
+  roles.set(column.name, { role: "quasi", hierarchy: path });
+  setTable(table, roles);
+  status(`Added ${path} to the table and assigned it to ${column.name}.`);
+}
+
+function downloadHierarchy() {
+  if (!builder.text) return;
+  saveBlob(new Blob([builder.text], { type: "text/csv" }), `${builder.column.name}.csv`);
+  status(`Saved ${builder.column.name}.csv (ARX's format): name it as a hierarchy in a cloakd table job.`);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -417,6 +510,7 @@ async function runSweep(event) {
   $("cancel").disabled = false;
   $("releases").querySelector("tbody").replaceChildren();
   showOutcome(null);
+  comparison.clear();
   show("step-frontier");
   show("step-release", false);
   status(`Sweep ${started.sweep}: ${started.total} releases…`);
@@ -501,6 +595,7 @@ function showSweep(entry) {
   state.release = null;
   $("releases").querySelector("tbody").replaceChildren();
   showOutcome(null);
+  comparison.clear();
   show("step-frontier");
   show("step-release", false);
   renderSweeps();
@@ -588,6 +683,11 @@ async function restoreJob(event) {
   if (w && typeof w.folds === "number") $("workload-folds").value = String(w.folds);
   if (w && typeof w.seed === "number") $("workload-seed").value = String(w.seed);
   refreshJob();
+  const files = new Set(state.table.files || []);
+  const missing = [...roles.values()].filter((c) => c.role === "quasi" && c.hierarchy && !files.has(c.hierarchy)).map((c) => c.hierarchy);
+  if (missing.length) {
+    showError("restore-error", new Error(`restored, but this table lacks the hierarchies ${missing.join(", ")}: upload them with the table, or build them again (Build…)`));
+  }
   document.body.dataset.restored = file.name;
   status(`Restored ${file.name}: roles${job.sweep ? " and sweep settings" : ""} applied to ${state.table.name}.`);
 }
@@ -656,6 +756,17 @@ function drawFrontier() {
         num(p.a_acc),
         num(gain(p)),
         el("td", { class: "eff" }, p.efficient ? "★" : ""),
+        el(
+          "td",
+          {},
+          el("input", {
+            type: "checkbox",
+            class: "compare",
+            dataset: { release: String(p.release) },
+            "aria-label": `Compare release #${p.release}`,
+            onchange: (e) => comparison.toggle(p, e.target.checked),
+          }),
+        ),
       ),
       next,
     );
@@ -805,6 +916,10 @@ function init() {
   bsChart = new BrickellShmatikovChart($("bs-chart"));
   histogramChart = new HistogramChart($("histogram-chart"));
   classChart = new DistributionChart($("class-chart"));
+  comparison = new Comparison(
+    (n) => releasePath(n),
+    () => (state.table ? state.table.columns.map((c) => c.name).filter((name) => (state.choices.columns.get(name) || {}).role !== "drop") : []),
+  );
   $("token-form").addEventListener("submit", (e) => {
     e.preventDefault();
     setToken($("token").value.trim());
@@ -819,6 +934,14 @@ function init() {
   $("cancel").addEventListener("click", cancelSweep);
   $("export-job").addEventListener("click", exportJob);
   $("restore-form").addEventListener("submit", restoreJob);
+  $("builder-form").addEventListener("submit", previewHierarchy);
+  $("builder-mode").addEventListener("change", () => {
+    builderMode();
+    previewHierarchy();
+  });
+  $("builder-use").addEventListener("click", useHierarchy);
+  $("builder-download").addEventListener("click", downloadHierarchy);
+  $("builder-close").addEventListener("click", () => show("builder", false));
   $("axis-x").addEventListener("change", drawFrontier);
   $("axis-y").addEventListener("change", drawFrontier);
   $("class-form").addEventListener("submit", (e) => {

@@ -282,10 +282,10 @@ export class HistogramChart {
    * Class sizes on a linear axis: sizes are binned into at most 40 equal-width bins from the
    * smallest to the largest class, each bar the number of classes in its bin.
    */
-  update(classSizes) {
+  update(classSizes, fill = color(0)) {
     const bins = sizeBins(classSizes, 40);
     this.chart.data.labels = [];
-    this.chart.data.datasets = [{ label: "classes", data: bins.map((b) => ({ x: b.mid, y: b.count })), backgroundColor: color(0), barPercentage: 1, categoryPercentage: 1 }];
+    this.chart.data.datasets = [{ label: "classes", data: bins.map((b) => ({ x: b.mid, y: b.count })), backgroundColor: fill, barPercentage: 1, categoryPercentage: 1 }];
     const lo = bins.length ? bins[0].lo : 0;
     const hi = bins.length ? bins[bins.length - 1].hi : 1;
     this.chart.options.scales.x = { type: "linear", min: lo, max: hi, offset: false, title: { display: true, text: "class size (rows)" } };
@@ -328,6 +328,38 @@ export class DistributionChart {
       { label: "whole table", data: values.map((v) => (sensitive.table[v] || 0) / tt), backgroundColor: color(0) },
     ];
     this.chart.options.scales.y.title.text = sensitive.attribute;
+    this.chart.update("none");
+  }
+}
+
+/**
+ * One attribute's distribution (shares of rows) in the input against releases: `input` and each
+ * release's side are `{values: [{value, count}], other}` (null when a release does not publish the
+ * attribute). Labels: the input's values, then each release's (generalized values are labels of
+ * their own, as in ARX's summary).
+ */
+export class DistributionCompareChart {
+  constructor(canvas) {
+    this.chart = bars(canvas, "y");
+    this.chart.options.scales.x.title.text = "share of rows";
+    this.chart.options.scales.y.ticks = { autoSkip: false };
+  }
+
+  update(attribute, input, releases) {
+    const shares = (side) => {
+      const m = new Map();
+      if (!side) return m;
+      const total = side.values.reduce((a, v) => a + v.count, side.other) || 1;
+      for (const v of side.values) m.set(v.value, v.count / total);
+      return m;
+    };
+    const sides = [["input", shares(input), "#77767b"], ...releases.map(([name, side, c]) => [name, shares(side), c])];
+    const labels = [];
+    for (const [, m] of sides) for (const v of m.keys()) if (!labels.includes(v)) labels.push(v);
+    const shown = labels.slice(0, 40);
+    this.chart.data.labels = shown;
+    this.chart.data.datasets = sides.map(([name, m, c]) => ({ label: name, data: shown.map((v) => m.get(v) || 0), backgroundColor: c }));
+    this.chart.options.scales.y.title.text = attribute;
     this.chart.update("none");
   }
 }

@@ -596,6 +596,92 @@ async fn own_tables_are_read_with_their_delimiter_and_non_tables_are_refused() {
     .await
     .error(400, "invalid_argument", Some("csv"));
     assert!(message.contains("no rows"), "{message}");
+
+    // The hierarchy builder's two calls: a column's distinct values, and adding a hierarchy that
+    // must cover them to the table (a new version under the same id).
+    let table = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "small.csv", "csv": SMALL_CSV}),
+    )
+    .await;
+    table.status_is(200);
+    let id = table.json()["table"].as_str().unwrap().to_string();
+    let values = get(ui, &format!("/api/v1/tables/{id}/columns/sex/values")).await;
+    values.status_is(200);
+    assert_eq!(
+        values.json()["values"],
+        json!([{"value": "Male", "count": 3}, {"value": "Female", "count": 3}])
+    );
+    get(ui, &format!("/api/v1/tables/{id}/columns/nope/values"))
+        .await
+        .error(400, "invalid_argument", Some("column"));
+    let message = post(
+        ui,
+        &format!("/api/v1/tables/{id}/hierarchies"),
+        &json!({"path": "hierarchies/sex-built.csv", "text": "Male;*\n", "column": "sex"}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("text"));
+    assert!(message.contains("\"Female\""), "{message}");
+    post(
+        ui,
+        &format!("/api/v1/tables/{id}/hierarchies"),
+        &json!({"path": "small.csv", "text": "Male;*\nFemale;*\n"}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("path"));
+    let added = post(
+        ui,
+        &format!("/api/v1/tables/{id}/hierarchies"),
+        &json!({"path": "hierarchies/sex-built.csv", "text": "Male,person,*\nFemale,person,*\n", "column": "sex"}),
+    )
+    .await;
+    added.status_is(200);
+    let added = added.json();
+    assert_eq!(added["table"], id.as_str());
+    assert_eq!(
+        added["files"],
+        json!(["small.csv", "hierarchies/sex-built.csv"])
+    );
+    let job = SMALL_JOB.replace("sex.csv", "hierarchies/sex-built.csv");
+    let started = post(
+        ui,
+        "/api/v1/sweeps",
+        &json!({"table": id, "job": job, "k": [2], "l": [], "t": [], "delta": [], "methods": ["generalization"]}),
+    )
+    .await;
+    started.status_is(202);
+    let sid = started.json()["sweep"].as_str().unwrap().to_string();
+    let status = wait_done(ui, &sid).await;
+    assert_eq!(status["points"].as_array().unwrap().len(), 1, "{status}");
+
+    // One attribute's distribution in the input against the release (the comparison view).
+    let d = get(
+        ui,
+        &format!("/api/v1/sweeps/{sid}/releases/0/distribution/sex"),
+    )
+    .await;
+    d.status_is(200);
+    let d = d.json();
+    assert_eq!(
+        d["input"],
+        json!({"values": [{"value": "Female", "count": 3}, {"value": "Male", "count": 3}], "other": 0})
+    );
+    let released: u64 = d["release"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["count"].as_u64().unwrap())
+        .sum::<u64>()
+        + d["release"]["other"].as_u64().unwrap();
+    assert_eq!(released, 6, "{d}");
+    get(
+        ui,
+        &format!("/api/v1/sweeps/{sid}/releases/0/distribution/nope"),
+    )
+    .await
+    .error(400, "invalid_argument", Some("column"));
     daemon.shutdown().await;
 }
 

@@ -108,7 +108,11 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     browser
         .wait_until("!document.getElementById('load-error').hidden", 30)
         .await;
-    let error = text(&browser, "document.getElementById('load-error').textContent").await;
+    let error = text(
+        &browser,
+        "document.getElementById('load-error').textContent",
+    )
+    .await;
     assert!(error.contains("not a text table"), "{error}");
 
     // The own table: `;` detected, the proposed roles applied, the unique id dropped.
@@ -131,8 +135,22 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         column_index(&browser, "sex").await,
         column_index(&browser, "disease").await,
     );
-    assert_eq!(text(&browser, &format!("document.getElementById('role-{id}').value")).await, "drop");
-    assert_eq!(text(&browser, &format!("document.getElementById('role-{age}').value")).await, "quasi");
+    assert_eq!(
+        text(
+            &browser,
+            &format!("document.getElementById('role-{id}').value")
+        )
+        .await,
+        "drop"
+    );
+    assert_eq!(
+        text(
+            &browser,
+            &format!("document.getElementById('role-{age}').value")
+        )
+        .await,
+        "quasi"
+    );
     let sensitive = browser
         .js("return [...document.querySelectorAll('#columns select[id^=role-]')].filter(s => s.value === 'sensitive').length;")
         .await;
@@ -144,7 +162,9 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         .select(&format!("#hierarchy-{sex}"), "hierarchies/sex-levels.csv")
         .await;
     browser.select(&format!("#role-{zip}"), "insensitive").await;
-    browser.select(&format!("#role-{disease}"), "sensitive").await;
+    browser
+        .select(&format!("#role-{disease}"), "sensitive")
+        .await;
     browser.screenshot("own-1-table", Some("#step-load")).await;
 
     // Flags before Run: OLA without a hierarchy for age, k above the rows (fixed by its button), a
@@ -155,38 +175,126 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     browser.fill("#sweep-delta", "").await;
     browser.click("#algorithm-ola").await;
     browser
-        .wait_until("document.querySelector('#sweep-flags li[data-flag=\"hierarchy-age\"]')", 10)
+        .wait_until(
+            "document.querySelector('#sweep-flags li[data-flag=\"hierarchy-age\"]')",
+            10,
+        )
         .await;
     assert_eq!(
-        text(&browser, &format!("document.getElementById('hierarchy-{age}').dataset.flagged")).await,
+        text(
+            &browser,
+            &format!("document.getElementById('hierarchy-{age}').dataset.flagged")
+        )
+        .await,
         "warning"
     );
     browser
-        .wait_until("document.querySelector('#sweep-flags li[data-flag=\"k-above-rows\"]')", 10)
+        .wait_until(
+            "document.querySelector('#sweep-flags li[data-flag=\"k-above-rows\"]')",
+            10,
+        )
         .await;
     browser.select("#workload-attribute", "id").await;
     browser
-        .wait_until("document.querySelector('#sweep-flags li[data-flag=\"workload-dropped\"]')", 10)
+        .wait_until(
+            "document.querySelector('#sweep-flags li[data-flag=\"workload-dropped\"]')",
+            10,
+        )
         .await;
-    assert_eq!(browser.js("return document.getElementById('run').disabled;").await, true);
+    assert_eq!(
+        browser
+            .js("return document.getElementById('run').disabled;")
+            .await,
+        true
+    );
     browser.screenshot("own-2-flags", Some("#step-sweep")).await;
-    browser.click("#sweep-flags button[data-fix=\"k-above-rows\"]").await;
-    assert_eq!(text(&browser, "document.getElementById('sweep-k').value").await, "5");
+    browser
+        .click("#sweep-flags button[data-fix=\"k-above-rows\"]")
+        .await;
+    assert_eq!(
+        text(&browser, "document.getElementById('sweep-k').value").await,
+        "5"
+    );
     browser.select("#workload-attribute", "").await;
     browser.click("#algorithm-ola").await;
     browser
         .wait_until("document.getElementById('sweep-flags').hidden", 10)
         .await;
-    assert_eq!(browser.js("return document.getElementById('run').disabled;").await, false);
+    assert_eq!(
+        browser
+            .js("return document.getElementById('run').disabled;")
+            .await,
+        false
+    );
+
+    // The hierarchy builder: intervals for age, previewed, downloaded and used; OLA's flag goes.
+    browser.click("#algorithm-ola").await;
+    browser
+        .wait_until(
+            "document.querySelector('#sweep-flags li[data-flag=\"hierarchy-age\"]')",
+            10,
+        )
+        .await;
+    browser.click(&format!("#build-{age}")).await;
+    browser
+        .wait_until(
+            "document.querySelectorAll('#builder-table tbody tr').length > 0",
+            30,
+        )
+        .await;
+    assert_eq!(
+        text(&browser, "document.getElementById('builder-mode').value").await,
+        "intervals"
+    );
+    browser.fill("#builder-width", "10").await;
+    browser.fill("#builder-fanout", "2").await;
+    browser.fill("#builder-levels", "2").await;
+    browser.click("#builder-preview").await;
+    let first = browser
+        .js("return [...document.querySelectorAll('#builder-table tbody tr:first-child td')].map(t => t.textContent);")
+        .await;
+    assert_eq!(
+        first,
+        serde_json::json!(["20", "[20, 30)", "[20, 40)", "*"])
+    );
+    browser.screenshot("own-2-builder", Some("#builder")).await;
+    browser.click("#builder-download").await;
+    let built = String::from_utf8(browser.downloaded("age.csv").await).unwrap();
+    assert_eq!(built.lines().count(), 50, "one line per distinct age");
+    assert_eq!(built.lines().next().unwrap(), "20;[20, 30);[20, 40);*");
+    browser.click("#builder-use").await;
+    browser
+        .wait_until(
+            &format!(
+                "document.getElementById('hierarchy-{age}').value === 'hierarchies/age-built.csv'"
+            ),
+            30,
+        )
+        .await;
+    browser
+        .wait_until("document.getElementById('sweep-flags').hidden", 10)
+        .await;
+    browser.click("#algorithm-ola").await;
 
     // A sweep that releases: no outcome banner; listed among the page's sweeps.
     browser.click("#run").await;
     assert_eq!(sweep_ended(&browser).await, "done");
     let points = page_points(&browser).await;
-    assert_eq!(points.len(), 4, "k 5 and l 2, each by generalization and bucketization: {points:?}");
-    assert_eq!(browser.js("return document.getElementById('sweep-outcome').hidden;").await, true);
     assert_eq!(
-        browser.js("return document.querySelectorAll('#sweeps tbody tr').length;").await,
+        points.len(),
+        4,
+        "k 5 and l 2, each by generalization and bucketization: {points:?}"
+    );
+    assert_eq!(
+        browser
+            .js("return document.getElementById('sweep-outcome').hidden;")
+            .await,
+        true
+    );
+    assert_eq!(
+        browser
+            .js("return document.querySelectorAll('#sweeps tbody tr').length;")
+            .await,
         1
     );
 
@@ -205,7 +313,10 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         .wait_until(&format!("document.body.dataset.release === '{n}'"), 60)
         .await;
     browser
-        .wait_until("document.querySelectorAll('#sensitive-preview tbody tr').length > 0", 30)
+        .wait_until(
+            "document.querySelectorAll('#sensitive-preview tbody tr').length > 0",
+            30,
+        )
         .await;
     let header = browser
         .js("return [...document.querySelectorAll('#sensitive-preview thead th')].map(t => t.textContent);")
@@ -220,16 +331,86 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
             .iter()
             .find(|f| f[0] == id)
             .unwrap_or_else(|| panic!("no {id} finding in {findings:?}"));
-        assert!(["ok", "warn", "bad"].contains(&f[1].as_str().unwrap()), "{f}");
+        assert!(
+            ["ok", "warn", "bad"].contains(&f[1].as_str().unwrap()),
+            "{f}"
+        );
         assert!(f[2].as_str().unwrap().len() > 40, "a finding in words: {f}");
     }
-    browser.screenshot("own-3-release", Some("#step-release")).await;
+    browser
+        .screenshot("own-3-release", Some("#step-release"))
+        .await;
     browser.click("#download-sensitive").await;
     let sensitive = browser.downloaded("sensitive.csv").await;
     assert!(
-        String::from_utf8(sensitive).unwrap().lines().nth(0).unwrap().contains("disease"),
+        String::from_utf8(sensitive)
+            .unwrap()
+            .lines()
+            .nth(0)
+            .unwrap()
+            .contains("disease"),
         "the sensitive table's header names the sensitive attribute"
     );
+
+    // Two releases side by side: measures, class sizes and an attribute's distribution in the
+    // input against each.
+    let generalized: Vec<&str> = points
+        .iter()
+        .filter(|p| p["method"] == "generalization")
+        .map(|p| p["release"].as_str())
+        .collect();
+    assert_eq!(generalized.len(), 2, "{points:?}");
+    for n in &generalized {
+        let css = format!("#releases input.compare[data-release='{n}']");
+        browser
+            .js(&format!(
+                "document.querySelector({css:?}).scrollIntoView({{block: 'center'}}); return 0;"
+            ))
+            .await;
+        browser.click(&css).await;
+    }
+    browser
+        .wait_until("!document.getElementById('step-compare').hidden", 30)
+        .await;
+    browser.select("#compare-attribute", "age").await;
+    browser
+        .wait_until(
+            &format!(
+                "document.body.dataset.compared === '{},{}:age'",
+                generalized[0], generalized[1]
+            ),
+            60,
+        )
+        .await;
+    let rows = browser
+        .js("return [...document.querySelectorAll('#compare-measures tbody tr')].map(r => [r.dataset.row, r.children[1].textContent, r.children[2].textContent]);")
+        .await;
+    let ploss = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[0] == "Ploss")
+        .unwrap_or_else(|| panic!("no Ploss row in {rows}"));
+    let page_ploss = |n: &str| {
+        points
+            .iter()
+            .find(|p| p["release"] == n)
+            .map(|p| p["ploss"].parse::<f64>().unwrap())
+            .unwrap()
+    };
+    assert!(
+        (ploss[1].as_str().unwrap().parse::<f64>().unwrap() - page_ploss(generalized[0])).abs()
+            < 1e-4,
+        "{rows}"
+    );
+    assert!(
+        (ploss[2].as_str().unwrap().parse::<f64>().unwrap() - page_ploss(generalized[1])).abs()
+            < 1e-4,
+        "{rows}"
+    );
+    browser
+        .screenshot("own-4-compare", Some("#step-compare"))
+        .await;
 
     // A sweep that cannot release says so at the top of its results, and why.
     browser.fill("#sweep-k", "500").await;
@@ -240,13 +421,22 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     browser
         .wait_until("!document.getElementById('sweep-outcome').hidden", 10)
         .await;
-    let outcome = text(&browser, "document.getElementById('sweep-outcome').textContent").await;
+    let outcome = text(
+        &browser,
+        "document.getElementById('sweep-outcome').textContent",
+    )
+    .await;
     assert!(outcome.starts_with("No release was produced"), "{outcome}");
     assert!(outcome.contains("Why:"), "{outcome}");
     assert!(!outcome.contains("[object Object]"), "{outcome}");
-    assert_eq!(text(&browser, "document.getElementById('status').textContent").await, outcome);
     assert_eq!(
-        browser.js("return document.querySelectorAll('#sweeps tbody tr').length;").await,
+        text(&browser, "document.getElementById('status').textContent").await,
+        outcome
+    );
+    assert_eq!(
+        browser
+            .js("return document.querySelectorAll('#sweeps tbody tr').length;")
+            .await,
         2
     );
 
@@ -259,12 +449,18 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     let chart = browser
         .js("return document.getElementById('frontier-chart').getBoundingClientRect().width;")
         .await;
-    assert!(chart.as_f64().unwrap() >= 600.0, "frontier chart {chart} px wide at 1000 px");
+    assert!(
+        chart.as_f64().unwrap() >= 600.0,
+        "frontier chart {chart} px wide at 1000 px"
+    );
     let sideways = browser
         .js("const b = document.querySelector('.list-box'); return b.scrollWidth - b.clientWidth;")
         .await;
-    assert!(sideways.as_f64().unwrap() <= 1.0, "the release list scrolls sideways by {sideways} px");
-    browser.screenshot("own-4-frontier-1000px", None).await;
+    assert!(
+        sideways.as_f64().unwrap() <= 1.0,
+        "the release list scrolls sideways by {sideways} px"
+    );
+    browser.screenshot("own-5-frontier-1000px", None).await;
     browser.client.set_window_size(1600, 1800).await.unwrap();
 
     // Save the project; `cloakd table frontier` runs it without flags (its [sweep]) ...
@@ -281,6 +477,7 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         "Male,person,*\nFemale,person,*\n",
     )
     .unwrap();
+    std::fs::write(dir.path().join("hierarchies/age-built.csv"), &built).unwrap();
     let out = crate::support::bin()
         .args(["table", "frontier"])
         .arg(dir.path().join("job.toml"))
@@ -288,7 +485,11 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         .arg(dir.path().join("frontier"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let cli_points = csv::Reader::from_path(dir.path().join("frontier/frontier.csv"))
         .unwrap()
         .records()
@@ -311,14 +512,37 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         .wait_until("document.body.dataset.restored === 'job.toml'", 20)
         .await;
     let sex = column_index(&browser, "sex").await;
-    assert_eq!(text(&browser, &format!("document.getElementById('role-{sex}').value")).await, "quasi");
     assert_eq!(
-        text(&browser, &format!("document.getElementById('hierarchy-{sex}').value")).await,
+        text(
+            &browser,
+            &format!("document.getElementById('role-{sex}').value")
+        )
+        .await,
+        "quasi"
+    );
+    assert_eq!(
+        text(
+            &browser,
+            &format!("document.getElementById('hierarchy-{sex}').value")
+        )
+        .await,
         "hierarchies/sex-levels.csv"
     );
-    assert_eq!(text(&browser, "document.getElementById('sweep-k').value").await, "5,10");
-    let restored: Value = browser.js("return document.getElementById('sweep-l').value;").await;
+    assert_eq!(
+        text(&browser, "document.getElementById('sweep-k').value").await,
+        "5,10"
+    );
+    let restored: Value = browser
+        .js("return document.getElementById('sweep-l').value;")
+        .await;
     assert_eq!(restored, "");
+    // The built hierarchy belonged to the table before the reload: the page says it is missing.
+    let missing = text(
+        &browser,
+        "document.getElementById('restore-error').textContent",
+    )
+    .await;
+    assert!(missing.contains("hierarchies/age-built.csv"), "{missing}");
 
     browser.close().await;
     workbench.shutdown().await;
