@@ -304,7 +304,18 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "store" | "cluster" => all(&[&ENGINES, &SHARED, &["telemetry"]]),
         "auth" | "telemetry" | "connections" | "tls" | "reload" => all(&[&SHARED, &CROSS_CUTTING]),
         "broker" | "windows" => all(&[&ENGINES, &SHARED, &STATE, &CROSS_CUTTING]),
-        "service" => all(&[&ENGINES, &SHARED, &STATE, &CROSS_CUTTING, &ACTORS]),
+        // The table jobs: the runner, its limiter and budget, and the frontier's sweep, called by
+        // the gRPC adapters, the workbench and the CLI.
+        "jobs" => all(&[&ENGINES, &SHARED, &CROSS_CUTTING]),
+        // Adapters: gRPC (service) and the workbench's HTTP application, side by side.
+        "service" | "workbench" => all(&[
+            &ENGINES,
+            &SHARED,
+            &STATE,
+            &CROSS_CUTTING,
+            &ACTORS,
+            &["jobs"],
+        ]),
         // The top: the daemon's wiring, the command line and the crate root import anything.
         "daemon" | "cli" | "lib" | "main" => vec!["*"],
         other => panic!(
