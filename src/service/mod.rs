@@ -9,9 +9,9 @@
 //! [`crate::connections`]'s; table jobs run through the jobs layer ([`crate::jobs`]), whose one
 //! classification of their failures ([`JobFailure`]) [`job_status`] maps to a status.
 
+pub mod anonymizer;
 pub mod evaluation;
 pub mod location;
-pub mod table;
 pub mod transactions;
 
 /// Largest request message when the daemon does not set `server.max_message_bytes` (tonic's default).
