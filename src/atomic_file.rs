@@ -27,10 +27,12 @@ impl AtomicFile {
         let mut prefix = std::ffi::OsString::from(".");
         prefix.push(name);
         prefix.push(".");
-        let temporary = tempfile::Builder::new()
-            .prefix(&prefix)
-            .suffix(".partial")
-            .tempfile_in(directory_of(target))?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".partial");
+        // As `File::create` would: what the umask allows (tempfile's own default is 0600).
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let temporary = builder.tempfile_in(directory_of(target))?;
         Ok(AtomicFile {
             temporary,
             target: target.to_path_buf(),
