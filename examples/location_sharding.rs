@@ -1,7 +1,7 @@
 //! What sharding location cloaking by grid cell costs, at engine level: the Oldenburg trace replayed
 //! as location requests (k uniform in [2, 10], dx = dy = 500 m, dt = 10 s, as the engine benchmark)
 //! through one CliqueCloak engine per owner, each request going to the owner of its cell
-//! ([`cloakd::location::grid::replay_sharded`]; cells spread over owners pseudo-randomly, so
+//! ([`cloakd::location::cells::replay_sharded`]; cells spread over owners pseudo-randomly, so
 //! neighbouring cells usually have different owners). One owner is exactly a single node.
 //!
 //! ```sh
@@ -10,7 +10,7 @@
 //! Arguments: the trace (CSV or .csv.gz, `user_id,timestamp,lat,lon`), how many rows to replay
 //! (default 300000), and optionally cell sizes in metres (default 2000,5000,10000).
 use cloakd::location::SearchMode;
-use cloakd::location::grid::{CellGrid, replay_sharded};
+use cloakd::location::cells::{CellGrid, replay_sharded};
 use cloakd::location::replay::{ReplayParams, requests_from_trace};
 
 fn main() -> anyhow::Result<()> {

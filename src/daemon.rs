@@ -172,7 +172,7 @@ async fn serve_inner(
         }
     };
     let transactions = transactions.with_max_message_bytes(max_message_bytes);
-    let table = crate::service::table::table_anonymizer(
+    let table = crate::service::anonymizer::table_anonymizer(
         &config.tables,
         table_jobs.clone(),
         max_message_bytes,

@@ -15,6 +15,7 @@
 //! [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
+pub mod atomic_file;
 pub mod auth;
 pub mod broker;
 pub mod budget;

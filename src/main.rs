@@ -1,15 +1,66 @@
-//! The `cloakd` binary: parses the command line, sets up logging and calls into the library.
+//! The `cloakd` binary: parses the command line, sets up logging and calls into the library. The
+//! load tools (`simulate`, `soak`, `publish-load`) are commands of this binary only: their modules
+//! (files under `src/cli/`) are declared here, so they are no part of the library's surface.
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+// The load tools name the library's modules as `crate::...`.
+use cloakd::{location, poi, proto, workload};
+
+/// The binary's own commands, beside the library's (`cloakd::cli`).
+mod cli {
+    pub use cloakd::cli::provider;
+    pub mod publish_load;
+    pub mod simulate;
+    pub mod soak;
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cloakd",
+    version,
+    about = "A privacy broker: k-anonymous location cloaking, rho-uncertain transaction streams and batch table anonymization"
+)]
+struct Cli {
+    #[command(flatten)]
+    log: cloakd::cli::LogArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+// One value per process, parsed once: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Library(cloakd::cli::Command),
+    /// Replay a mobility trace against a running daemon as many clients plus an LBS provider, and
+    /// report success rate, anonymity, resolution, throughput and latency.
+    Simulate(cli::simulate::SimulateArgs),
+    /// Hold many concurrent streams (Submit, Publish, ReleaseFeed, a provider) against a running
+    /// daemon for a while; report stream failures by code and the daemon's RSS and threads (--pid).
+    Soak(cli::soak::SoakArgs),
+    /// Publish records as fast as a daemon (or several replicas) acknowledges them; report records/s
+    /// and, with --pid, CPU seconds per record of each process.
+    PublishLoad(cli::publish_load::PublishLoadArgs),
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Library(command) => cloakd::cli::run(command),
+        Command::Simulate(args) => cli::simulate::run(args),
+        Command::Soak(args) => cli::soak::run(args),
+        Command::PublishLoad(args) => cli::publish_load::run(args),
+    }
+}
 
 fn main() -> ExitCode {
-    let cli = cloakd::cli::Cli::parse();
+    let cli = Cli::parse();
     if let Err(err) = cloakd::cli::init_tracing(&cli.log) {
         eprintln!("cloakd: {err:#}");
         return ExitCode::FAILURE;
     }
-    match cloakd::cli::run(cli) {
+    match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("cloakd: {err:#}");

@@ -1,5 +1,5 @@
 //! Location cloaking across replicas (`[cluster]` configured): each grid cell
-//! ([`crate::location::grid`], side `cluster.cell_size_m`) is owned by one replica at a time
+//! ([`crate::location::cells`], side `cluster.cell_size_m`) is owned by one replica at a time
 //! through the lease `cell.<row>.<col>` of the bucket `<prefix>_leases`, and a request is cloaked by
 //! the owner of the cell of its own position (the border rule), whichever replica the client is
 //! connected to.
@@ -50,7 +50,7 @@ use super::message::{
 use super::providers::ProviderQueues;
 use crate::cluster::{Cluster, ClusterError, LeaseTable, Owner};
 use crate::config::CloakModel;
-use crate::location::grid::CellGrid;
+use crate::location::cells::CellGrid;
 use crate::proto::{CloakedRequest, LocationEvent};
 use wire::{ForwardReply, ForwardedRequest, ReplicaEvent};
 

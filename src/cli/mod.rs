@@ -1,29 +1,15 @@
-//! Command line: `cloakd serve`, `cloakd simulate`, `cloakd table ...`, `cloakd transactions ...`,
-//! `cloakd config ...`, `cloakd store ...`, `cloakd provider`, `cloakd poi generate`.
-use clap::{Parser, Subcommand};
+//! Command line: `cloakd serve`, `cloakd table ...`, `cloakd transactions ...`, `cloakd config ...`,
+//! `cloakd store ...`, `cloakd provider`, `cloakd poi generate`, `cloakd auth`. The load tools
+//! (`simulate`, `soak`, `publish-load`) are commands of the binary alone (`src/main.rs` declares
+//! them and adds them to these), not of the library.
+use clap::Subcommand;
 
 pub mod config;
 pub mod poi;
 pub mod provider;
-pub mod publish_load;
-pub mod simulate;
-pub mod soak;
 pub mod store;
 pub mod table;
 pub mod transactions;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "cloakd",
-    version,
-    about = "A privacy broker: k-anonymous location cloaking, rho-uncertain transaction streams and batch table anonymization"
-)]
-pub struct Cli {
-    #[command(flatten)]
-    pub log: LogArgs,
-    #[command(subcommand)]
-    pub command: Command,
-}
 
 /// How log lines are written (to stderr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,19 +37,12 @@ pub struct LogArgs {
     pub log_filter: Option<String>,
 }
 
+// One value per process, parsed once: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon (on the embedded defaults unless --config / --listen say otherwise).
     Serve(ServeArgs),
-    /// Replay a mobility trace against a running daemon as many clients plus an LBS provider, and
-    /// report success rate, anonymity, resolution, throughput and latency.
-    Simulate(simulate::SimulateArgs),
-    /// Hold many concurrent streams (Submit, Publish, ReleaseFeed, a provider) against a running
-    /// daemon for a while; report stream failures by code and the daemon's RSS and threads (--pid).
-    Soak(soak::SoakArgs),
-    /// Publish records as fast as a daemon (or several replicas) acknowledges them; report records/s
-    /// and, with --pid, CPU seconds per record of each process.
-    PublishLoad(publish_load::PublishLoadArgs),
     /// Batch table anonymization: `cloakd table anonymize JOB.toml --output OUT.csv`.
     Table(table::TableArgs),
     /// Batch anonymization of set-valued records (personalized rho-uncertainty).
@@ -142,12 +121,10 @@ pub fn init_tracing(args: &LogArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+/// Runs one of the library's commands.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve(args) => serve(args),
-        Command::Simulate(args) => simulate::run(args),
-        Command::Soak(args) => soak::run(args),
-        Command::PublishLoad(args) => publish_load::run(args),
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
         Command::Config(args) => config::run(args),

@@ -125,7 +125,7 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
     let pois = generate(&roads, args.count, args.seed).map_err(anyhow::Error::msg)?;
     let file = std::fs::File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
-    crate::poi::table::write_pois(std::io::BufWriter::new(file), &pois)
+    crate::poi::pois_csv::write_pois(std::io::BufWriter::new(file), &pois)
         .with_context(|| format!("writing {}", args.output.display()))?;
     eprintln!(
         "{} POIs along {} roads written to {}",

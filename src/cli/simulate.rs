@@ -36,7 +36,7 @@ mod poi;
 mod report;
 
 use plan::{Plan, plan};
-pub use report::{Percentiles, SimulationReport};
+pub use report::SimulationReport;
 use report::{RunFacts, Tally, print_report};
 
 #[derive(Debug, clap::Args)]

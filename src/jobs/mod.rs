@@ -135,18 +135,67 @@ impl Outcome {
         }
     }
 
-    /// The outcome of a gRPC status.
-    pub fn of_status<T>(result: &Result<T, tonic::Status>) -> Outcome {
+    /// The outcome of a job's result, its error classified.
+    pub fn of<T>(result: Result<T, JobFailure>) -> Outcome {
         match result {
             Ok(_) => Outcome::Ok,
-            Err(status) => match status.code() {
-                tonic::Code::InvalidArgument
-                | tonic::Code::FailedPrecondition
-                | tonic::Code::OutOfRange => Outcome::Invalid,
-                tonic::Code::ResourceExhausted => Outcome::Exhausted,
-                tonic::Code::Cancelled | tonic::Code::DeadlineExceeded => Outcome::Cancelled,
-                _ => Outcome::Failed,
-            },
+            Err(failure) => failure.outcome(),
+        }
+    }
+}
+
+/// What kind of failure ended a table job: the one classification of table-job errors, whatever
+/// the protocol. Each adapter maps it once (gRPC to a `tonic::Status` code, the workbench to its
+/// API error code) and counts the job's [`Outcome`] from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobFailure {
+    /// Bad input: a field, a file, a row or a value breaks a rule.
+    Invalid,
+    /// The model cannot be met on this table (an unsatisfiable model, OLA without an anonymous
+    /// node).
+    Unsatisfiable,
+    /// A limit refused it: the job places, a size, the job's memory budget.
+    Exhausted,
+    /// Its caller went away or cancelled it.
+    Cancelled,
+    /// It ran past `tables.max_job_ms`, the caller's deadline, or an upload went idle.
+    OverBudget,
+    /// A bug, or a failure that is not the caller's.
+    Internal,
+}
+
+impl JobFailure {
+    /// The class of an anonymization's error.
+    pub fn of_anonymize(e: &AnonymizeError) -> JobFailure {
+        match e {
+            AnonymizeError::Unsatisfiable(_)
+            | AnonymizeError::Ola(crate::relational::ola::OlaError::NoAnonymousNode { .. }) => {
+                JobFailure::Unsatisfiable
+            }
+            AnonymizeError::Spec(_)
+            | AnonymizeError::Options(_)
+            | AnonymizeError::Ola(_)
+            | AnonymizeError::Kaca(_) => JobFailure::Invalid,
+            AnonymizeError::Cancelled => JobFailure::Cancelled,
+            _ => JobFailure::Internal,
+        }
+    }
+
+    /// The class of a job [`run_job`] stopped.
+    pub fn of_stopped(e: &JobStopped) -> JobFailure {
+        match e {
+            JobStopped::OverBudget { .. } => JobFailure::OverBudget,
+            JobStopped::Panicked(_) => JobFailure::Internal,
+        }
+    }
+
+    /// How a job that failed so counts.
+    pub fn outcome(self) -> Outcome {
+        match self {
+            JobFailure::Invalid | JobFailure::Unsatisfiable => Outcome::Invalid,
+            JobFailure::Exhausted => Outcome::Exhausted,
+            JobFailure::Cancelled | JobFailure::OverBudget => Outcome::Cancelled,
+            JobFailure::Internal => Outcome::Failed,
         }
     }
 }
@@ -246,5 +295,27 @@ pub async fn run_job<T: Send + 'static>(
         Err(_) => Err(JobStopped::OverBudget {
             budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_count_as_their_outcome() {
+        assert_eq!(
+            JobFailure::of_anonymize(&AnonymizeError::Cancelled).outcome(),
+            Outcome::Cancelled
+        );
+        let over = JobStopped::OverBudget { budget_ms: 1 };
+        assert_eq!(JobFailure::of_stopped(&over), JobFailure::OverBudget);
+        let panicked = JobStopped::Panicked("bug".into());
+        assert_eq!(JobFailure::of_stopped(&panicked).outcome(), Outcome::Failed);
+        assert_eq!(
+            Outcome::of::<()>(Err(JobFailure::Unsatisfiable)),
+            Outcome::Invalid
+        );
+        assert_eq!(Outcome::of(Ok::<_, JobFailure>(())), Outcome::Ok);
     }
 }

@@ -25,11 +25,11 @@
 //! The engine is pure: no clock (time is an argument), no I/O, randomness from a seeded RNG, so for a
 //! given input order and seed its output is deterministic.
 
+pub mod cells;
 #[cfg(test)]
 mod checker;
 pub mod engine;
 pub mod geo;
-pub mod grid;
 pub mod hilbert;
 pub mod padding;
 pub mod point_index;

@@ -20,7 +20,7 @@
 //!   stay inclusive) and counted in [`Candidates::undecided`]. For range, the witness is the point of
 //!   the box closest to the POI, and the slack is [`candidates::RANGE_SLACK_M`].
 //!
-//! The engine is pure: no I/O, no clock; the CSV reader takes any reader ([`table`]).
+//! The engine is pure: no I/O, no clock; the CSV reader takes any reader ([`pois_csv`]).
 use std::collections::HashMap;
 
 use rstar::RTree;
@@ -30,9 +30,9 @@ pub mod candidates;
 #[cfg(test)]
 mod checker;
 pub mod generate;
+pub mod pois_csv;
 pub mod refine;
 pub mod sphere;
-pub mod table;
 
 pub use candidates::Candidates;
 pub use refine::refine;

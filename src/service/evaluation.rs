@@ -29,7 +29,7 @@ use crate::budget::{BudgetExceeded, MemoryBudget, ReadWithin, Reservation, read_
 use crate::config::TablesConfig;
 use crate::connections::LimitExceeded;
 use crate::jobs::JobStopped;
-use crate::jobs::{JobRecord, Outcome, TABLE_BYTES_PER_CSV_BYTE, TableJobs};
+use crate::jobs::{JobFailure, JobRecord, Outcome, TABLE_BYTES_PER_CSV_BYTE, TableJobs};
 use crate::measures::evaluate::{Baseline, EvaluateError, EvaluationOptions, evaluate_unless};
 use crate::measures::released::read_release;
 use crate::measures::view::ViewError;
@@ -41,6 +41,7 @@ use crate::proto::{ClassifierWorkload, EvaluateRequest, EvaluateResponse, Worklo
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
 use crate::relational::table::read_csv;
+use crate::service::job_status;
 use crate::text::quote;
 
 /// Why an evaluation was refused or failed.
@@ -72,37 +73,43 @@ pub enum EvaluationError {
     Internal(String),
 }
 
-impl From<EvaluationError> for Status {
-    fn from(err: EvaluationError) -> Status {
-        let message = err.to_string();
-        match err {
-            EvaluationError::Invalid(_) => Status::invalid_argument(message),
+impl EvaluationError {
+    /// The error's class ([`JobFailure`]).
+    fn failure(&self) -> JobFailure {
+        match self {
+            EvaluationError::Invalid(_) => JobFailure::Invalid,
             // The model's cells are 8-byte counts, limited like the histograms.
-            EvaluationError::Workload(WorkloadError::TooLarge {
-                classes,
-                values,
-                needed,
-                max,
-            }) => Status::resource_exhausted(format!(
-                "workload: a model of {classes} classes over {values} attribute values needs {needed} cells of 8 bytes, more than tables.max_bytes / 8 = {max} (rule: the workload's models within tables.max_bytes)"
-            )),
+            EvaluationError::Workload(WorkloadError::TooLarge { .. })
+            | EvaluationError::TooLarge { .. }
+            | EvaluationError::Busy(_)
+            | EvaluationError::Memory(_) => JobFailure::Exhausted,
             EvaluationError::Workload(
                 WorkloadError::Option { .. }
                 | WorkloadError::NoAttribute(..)
                 | WorkloadError::Group { .. }
                 | WorkloadError::Learning(_),
-            ) => Status::invalid_argument(message),
-            EvaluationError::TooLarge { .. }
-            | EvaluationError::Busy(_)
-            | EvaluationError::Memory(_) => Status::resource_exhausted(message),
-            EvaluationError::Cancelled => Status::cancelled(message),
-            EvaluationError::Stopped(JobStopped::OverBudget { .. }) => {
-                Status::deadline_exceeded(message)
-            }
-            EvaluationError::Stopped(JobStopped::Panicked(_)) | EvaluationError::Internal(_) => {
-                Status::internal(message)
-            }
+            ) => JobFailure::Invalid,
+            EvaluationError::Cancelled => JobFailure::Cancelled,
+            EvaluationError::Stopped(e) => JobFailure::of_stopped(e),
+            EvaluationError::Internal(_) => JobFailure::Internal,
         }
+    }
+}
+
+impl From<EvaluationError> for Status {
+    fn from(err: EvaluationError) -> Status {
+        let message = match &err {
+            EvaluationError::Workload(WorkloadError::TooLarge {
+                classes,
+                values,
+                needed,
+                max,
+            }) => format!(
+                "workload: a model of {classes} classes over {values} attribute values needs {needed} cells of 8 bytes, more than tables.max_bytes / 8 = {max} (rule: the workload's models within tables.max_bytes)"
+            ),
+            err => err.to_string(),
+        };
+        job_status(err.failure(), message)
     }
 }
 
@@ -378,12 +385,10 @@ impl TableEvaluator for Evaluator {
     ) -> Result<tonic::Response<EvaluateResponse>, Status> {
         // Dropped unfinished (counted as cancelled) when tonic drops this future.
         let record = JobRecord::start("evaluate");
-        let result = self
-            .evaluate_request(request.into_inner())
-            .await
-            .map(tonic::Response::new)
-            .map_err(Status::from);
-        record.finish(Outcome::of_status(&result));
-        result
+        let result = self.evaluate_request(request.into_inner()).await;
+        record.finish(Outcome::of(
+            result.as_ref().map_err(EvaluationError::failure),
+        ));
+        result.map(tonic::Response::new).map_err(Status::from)
     }
 }

@@ -6,17 +6,33 @@
 //! means: an oversized or undecodable message, or a transport failure) and [`quote`], the one way an
 //! error message quotes an input value (at most [`QUOTE_BYTES`] bytes of it). The counting limits
 //! of streams and jobs ([`StreamLimit`], refusing with [`LimitExceeded`]) are
-//! [`crate::connections`]'s; table jobs run through the jobs layer ([`crate::jobs`]).
+//! [`crate::connections`]'s; table jobs run through the jobs layer ([`crate::jobs`]), whose one
+//! classification of their failures ([`JobFailure`]) [`job_status`] maps to a status.
 
+pub mod anonymizer;
 pub mod evaluation;
 pub mod location;
-pub mod table;
 pub mod transactions;
 
 /// Largest request message when the daemon does not set `server.max_message_bytes` (tonic's default).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 
 pub use crate::text::{QUOTE_BYTES, quote};
+
+use crate::jobs::JobFailure;
+
+/// The status of a table job's failure: gRPC's half of the one classification of table-job errors
+/// ([`JobFailure`]; the workbench's is `crate::workbench::error::Code::of_failure`).
+pub fn job_status(failure: JobFailure, message: String) -> tonic::Status {
+    match failure {
+        JobFailure::Invalid => tonic::Status::invalid_argument(message),
+        JobFailure::Unsatisfiable => tonic::Status::failed_precondition(message),
+        JobFailure::Exhausted => tonic::Status::resource_exhausted(message),
+        JobFailure::Cancelled => tonic::Status::cancelled(message),
+        JobFailure::OverBudget => tonic::Status::deadline_exceeded(message),
+        JobFailure::Internal => tonic::Status::internal(message),
+    }
+}
 
 /// Why reading a request stream failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -47,6 +63,15 @@ impl InboundError {
                 InboundError::Undecodable { detail }
             }
             _ => InboundError::Transport { detail },
+        }
+    }
+
+    /// What the failure means for a table job reading the stream ([`JobFailure`]).
+    pub fn failure(&self) -> JobFailure {
+        match self {
+            InboundError::TooLarge { .. } => JobFailure::Exhausted,
+            InboundError::Undecodable { .. } => JobFailure::Invalid,
+            InboundError::Transport { .. } => JobFailure::Cancelled,
         }
     }
 

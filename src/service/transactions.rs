@@ -54,7 +54,9 @@ use crate::service::{InboundError, drain};
 use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
 use crate::text::quote;
 use crate::windows::pipeline::{Pipeline, read_announced};
-use crate::windows::{self, Append, AppendError, Appended, ForwardedKind, WindowManager, cluster};
+use crate::windows::{
+    self, Append, AppendError, Appended, ForwardedKind, WindowManager, replicas as cluster,
+};
 
 /// Request metadata of a Publish call whose producer reads [`PublishAck::refused`]: with value `1`,
 /// a record no replica took within `cluster.failover_wait_ms` is refused in its acknowledgement and

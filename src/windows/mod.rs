@@ -16,11 +16,11 @@
 //! [`WindowManager::start_with`] replays the log: rebuilds the open windows (their timers restart)
 //! and queues every window closed in the log without a stored outcome. The same replay rebuilds the
 //! writer's state after a failed append.
-pub mod cluster;
 mod metrics;
 pub mod pipeline;
 pub mod release;
 mod releaser;
+pub mod replicas;
 #[cfg(test)]
 mod tests;
 mod writer;

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::TransactionsConfig;
 use crate::store::{DataDirLock, RecordLog, ReleaseStore, StoreError, WindowOutcome};
-use crate::windows::{self as windows, Append, WindowManager, cluster};
+use crate::windows::{self as windows, Append, WindowManager, replicas as cluster};
 
 /// A started window pipeline: the manager, where records go in, and what a replica adds.
 #[derive(Debug)]

@@ -3,10 +3,13 @@
 //!
 //! Invariants: every refusal of an `/api/` route goes through [`ApiError`]'s `IntoResponse`; the
 //! message names the field and the rule, quotes input through [`crate::text::quote`] and never holds
-//! a token; every response of this mapping carries `Cache-Control: no-store` (the router adds the
+//! a token; a table job's failure ([`JobFailure`]) has one code ([`Code::of_failure`]) and a code
+//! one failure ([`Code::failure`], its job's outcome); every response of this mapping carries `Cache-Control: no-store` (the router adds the
 //! security headers).
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+
+use crate::jobs::JobFailure;
 
 /// The code of an API error (gRPC's names, so both protocols say the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +44,33 @@ impl Code {
             Code::Cancelled => "cancelled",
             Code::DeadlineExceeded | Code::RequestTimeout => "deadline_exceeded",
             Code::Internal => "internal",
+        }
+    }
+
+    /// The code of a table job's failure: the workbench's half of the one classification of
+    /// table-job errors ([`JobFailure`]; gRPC's is `crate::service::job_status`).
+    pub fn of_failure(failure: JobFailure) -> Code {
+        match failure {
+            JobFailure::Invalid => Code::InvalidArgument,
+            JobFailure::Unsatisfiable => Code::FailedPrecondition,
+            JobFailure::Exhausted => Code::ResourceExhausted,
+            JobFailure::Cancelled => Code::Cancelled,
+            JobFailure::OverBudget => Code::DeadlineExceeded,
+            JobFailure::Internal => Code::Internal,
+        }
+    }
+
+    /// The failure this code says, for counting a job's outcome.
+    pub fn failure(self) -> JobFailure {
+        match self {
+            Code::InvalidArgument | Code::UnsupportedMediaType => JobFailure::Invalid,
+            Code::FailedPrecondition => JobFailure::Unsatisfiable,
+            Code::TooLarge | Code::ResourceExhausted => JobFailure::Exhausted,
+            Code::Cancelled => JobFailure::Cancelled,
+            Code::DeadlineExceeded | Code::RequestTimeout => JobFailure::OverBudget,
+            Code::Unauthenticated | Code::PermissionDenied | Code::NotFound | Code::Internal => {
+                JobFailure::Internal
+            }
         }
     }
 
@@ -132,5 +162,27 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.to_json() });
         super::json_response(self.status(), &body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::Outcome;
+
+    #[test]
+    fn every_job_failure_has_a_code_that_says_it_back() {
+        for failure in [
+            JobFailure::Invalid,
+            JobFailure::Unsatisfiable,
+            JobFailure::Exhausted,
+            JobFailure::Cancelled,
+            JobFailure::OverBudget,
+            JobFailure::Internal,
+        ] {
+            assert_eq!(Code::of_failure(failure).failure(), failure);
+        }
+        assert_eq!(Code::TooLarge.failure(), JobFailure::Exhausted);
+        assert_eq!(Code::RequestTimeout.failure().outcome(), Outcome::Cancelled);
     }
 }

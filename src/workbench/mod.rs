@@ -424,14 +424,9 @@ async fn create_table(
 ) -> Result<serde_json::Value, ApiError> {
     let record = crate::jobs::JobRecord::start("upload");
     let result = upload_table(workbench, principal, request).await;
-    record.finish(match &result {
-        Ok(_) => crate::jobs::Outcome::Ok,
-        Err(e) if e.code == Code::InvalidArgument => crate::jobs::Outcome::Invalid,
-        Err(e) if matches!(e.code, Code::TooLarge | Code::ResourceExhausted) => {
-            crate::jobs::Outcome::Exhausted
-        }
-        Err(_) => crate::jobs::Outcome::Failed,
-    });
+    record.finish(crate::jobs::Outcome::of(
+        result.as_ref().map_err(|e| e.code.failure()),
+    ));
     result
 }
 

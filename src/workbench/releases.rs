@@ -19,7 +19,7 @@ use super::error::{ApiError, Code};
 use super::sweeps::{Computed, Sweep, find};
 use super::tables::toml_string;
 use super::{Caller, Workbench, json_response};
-use crate::jobs::{JobRecord, Outcome, anonymize_job};
+use crate::jobs::{JobFailure, JobRecord, Outcome, anonymize_job};
 use crate::relational::AnonymizeError;
 use crate::relational::job::JobSpec;
 use crate::relational::models::PrivacySpec;
@@ -196,29 +196,19 @@ pub(super) async fn computed(
     let (release, report) = match result {
         Ok((Ok(done), _)) => done,
         Ok((Err(e), _)) => {
-            let code = match &e {
-                AnonymizeError::Unsatisfiable(_) => Code::FailedPrecondition,
-                AnonymizeError::Ola(crate::relational::ola::OlaError::NoAnonymousNode {
-                    ..
-                }) => Code::FailedPrecondition,
-                AnonymizeError::Cancelled => Code::Cancelled,
-                AnonymizeError::Spec(_)
-                | AnonymizeError::Options(_)
-                | AnonymizeError::Ola(_)
-                | AnonymizeError::Kaca(_) => Code::InvalidArgument,
-                _ => Code::Internal,
-            };
-            record.finish(if code == Code::Internal {
-                Outcome::Failed
-            } else {
-                Outcome::Invalid
-            });
-            return Err(ApiError::new(code, None, e.to_string()));
+            let failure = JobFailure::of_anonymize(&e);
+            record.finish(failure.outcome());
+            return Err(ApiError::new(
+                Code::of_failure(failure),
+                None,
+                e.to_string(),
+            ));
         }
         Err(stopped) => {
-            record.finish(Outcome::Cancelled);
+            let failure = JobFailure::of_stopped(&stopped);
+            record.finish(failure.outcome());
             return Err(ApiError::new(
-                Code::DeadlineExceeded,
+                Code::of_failure(failure),
                 None,
                 format!("tables.max_job_ms: {stopped}"),
             ));

@@ -28,7 +28,7 @@ use super::{Caller, Workbench, json_response, parse_json, read_body};
 use crate::budget::MemoryBudget;
 use crate::config::TablesConfig;
 use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
-use crate::jobs::{JobRecord, Outcome};
+use crate::jobs::{JobFailure, JobRecord, Outcome};
 use crate::measures::evaluate::{Baseline, EvaluationOptions};
 use crate::measures::frontier::{FrontierPoint, csv_header, csv_record, mark_efficient};
 use crate::measures::workload::{DEFAULT_MAX_MODEL_CELLS, WorkloadBaseline, WorkloadOptions};
@@ -380,24 +380,21 @@ async fn start(
                 record.finish(Outcome::Cancelled);
             }
             Ok((Err(SweepFailure::Failed(e)), _)) => {
-                let outcome = match e.code {
-                    Code::InvalidArgument => Outcome::Invalid,
-                    Code::TooLarge | Code::ResourceExhausted => Outcome::Exhausted,
-                    _ => Outcome::Failed,
-                };
+                let outcome = e.code.failure().outcome();
                 running.finish(Phase::Failed, Some(e));
                 record.finish(outcome);
             }
             Err(stopped) => {
+                let failure = JobFailure::of_stopped(&stopped);
                 running.finish(
                     Phase::Failed,
                     Some(ApiError::new(
-                        Code::DeadlineExceeded,
+                        Code::of_failure(failure),
                         None,
                         format!("tables.max_job_ms: {stopped}"),
                     )),
                 );
-                record.finish(Outcome::Cancelled);
+                record.finish(failure.outcome());
             }
         }
     });

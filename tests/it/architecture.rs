@@ -284,7 +284,14 @@ const ENGINES: [&str; 7] = [
     "learning",
     "poi",
 ];
-const SHARED: [&str; 5] = ["config", "text", "workload", "lines", "budget"];
+const SHARED: [&str; 6] = [
+    "config",
+    "text",
+    "workload",
+    "lines",
+    "budget",
+    "atomic_file",
+];
 const STATE: [&str; 2] = ["store", "cluster"];
 const CROSS_CUTTING: [&str; 5] = ["auth", "telemetry", "connections", "tls", "reload"];
 const ACTORS: [&str; 2] = ["broker", "windows"];
@@ -296,7 +303,7 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "location" | "transactions" | "relational" | "learning" | "poi" => vec!["text", "budget"],
         "measures" => vec!["relational", "learning", "text", "budget"],
         "risk" => vec!["relational", "text", "budget"],
-        "text" | "lines" | "budget" => vec![],
+        "text" | "lines" | "budget" | "atomic_file" => vec![],
         "workload" => vec!["lines", "location"],
         // Drawing into memory: the charts of the measures (frontier, Brickell & Shmatikov's figures).
         "plots" => vec!["measures", "text", "budget"],
@@ -304,7 +311,18 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "store" | "cluster" => all(&[&ENGINES, &SHARED, &["telemetry"]]),
         "auth" | "telemetry" | "connections" | "tls" | "reload" => all(&[&SHARED, &CROSS_CUTTING]),
         "broker" | "windows" => all(&[&ENGINES, &SHARED, &STATE, &CROSS_CUTTING]),
-        "service" => all(&[&ENGINES, &SHARED, &STATE, &CROSS_CUTTING, &ACTORS]),
+        // The table jobs: the runner, its limiter and budget, and the frontier's sweep, called by
+        // the gRPC adapters, the workbench and the CLI.
+        "jobs" => all(&[&ENGINES, &SHARED, &CROSS_CUTTING]),
+        // Adapters: gRPC (service) and the workbench's HTTP application, side by side.
+        "service" | "workbench" => all(&[
+            &ENGINES,
+            &SHARED,
+            &STATE,
+            &CROSS_CUTTING,
+            &ACTORS,
+            &["jobs"],
+        ]),
         // The top: the daemon's wiring, the command line and the crate root import anything.
         "daemon" | "cli" | "lib" | "main" => vec!["*"],
         other => panic!(

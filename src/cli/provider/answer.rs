@@ -11,7 +11,7 @@
 use anyhow::Context;
 use prost::Message;
 
-use crate::poi::table::{TableLimits, read_pois};
+use crate::poi::pois_csv::{TableLimits, read_pois};
 use crate::poi::{Limits, PoiIndex, Query, QueryError, query_box};
 use crate::proto::CloakedRequest;
 use crate::proto::poi::{Poi, PoiCandidates, PoiQuery, poi_query};

@@ -372,7 +372,7 @@ pub fn formats(given: &[String]) -> anyhow::Result<Vec<Format>> {
     Ok(formats)
 }
 
-/// Draws a chart in each format and writes `DIR/STEM.EXT` (to a temporary file renamed into place).
+/// Draws a chart in each format and writes `DIR/STEM.EXT` atomically ([`crate::atomic_file`]).
 pub fn write_plot(
     dir: &std::path::Path,
     stem: &str,
@@ -382,9 +382,7 @@ pub fn write_plot(
     for &format in formats {
         let bytes = crate::plots::render(chart, format)?;
         let path = dir.join(format!("{stem}.{}", format.extension()));
-        let partial = dir.join(format!(".{stem}.{}.partial", format.extension()));
-        std::fs::write(&partial, bytes)
-            .and_then(|()| std::fs::rename(&partial, &path))
+        crate::atomic_file::write_atomically(&path, |file| std::io::Write::write_all(file, &bytes))
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())

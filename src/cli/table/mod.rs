@@ -21,6 +21,7 @@ use clap::Subcommand;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::atomic_file::AtomicFile;
 use crate::relational::job::{AlgorithmField, AlgorithmOverrides, JobSpec};
 use crate::relational::models::{LDiversity, TCloseness};
 use crate::relational::release::{self, Release, ReleaseMethod};
@@ -172,53 +173,38 @@ pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
     Ok(job)
 }
 
-/// A file written beside its target and renamed into place on [`Staged::commit`]; dropped
-/// uncommitted, it is removed.
+/// One output written beside its target ([`AtomicFile`]), put in place on [`Staged::commit`] once
+/// every output is written; dropped uncommitted, it is removed.
 struct Staged {
-    temporary: PathBuf,
+    file: AtomicFile,
     target: PathBuf,
-    committed: bool,
 }
 
 impl Staged {
-    fn new(target: &Path) -> Staged {
-        let mut name = target.file_name().unwrap_or_default().to_os_string();
-        name.push(format!(".partial-{}", std::process::id()));
-        Staged {
-            temporary: target.with_file_name(name),
+    fn new(target: &Path) -> anyhow::Result<Staged> {
+        let file = AtomicFile::create(target)
+            .with_context(|| format!("{}: cannot create", target.display()))?;
+        Ok(Staged {
+            file,
             target: target.to_path_buf(),
-            committed: false,
-        }
+        })
     }
 
     fn write(
-        &self,
-        body: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
+        &mut self,
+        body: impl FnOnce(&mut BufWriter<&mut File>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let file = File::create(&self.temporary)
-            .with_context(|| format!("{}: cannot create", self.target.display()))?;
-        let mut writer = BufWriter::with_capacity(1 << 20, file);
+        let mut writer = BufWriter::with_capacity(1 << 20, self.file.file());
         body(&mut writer).with_context(|| format!("{}: cannot write", self.target.display()))?;
-        let file = writer
-            .into_inner()
-            .map_err(|e| anyhow!("{}: cannot write: {}", self.target.display(), e.error()))?;
-        file.sync_all().ok();
-        Ok(())
+        writer
+            .flush()
+            .with_context(|| format!("{}: cannot write", self.target.display()))
     }
 
-    fn commit(mut self) -> anyhow::Result<()> {
-        std::fs::rename(&self.temporary, &self.target)
-            .with_context(|| format!("{}: cannot move into place", self.target.display()))?;
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = std::fs::remove_file(&self.temporary);
-        }
+    fn commit(self) -> anyhow::Result<()> {
+        self.file
+            .commit()
+            .with_context(|| format!("{}: cannot move into place", self.target.display()))
     }
 }
 
@@ -280,7 +266,7 @@ pub fn write_release(
     let mut staged = Vec::new();
     match released {
         Release::Generalized(table) => {
-            let out = Staged::new(output);
+            let mut out = Staged::new(output)?;
             out.write(|w| Ok(release::write_csv(table, formulas, w)?))?;
             staged.push(out);
         }
@@ -288,16 +274,16 @@ pub fn write_release(
             quasi_table,
             sensitive_table,
         } => {
-            let out = Staged::new(output);
+            let mut out = Staged::new(output)?;
             out.write(|w| Ok(release::write_csv(quasi_table, formulas, w)?))?;
             staged.push(out);
-            let sens = Staged::new(&sensitive_path(output));
+            let mut sens = Staged::new(&sensitive_path(output))?;
             sens.write(|w| Ok(release::write_sensitive_csv(sensitive_table, formulas, w)?))?;
             staged.push(sens);
         }
     }
     if let Some(path) = report_path {
-        let rep = Staged::new(path);
+        let mut rep = Staged::new(path)?;
         rep.write(|w| {
             serde_json::to_writer_pretty(&mut *w, report)?;
             w.write_all(b"\n")?;
@@ -389,7 +375,7 @@ fn skewed(rng: &mut impl Rng, n: usize) -> usize {
 /// from the Adult hierarchies, Zipf-like frequencies; attributes independent).
 fn synth(args: SynthArgs) -> anyhow::Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let out = Staged::new(&args.output);
+    let mut out = Staged::new(&args.output)?;
     out.write(|w| {
         writeln!(
             w,

@@ -342,24 +342,19 @@ fn read_item_sets_from(
     Ok(parser.sets)
 }
 
-/// Writes `lines` of item sets to `path` via a temporary file and a rename; gzip when `.gz`.
+/// Writes `lines` of item sets to `path` atomically ([`crate::atomic_file`]); gzip when `.gz`.
 pub(crate) fn write_item_sets<'a>(
     path: &Path,
     names: &ItemNames,
     lines: impl Iterator<Item = &'a Vec<ItemId>>,
 ) -> Result<(), TransactionsCliError> {
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| TransactionsCliError::Argument {
+    if path.file_name().is_none() {
+        return Err(TransactionsCliError::Argument {
             field: "output",
             rule: format!("{} is not a file path", path.display()),
-        })?;
-    let mut temporary_name = std::ffi::OsString::from(".");
-    temporary_name.push(file_name);
-    temporary_name.push(format!(".tmp{}", std::process::id()));
-    let temporary = path.with_file_name(temporary_name);
-    let result = (|| -> std::io::Result<()> {
-        let file = std::fs::File::create(&temporary)?;
+        });
+    }
+    crate::atomic_file::write_atomically(path, |file| {
         // Buffer in front of the encoder: it is slow on the many tiny writes of item names.
         if path.extension().is_some_and(|e| e == "gz") {
             let encoder = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
@@ -373,12 +368,9 @@ pub(crate) fn write_item_sets<'a>(
             write_lines(&mut out, names, lines)?;
             out.flush()?;
         }
-        std::fs::rename(&temporary, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result.map_err(io_error(path))
+        Ok(())
+    })
+    .map_err(io_error(path))
 }
 
 fn write_lines<'a>(

@@ -212,14 +212,8 @@ fn run_anonymize(args: &AnonymizeArgs) -> Result<UtilityReport, TransactionsCliE
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TransactionsCliError> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(format!(".tmp{}", std::process::id()));
-    let temporary = PathBuf::from(temporary);
-    let result = std::fs::write(&temporary, bytes).and_then(|()| std::fs::rename(&temporary, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result.map_err(io_error(path))
+    crate::atomic_file::write_atomically(path, |file| std::io::Write::write_all(file, bytes))
+        .map_err(io_error(path))
 }
 
 fn run_constraints(args: &ConstraintsArgs) -> Result<(), TransactionsCliError> {

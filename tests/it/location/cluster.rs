@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use cloakd::config::Config;
+use cloakd::location::cells::CellGrid;
 use cloakd::location::geo::constraint_box;
-use cloakd::location::grid::CellGrid;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LocationRequest};
 

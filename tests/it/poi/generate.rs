@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use cloakd::poi::table::{TableLimits, read_pois};
+use cloakd::poi::pois_csv::{TableLimits, read_pois};
 
 fn generate(nodes: &Path, edges: &Path, output: &Path, seed: &str) -> Output {
     crate::support::bin()

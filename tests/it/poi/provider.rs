@@ -126,7 +126,7 @@ async fn clients_get_their_exact_nearest_through_the_real_provider_process() {
     let pois = pois();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pois.csv");
-    cloakd::poi::table::write_pois(std::fs::File::create(&file).unwrap(), &pois).unwrap();
+    cloakd::poi::pois_csv::write_pois(std::fs::File::create(&file).unwrap(), &pois).unwrap();
     let daemon = TestDaemon::start_default().await;
     let mut provider = bin()
         .args([
@@ -352,7 +352,7 @@ fn dense_pois(count: usize, category: &str) -> Vec<Poi> {
 
 fn write_pois(dir: &Path, pois: &[Poi]) -> std::path::PathBuf {
     let file = dir.join("pois.csv");
-    cloakd::poi::table::write_pois(std::fs::File::create(&file).unwrap(), pois).unwrap();
+    cloakd::poi::pois_csv::write_pois(std::fs::File::create(&file).unwrap(), pois).unwrap();
     file
 }
 

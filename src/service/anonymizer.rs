@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::config::TablesConfig;
 use crate::connections::LimitExceeded;
 use crate::jobs::JobStopped;
-use crate::jobs::{JobRecord, Outcome, TableJobs, anonymize_job};
+use crate::jobs::{JobFailure, JobRecord, Outcome, TableJobs, anonymize_job};
 use crate::proto::anonymize_request::Part as RequestPart;
 use crate::proto::anonymize_response::Part as ResponsePart;
 use crate::proto::table_anonymizer_server::{TableAnonymizer, TableAnonymizerServer};
@@ -35,11 +35,10 @@ use crate::relational::job::{
     AlgorithmField, AlgorithmOverrides, ColumnSpec, JobError, JobSpec, RoleSpec,
 };
 use crate::relational::models::{LDiversity, PrivacySpec, TCloseness};
-use crate::relational::ola::OlaError;
 use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
-use crate::service::{InboundError, drain};
+use crate::service::{InboundError, drain, job_status};
 
 /// Why a table job was refused.
 #[derive(Debug, thiserror::Error)]
@@ -70,38 +69,31 @@ pub enum TableServiceError {
     Internal(String),
 }
 
-impl From<TableServiceError> for Status {
-    fn from(e: TableServiceError) -> Status {
-        let message = e.to_string();
-        match e {
+impl TableServiceError {
+    /// The error's class ([`JobFailure`]).
+    fn failure(&self) -> JobFailure {
+        match self {
             TableServiceError::Limit { .. }
             | TableServiceError::Busy(_)
-            | TableServiceError::Table(TableError::TooManyRows { .. }) => {
-                Status::resource_exhausted(message)
-            }
-            TableServiceError::UploadIdle { .. } => Status::deadline_exceeded(message),
+            | TableServiceError::Table(TableError::TooManyRows { .. }) => JobFailure::Exhausted,
+            TableServiceError::UploadIdle { .. } => JobFailure::OverBudget,
+            TableServiceError::Inbound(inbound) => inbound.failure(),
+            TableServiceError::Anonymize(e) => JobFailure::of_anonymize(e),
+            TableServiceError::Stopped(e) => JobFailure::of_stopped(e),
+            TableServiceError::Internal(_) => JobFailure::Internal,
+            TableServiceError::InvalidJob { .. }
+            | TableServiceError::Job(_)
+            | TableServiceError::Hierarchy(_)
+            | TableServiceError::Table(_) => JobFailure::Invalid,
+        }
+    }
+}
+
+impl From<TableServiceError> for Status {
+    fn from(e: TableServiceError) -> Status {
+        match e {
             TableServiceError::Inbound(inbound) => inbound.status(),
-            TableServiceError::Anonymize(AnonymizeError::Unsatisfiable(_)) => {
-                Status::failed_precondition(message)
-            }
-            TableServiceError::Anonymize(AnonymizeError::Ola(OlaError::NoAnonymousNode {
-                ..
-            })) => Status::failed_precondition(message),
-            TableServiceError::Anonymize(
-                AnonymizeError::Spec(_)
-                | AnonymizeError::Options(_)
-                | AnonymizeError::Ola(_)
-                | AnonymizeError::Kaca(_),
-            ) => Status::invalid_argument(message),
-            TableServiceError::Anonymize(AnonymizeError::Cancelled) => Status::cancelled(message),
-            TableServiceError::Stopped(JobStopped::OverBudget { .. }) => {
-                Status::deadline_exceeded(message)
-            }
-            TableServiceError::Stopped(JobStopped::Panicked(_)) => Status::internal(message),
-            TableServiceError::Anonymize(_) | TableServiceError::Internal(_) => {
-                Status::internal(message)
-            }
-            _ => Status::invalid_argument(message),
+            e => job_status(e.failure(), e.to_string()),
         }
     }
 }
@@ -456,9 +448,11 @@ impl TableAnonymizer for TableService {
     ) -> Result<Response<AnonymizeStream>, Status> {
         // Dropped unfinished (counted as cancelled) when tonic drops this future.
         let record = JobRecord::start("anonymize");
-        let result = self.run_job(request).await.map_err(Status::from);
-        record.finish(Outcome::of_status(&result));
-        result
+        let result = self.run_job(request).await;
+        record.finish(Outcome::of(
+            result.as_ref().map_err(TableServiceError::failure),
+        ));
+        result.map_err(Status::from)
     }
 }
 
