@@ -76,6 +76,12 @@ pub struct AnonymizeArgs {
     /// delta-disclosure, delta > 0.
     #[arg(long, allow_hyphen_values = true)]
     pub delta: Option<f64>,
+    /// Highest prosecutor risk allowed (1 / the smallest released class), in (0, 1].
+    #[arg(long, value_name = "RISK", allow_hyphen_values = true)]
+    pub max_risk_highest: Option<f64>,
+    /// Average prosecutor risk allowed (released classes / released records), in (0, 1].
+    #[arg(long, value_name = "RISK", allow_hyphen_values = true)]
+    pub max_risk_average: Option<f64>,
     /// Release method: generalization, bucketization or trivial.
     #[arg(long)]
     pub release: Option<String>,
@@ -144,6 +150,25 @@ pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
             bail!("--delta {delta}: delta must be a finite number > 0");
         }
         job.privacy.delta = Some(delta);
+    }
+    for (flag, value, slot) in [
+        (
+            "--max-risk-highest",
+            args.max_risk_highest,
+            &mut job.privacy.risk.highest,
+        ),
+        (
+            "--max-risk-average",
+            args.max_risk_average,
+            &mut job.privacy.risk.average,
+        ),
+    ] {
+        if let Some(r) = value {
+            if !(r > 0.0 && r <= 1.0) {
+                bail!("{flag} {r}: the risk bound must lie in (0, 1]");
+            }
+            *slot = Some(r);
+        }
     }
     if let Some(method) = &args.release {
         job.release = method
