@@ -362,8 +362,16 @@ impl JobSpec {
                 privacy.delta = Some(delta);
             }
             for (key, raw, slot) in [
-                ("max_risk_highest", p.max_risk_highest, &mut privacy.risk.highest),
-                ("max_risk_average", p.max_risk_average, &mut privacy.risk.average),
+                (
+                    "max_risk_highest",
+                    p.max_risk_highest,
+                    &mut privacy.risk.highest,
+                ),
+                (
+                    "max_risk_average",
+                    p.max_risk_average,
+                    &mut privacy.risk.average,
+                ),
             ] {
                 if let Some(r) = raw {
                     let value = *r.get_ref();
@@ -670,7 +678,11 @@ seed = 9
             .replace("k = 3", "max_risk_average = 0.5")
             .replace("l = \"recursive:2:c=3\"\n", "");
         assert_eq!(
-            JobSpec::parse("job.toml", &only).unwrap().privacy.risk.average,
+            JobSpec::parse("job.toml", &only)
+                .unwrap()
+                .privacy
+                .risk
+                .average,
             Some(0.5)
         );
         let err = |t: &str| JobSpec::parse("job.toml", t).unwrap_err().to_string();

@@ -47,6 +47,8 @@ mod kaca_tests;
 #[cfg(test)]
 mod ola_tests;
 #[cfg(test)]
+mod risk_bounds_tests;
+#[cfg(test)]
 mod tests;
 
 use models::PrivacySpec;

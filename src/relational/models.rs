@@ -477,7 +477,10 @@ pub struct HighestRisk {
 
 impl PrivacyModel for HighestRisk {
     fn name(&self) -> String {
-        format!("highest prosecutor risk (max_risk_highest={})", self.highest)
+        format!(
+            "highest prosecutor risk (max_risk_highest={})",
+            self.highest
+        )
     }
     fn admits(&self, class: &ClassCounts<'_>, _: &SensitiveDistribution) -> bool {
         class.size > 0 && 1.0 / class.size as f64 <= self.highest + TOLERANCE
@@ -505,6 +508,11 @@ pub trait ReleaseCriterion: fmt::Debug + Send + Sync {
     fn bound(&self) -> f64;
     /// The measured value, or why the measure has no value (then the criterion does not hold).
     fn measure(&self, released: &Histogram) -> Result<f64, String>;
+    /// The most classes a release of `records` records may have, when the criterion caps it (what
+    /// Mondrian's splits honour).
+    fn max_classes(&self, _records: u64) -> Option<u64> {
+        None
+    }
     /// Whether the release's measure is within the bound.
     fn holds(&self, released: &Histogram) -> bool {
         matches!(self.measure(released), Ok(v) if v <= self.bound() + TOLERANCE)
@@ -521,7 +529,10 @@ pub struct AverageRisk {
 
 impl ReleaseCriterion for AverageRisk {
     fn name(&self) -> String {
-        format!("average prosecutor risk (max_risk_average={})", self.average)
+        format!(
+            "average prosecutor risk (max_risk_average={})",
+            self.average
+        )
     }
     fn monotone(&self) -> bool {
         true
@@ -534,6 +545,9 @@ impl ReleaseCriterion for AverageRisk {
             return Ok(0.0);
         }
         Ok(released.classes() as f64 / released.records() as f64)
+    }
+    fn max_classes(&self, records: u64) -> Option<u64> {
+        Some(((self.average + TOLERANCE) * records as f64).floor() as u64)
     }
 }
 
@@ -730,7 +744,11 @@ pub struct ReleaseViolation {
 impl fmt::Display for ReleaseViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.measured {
-            Ok(v) => write!(f, "{}: measured {v:.6} > bound {}", self.criterion, self.bound),
+            Ok(v) => write!(
+                f,
+                "{}: measured {v:.6} > bound {}",
+                self.criterion, self.bound
+            ),
             Err(why) => write!(
                 f,
                 "{}: no measured value ({why}), so the bound {} cannot be shown",
@@ -759,6 +777,14 @@ impl ModelSet {
             }
         }
         (all, monotone)
+    }
+
+    /// The most classes a release of `records` records may have under every release criterion.
+    pub fn max_classes(&self, records: u64) -> Option<(u64, String)> {
+        self.release
+            .iter()
+            .filter_map(|c| c.max_classes(records).map(|m| (m, c.name())))
+            .min_by_key(|(m, _)| *m)
     }
 
     /// Whether every release criterion is monotone.

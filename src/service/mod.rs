@@ -10,6 +10,7 @@
 //! cancellation flag when the caller goes away, its deadline passes or the server's budget is spent.
 
 pub mod evaluation;
+pub mod evaluation_risk;
 pub mod frontier;
 pub mod jobs;
 pub mod location;

@@ -268,13 +268,17 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
         &std::sync::atomic::AtomicBool::new(false),
     )?;
     drop(table);
+    let risk = release_risk(&released)?;
     let write_started = Instant::now();
     write_release(
         &released,
         job.formulas,
         &args.output,
         args.report.as_deref(),
-        &report,
+        &AnonymizeReport {
+            report: &report,
+            risk: &risk,
+        },
     )?;
     eprintln!(
         "cloakd: {} rows, {} classes, k={}, l_distinct={}, t_emd={:.4}, t_js={:.4}, delta={}; homogeneous classes {} ({:.2}% of rows), background posterior {:.4}; read {:.3}s, anonymize {:.3}s, write {:.3}s",
@@ -297,13 +301,39 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `table anonymize`'s JSON report: the release's report and its re-identification risk (the
+/// `risk` object of `table evaluate`'s report, without SUDA and population uniqueness).
+#[derive(serde::Serialize)]
+struct AnonymizeReport<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    risk: &'a crate::risk::RiskProfile,
+}
+
+/// The risk profile of a release on its released quasi-identifiers (bucketization: its QI table),
+/// as `table evaluate` measures it.
+pub fn release_risk(released: &Release) -> anyhow::Result<crate::risk::RiskProfile> {
+    let quasi = match released {
+        Release::Generalized(t) => t,
+        Release::Bucketized { quasi_table, .. } => quasi_table,
+    };
+    Ok(crate::risk::profile(
+        &crate::risk::classes::of_release(quasi),
+        &crate::risk::RiskOptions {
+            suda: false,
+            ..crate::risk::RiskOptions::default()
+        },
+        None,
+    )?)
+}
+
 /// Writes the release (and report) through staged files: all or nothing.
 pub fn write_release(
     released: &Release,
     formulas: release::Formulas,
     output: &Path,
     report_path: Option<&Path>,
-    report: &Report,
+    report: &impl serde::Serialize,
 ) -> anyhow::Result<()> {
     let mut staged = Vec::new();
     match released {
