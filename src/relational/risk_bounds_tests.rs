@@ -90,6 +90,7 @@ proptest! {
             ..PrivacySpec::default()
         };
         let unbounded = PrivacySpec {
+            k: Some(1),
             risk: RiskBounds { highest, ..RiskBounds::default() },
             ..PrivacySpec::default()
         };
