@@ -357,7 +357,34 @@ pub fn measure_release(
         efficient: false,
         workload,
         distortion: report.distortion,
+        risk: release_risk(&release)?,
     }))
+}
+
+/// The release's prosecutor risk on its released quasi-identifiers (`None` when every record is
+/// suppressed); linear in the rows, its memory that of the release's QI codes.
+fn release_risk(
+    release: &crate::relational::release::Release,
+) -> Result<Option<crate::measures::frontier::ReleaseRisk>, String> {
+    use crate::relational::release::Release;
+    let quasi = match release {
+        Release::Generalized(t) => t,
+        Release::Bucketized { quasi_table, .. } => quasi_table,
+    };
+    let options = crate::risk::RiskOptions {
+        suda: false,
+        ..crate::risk::RiskOptions::default()
+    };
+    let profile = crate::risk::profile(&crate::risk::classes::of_release(quasi), &options, None)
+        .map_err(|e| format!("risk: {e}"))?;
+    Ok(match profile.prosecutor {
+        crate::risk::Measured::Value(p) => Some(crate::measures::frontier::ReleaseRisk {
+            highest: p.highest,
+            average: p.average,
+            records_at_risk: p.records_at_risk,
+        }),
+        crate::risk::Measured::Unavailable { .. } => None,
+    })
 }
 
 /// One release's outcome: its point, or why it was left out.

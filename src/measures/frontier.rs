@@ -136,6 +136,18 @@ pub struct FrontierPoint {
     pub workload: Option<WorkloadEvaluation>,
     /// The release's distortion (its report's): `whd` (uniform weights) and `dm` in frontier.csv.
     pub distortion: Option<Distortion>,
+    /// The release's prosecutor risk on its released quasi-identifiers (docs/risk.md), when measured.
+    pub risk: Option<ReleaseRisk>,
+}
+
+/// A release's prosecutor risk, as the risk engine's profile measures it (outliers left out):
+/// `risk_highest`, `risk_average` and `risk_records_at_risk` in frontier.csv.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReleaseRisk {
+    pub highest: f64,
+    pub average: f64,
+    /// The share of records whose risk is above the threshold (0.2).
+    pub records_at_risk: f64,
 }
 
 impl FrontierPoint {
@@ -214,13 +226,23 @@ pub fn csv_header() -> Vec<String> {
     .map(String::from)
     .to_vec();
     header.extend(Classifier::ALL.map(|c| format!("gain_{}", c.name())));
-    header.extend(["whd", "dm"].map(String::from));
+    header.extend(
+        [
+            "whd",
+            "dm",
+            "risk_highest",
+            "risk_average",
+            "risk_records_at_risk",
+        ]
+        .map(String::from),
+    );
     header
 }
 
 /// One line of `frontier.csv`, as text: the workload columns (`u_base`, `gain_<classifier>`) are
 /// empty for a classifier not run or a sweep without a workload; `whd` (uniform weights) and `dm`
-/// (discernibility) are the release's distortion.
+/// (discernibility) are the release's distortion; `risk_highest`, `risk_average`,
+/// `risk_records_at_risk` its prosecutor risk (empty when it has no records outside suppression).
 pub fn csv_record(p: &FrontierPoint) -> Vec<String> {
     let e = &p.evaluation;
     let mut record = vec![
@@ -252,6 +274,10 @@ pub fn csv_record(p: &FrontierPoint) -> Vec<String> {
     let distortion = p.distortion.as_ref();
     record.push(distortion.map_or_else(String::new, |d| format!("{:.6}", d.whd_uniform)));
     record.push(distortion.map_or_else(String::new, |d| format!("{:.1}", d.discernibility)));
+    let risk = p.risk.as_ref();
+    record.push(risk.map_or_else(String::new, |r| format!("{:.6}", r.highest)));
+    record.push(risk.map_or_else(String::new, |r| format!("{:.6}", r.average)));
+    record.push(risk.map_or_else(String::new, |r| format!("{:.6}", r.records_at_risk)));
     record
 }
 

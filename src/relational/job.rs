@@ -17,6 +17,9 @@
 //! l = "distinct:3"                 # distinct:L | entropy:L | probabilistic:L | recursive:L:c=C
 //! t = "emd:0.2"                    # emd:T | js:T, T in [0, 1]
 //! delta = 1.2                      # > 0
+//! max_risk_highest = 0.1           # highest prosecutor risk, in (0, 1]
+//! max_risk_average = 0.05          # average prosecutor risk, in (0, 1]
+//! population_uniqueness = { model = "dankar", population = 318900000, max = 0.01 }
 //! [release]
 //! method = "generalization"        # generalization | bucketization | trivial
 //! algorithm = "mondrian"           # mondrian (default) | kaca | ola (kaca, ola: generalization only)
@@ -39,7 +42,7 @@ use toml::Spanned;
 
 use crate::relational::AlgorithmOptions;
 use crate::relational::hierarchy::Hierarchy;
-use crate::relational::models::{LDiversity, PrivacySpec, TCloseness};
+use crate::relational::models::{LDiversity, PrivacySpec, TCloseness, UniquenessBound};
 use crate::relational::release::{Formulas, ReleaseMethod};
 use crate::relational::table::{ColumnRole, ColumnSchema, QuasiKind, TableSchema, Unlisted};
 
@@ -124,6 +127,17 @@ struct RawPrivacy {
     l: Option<Spanned<String>>,
     t: Option<Spanned<String>>,
     delta: Option<Spanned<f64>>,
+    max_risk_highest: Option<Spanned<f64>>,
+    max_risk_average: Option<Spanned<f64>>,
+    population_uniqueness: Option<Spanned<RawUniqueness>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUniqueness {
+    model: Spanned<String>,
+    population: Spanned<f64>,
+    max: Spanned<f64>,
 }
 
 #[derive(Deserialize)]
@@ -352,6 +366,50 @@ impl JobSpec {
                     return Err(error(d.span(), "delta must be a finite number > 0".into()));
                 }
                 privacy.delta = Some(delta);
+            }
+            for (key, raw, slot) in [
+                (
+                    "max_risk_highest",
+                    p.max_risk_highest,
+                    &mut privacy.risk.highest,
+                ),
+                (
+                    "max_risk_average",
+                    p.max_risk_average,
+                    &mut privacy.risk.average,
+                ),
+            ] {
+                if let Some(r) = raw {
+                    let value = *r.get_ref();
+                    if !(value > 0.0 && value <= 1.0) {
+                        return Err(error(r.span(), format!("{key} must lie in (0, 1]")));
+                    }
+                    *slot = Some(value);
+                }
+            }
+            if let Some(u) = p.population_uniqueness.map(Spanned::into_inner) {
+                let model = u.model.get_ref().parse().map_err(|e| {
+                    error(u.model.span(), format!("population_uniqueness.model: {e}"))
+                })?;
+                let population = *u.population.get_ref();
+                if !(population.is_finite() && population >= 1.0) {
+                    return Err(error(
+                        u.population.span(),
+                        "population_uniqueness.population must be a finite number >= 1".into(),
+                    ));
+                }
+                let max = *u.max.get_ref();
+                if !(0.0..=1.0).contains(&max) {
+                    return Err(error(
+                        u.max.span(),
+                        "population_uniqueness.max must lie in [0, 1]".into(),
+                    ));
+                }
+                privacy.risk.population_uniqueness = Some(UniquenessBound {
+                    model,
+                    population,
+                    max,
+                });
             }
         }
         privacy
@@ -606,5 +664,57 @@ seed = 9
         assert!(err(&typo).starts_with("job.toml:8:1:"), "{}", err(&typo));
         let method = JOB.replace("bucketization", "shuffle");
         assert!(err(&method).contains("unknown release method"));
+    }
+
+    #[test]
+    fn parses_and_checks_risk_bounds() {
+        let risky = JOB.replace(
+            "k = 3",
+            "max_risk_highest = 0.2\nmax_risk_average = 0.05\npopulation_uniqueness = { model = \"dankar\", population = 1000, max = 0.01 }",
+        );
+        let job = JobSpec::parse("job.toml", &risky).unwrap();
+        assert_eq!(job.privacy.risk.highest, Some(0.2));
+        assert_eq!(job.privacy.risk.average, Some(0.05));
+        assert_eq!(
+            job.privacy.risk.population_uniqueness,
+            Some(UniquenessBound {
+                model: crate::relational::models::UniquenessModel::Dankar,
+                population: 1000.0,
+                max: 0.01
+            })
+        );
+        // A risk bound alone is a privacy request.
+        let only = JOB
+            .replace("k = 3", "max_risk_average = 0.5")
+            .replace("l = \"recursive:2:c=3\"\n", "");
+        assert_eq!(
+            JobSpec::parse("job.toml", &only)
+                .unwrap()
+                .privacy
+                .risk
+                .average,
+            Some(0.5)
+        );
+        let err = |t: &str| JobSpec::parse("job.toml", t).unwrap_err().to_string();
+        let zero = risky.replace("max_risk_highest = 0.2", "max_risk_highest = 0");
+        assert!(
+            err(&zero).starts_with("job.toml:8:20: max_risk_highest must lie in (0, 1]"),
+            "{}",
+            err(&zero)
+        );
+        let above = risky.replace("max_risk_average = 0.05", "max_risk_average = 1.5");
+        assert!(err(&above).contains("max_risk_average must lie in (0, 1]"));
+        let model = risky.replace("\"dankar\"", "\"poisson\"");
+        assert!(
+            err(&model).contains("population_uniqueness.model: unknown population model"),
+            "{}",
+            err(&model)
+        );
+        let population = risky.replace("population = 1000", "population = 0.5");
+        assert!(err(&population).contains("population_uniqueness.population must be"));
+        let max = risky.replace("max = 0.01", "max = 2");
+        assert!(err(&max).contains("population_uniqueness.max must lie in [0, 1]"));
+        let unknown = risky.replace("max = 0.01", "max = 0.01, size = 3");
+        assert!(err(&unknown).contains("size"), "{}", err(&unknown));
     }
 }

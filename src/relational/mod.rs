@@ -33,9 +33,11 @@ pub mod kaca;
 pub mod models;
 pub mod mondrian;
 pub mod ola;
+pub mod population;
 pub mod recoding;
 pub mod release;
 pub mod report;
+pub mod special;
 pub mod table;
 
 #[cfg(test)]
@@ -44,6 +46,8 @@ mod attacks_tests;
 mod kaca_tests;
 #[cfg(test)]
 mod ola_tests;
+#[cfg(test)]
+mod risk_bounds_tests;
 #[cfg(test)]
 mod tests;
 
@@ -153,6 +157,9 @@ pub enum AnonymizeError {
     Options(String),
     #[error("internal error: the release violates {model} in {classes} classes; nothing released")]
     ReleaseViolates { model: String, classes: u64 },
+    /// The release's measured risk exceeds a configured bound (the criterion, bound and value).
+    #[error("release refused: {0}; nothing released")]
+    RiskBound(models::ReleaseViolation),
     #[error("internal error: {0}")]
     Report(#[from] report::ReportError),
     /// The caller's cancellation flag turned true; nothing was released.
@@ -235,6 +242,11 @@ fn form_release(
     cancelled: &AtomicBool,
 ) -> Result<(Release, Report), AnonymizeError> {
     options.validate(method).map_err(AnonymizeError::Options)?;
+    if method == ReleaseMethod::Bucketization && !privacy.risk.is_empty() {
+        return Err(AnonymizeError::Options(
+            "max_risk_highest, max_risk_average and population_uniqueness bound generalization and trivial releases (rule: bucketization publishes the exact quasi-identifiers)".into(),
+        ));
+    }
     match options.algorithm {
         Algorithm::Mondrian => {}
         Algorithm::Ola => {
@@ -368,5 +380,33 @@ fn checked_report(
             classes: check.violating_classes,
         });
     }
+    if let Release::Generalized(table) = released
+        && let Some(violation) = models.release_violation(released_class_sizes(table))
+    {
+        return Err(AnonymizeError::RiskBound(violation));
+    }
     Ok(report)
+}
+
+/// The sizes of a generalized release's classes on its released quasi-identifiers, rows whose every
+/// quasi-identifier is `*` left out (as the risk engine measures a release, docs/risk.md).
+pub fn released_class_sizes(table: &release::ReleasedTable) -> Vec<u64> {
+    let quasi: Vec<&release::ReleasedColumn> = table
+        .columns
+        .iter()
+        .filter(|c| c.role == release::ReleasedRole::Quasi)
+        .collect();
+    let wildcard: Vec<Option<u32>> = quasi
+        .iter()
+        .map(|c| c.dictionary.iter().position(|v| v == "*").map(|p| p as u32))
+        .collect();
+    let mut sizes: std::collections::HashMap<Vec<u32>, u64> = Default::default();
+    for r in 0..table.rows {
+        let key: Vec<u32> = quasi.iter().map(|c| c.codes[r]).collect();
+        let outlier = !key.is_empty() && key.iter().zip(&wildcard).all(|(&k, w)| Some(k) == *w);
+        if !outlier {
+            *sizes.entry(key).or_default() += 1;
+        }
+    }
+    sizes.into_values().collect()
 }

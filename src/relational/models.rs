@@ -14,6 +14,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::distance::{emd_equal, emd_ordered, js_divergence};
+use super::population::{Estimate, Histogram, population_uniqueness};
 
 /// Slack of floating-point comparisons against a model's threshold.
 pub const TOLERANCE: f64 = 1e-9;
@@ -292,6 +293,70 @@ impl fmt::Display for TCloseness {
     }
 }
 
+/// The population-uniqueness model a bound is measured with (docs/risk.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UniquenessModel {
+    Pitman,
+    Zayatz,
+    Snb,
+    /// Dankar et al.'s rule choosing among the three.
+    Dankar,
+}
+
+impl FromStr for UniquenessModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<UniquenessModel, String> {
+        match s {
+            "pitman" => Ok(UniquenessModel::Pitman),
+            "zayatz" => Ok(UniquenessModel::Zayatz),
+            "snb" => Ok(UniquenessModel::Snb),
+            "dankar" => Ok(UniquenessModel::Dankar),
+            other => Err(format!(
+                "unknown population model {} (known: pitman, zayatz, snb, dankar)",
+                crate::text::quote(other)
+            )),
+        }
+    }
+}
+
+impl fmt::Display for UniquenessModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UniquenessModel::Pitman => "pitman",
+            UniquenessModel::Zayatz => "zayatz",
+            UniquenessModel::Snb => "snb",
+            UniquenessModel::Dankar => "dankar",
+        })
+    }
+}
+
+/// A bound on the share of population uniques: the `model`'s estimated uniques / `population` ≤ `max`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UniquenessBound {
+    pub model: UniquenessModel,
+    /// The population's size (records), ≥ 1 and ≥ the released records.
+    pub population: f64,
+    /// The largest share of population uniques allowed, in [0, 1].
+    pub max: f64,
+}
+
+/// Bounds on the re-identification risk of a release, measured as the risk engine measures the
+/// release (fully suppressed rows count nowhere; docs/risk.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RiskBounds {
+    /// The highest prosecutor risk, 1 / the smallest class, in (0, 1].
+    pub highest: Option<f64>,
+    /// The average prosecutor risk, classes / records, in (0, 1].
+    pub average: Option<f64>,
+    pub population_uniqueness: Option<UniquenessBound>,
+}
+
+impl RiskBounds {
+    pub fn is_empty(&self) -> bool {
+        self.highest.is_none() && self.average.is_none() && self.population_uniqueness.is_none()
+    }
+}
+
 /// The privacy requested of a release: any combination of the models.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PrivacySpec {
@@ -299,16 +364,46 @@ pub struct PrivacySpec {
     pub l: Option<LDiversity>,
     pub t: Option<TCloseness>,
     pub delta: Option<f64>,
+    pub risk: RiskBounds,
 }
 
 impl PrivacySpec {
     /// Checks the parameters' ranges; the error names the parameter and the rule.
     pub fn validate(&self) -> Result<(), ModelSpecError> {
-        if self.k.is_none() && self.l.is_none() && self.t.is_none() && self.delta.is_none() {
+        if self.k.is_none()
+            && self.l.is_none()
+            && self.t.is_none()
+            && self.delta.is_none()
+            && self.risk.is_empty()
+        {
             return Err(spec_error(
                 "privacy",
-                "request at least one of k, l, t, delta",
+                "request at least one of k, l, t, delta, max_risk_highest, max_risk_average, population_uniqueness",
             ));
+        }
+        for (key, bound) in [
+            ("max_risk_highest", self.risk.highest),
+            ("max_risk_average", self.risk.average),
+        ] {
+            if let Some(r) = bound
+                && !(r > 0.0 && r <= 1.0)
+            {
+                return Err(spec_error(key, format!("{key} must lie in (0, 1]")));
+            }
+        }
+        if let Some(u) = self.risk.population_uniqueness {
+            if !(u.population.is_finite() && u.population >= 1.0) {
+                return Err(spec_error(
+                    "population_uniqueness.population",
+                    "population must be a finite number >= 1",
+                ));
+            }
+            if !(0.0..=1.0).contains(&u.max) {
+                return Err(spec_error(
+                    "population_uniqueness.max",
+                    "max must lie in [0, 1]",
+                ));
+            }
         }
         if let Some(k) = self.k
             && k < 1
@@ -359,7 +454,140 @@ impl PrivacySpec {
         if let Some(delta) = self.delta {
             models.push(Box::new(DeltaDisclosure { delta }));
         }
-        ModelSet { models }
+        if let Some(highest) = self.risk.highest {
+            models.push(Box::new(HighestRisk { highest }));
+        }
+        let mut release: Vec<Box<dyn ReleaseCriterion>> = Vec::new();
+        if let Some(average) = self.risk.average {
+            release.push(Box::new(AverageRisk { average }));
+        }
+        if let Some(bound) = self.risk.population_uniqueness {
+            release.push(Box::new(bound));
+        }
+        ModelSet { models, release }
+    }
+}
+
+/// Highest prosecutor risk: every released class has 1/|E| ≤ `highest` (k-anonymity with
+/// k = ⌈1/highest⌉, monotone as k is, with and without suppression).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HighestRisk {
+    pub highest: f64,
+}
+
+impl PrivacyModel for HighestRisk {
+    fn name(&self) -> String {
+        format!(
+            "highest prosecutor risk (max_risk_highest={})",
+            self.highest
+        )
+    }
+    fn admits(&self, class: &ClassCounts<'_>, _: &SensitiveDistribution) -> bool {
+        class.size > 0 && 1.0 / class.size as f64 <= self.highest + TOLERANCE
+    }
+    fn violation(&self, class: &ClassCounts<'_>, t: &SensitiveDistribution) -> Option<String> {
+        (!self.admits(class, t)).then(|| {
+            format!(
+                "risk 1/{} = {:.6} > max_risk_highest={}",
+                class.size,
+                1.0 / class.size.max(1) as f64,
+                self.highest
+            )
+        })
+    }
+}
+
+/// A criterion on a whole release rather than on one class: measured on the class-size histogram of
+/// the released classes (suppressed rows left out, as the risk engine measures a release).
+pub trait ReleaseCriterion: fmt::Debug + Send + Sync {
+    /// The measure and its bound, e.g. `average prosecutor risk (max_risk_average=0.1)`.
+    fn name(&self) -> String;
+    /// Whether the criterion holds at every node above one where it holds when nothing is
+    /// suppressed (OLA may then tag and predict with it).
+    fn monotone(&self) -> bool;
+    fn bound(&self) -> f64;
+    /// The measured value, or why the measure has no value (then the criterion does not hold).
+    fn measure(&self, released: &Histogram) -> Result<f64, String>;
+    /// The most classes a release of `records` records may have, when the criterion caps it (what
+    /// Mondrian's splits honour).
+    fn max_classes(&self, _records: u64) -> Option<u64> {
+        None
+    }
+    /// Whether the release's measure is within the bound.
+    fn holds(&self, released: &Histogram) -> bool {
+        matches!(self.measure(released), Ok(v) if v <= self.bound() + TOLERANCE)
+    }
+}
+
+/// Average prosecutor risk: classes / records ≤ `average`. Monotone under generalization (merging
+/// classes lowers the count, records stay), not with suppression (suppressing the large classes of
+/// a node can leave fewer, larger-risk ones kept at the node above).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AverageRisk {
+    pub average: f64,
+}
+
+impl ReleaseCriterion for AverageRisk {
+    fn name(&self) -> String {
+        format!(
+            "average prosecutor risk (max_risk_average={})",
+            self.average
+        )
+    }
+    fn monotone(&self) -> bool {
+        true
+    }
+    fn bound(&self) -> f64 {
+        self.average
+    }
+    fn measure(&self, released: &Histogram) -> Result<f64, String> {
+        if released.is_empty() {
+            return Ok(0.0);
+        }
+        Ok(released.classes() as f64 / released.records() as f64)
+    }
+    fn max_classes(&self, records: u64) -> Option<u64> {
+        Some(((self.average + TOLERANCE) * records as f64).floor() as u64)
+    }
+}
+
+/// The share of population uniques under a model: not monotone (the models' estimates move either
+/// way as classes merge), so OLA checks it at every node and never tags with it.
+impl ReleaseCriterion for UniquenessBound {
+    fn name(&self) -> String {
+        format!(
+            "population uniqueness ({}, population={}, max={})",
+            self.model, self.population, self.max
+        )
+    }
+    fn monotone(&self) -> bool {
+        false
+    }
+    fn bound(&self) -> f64 {
+        self.max
+    }
+    fn measure(&self, released: &Histogram) -> Result<f64, String> {
+        if released.is_empty() {
+            return Ok(0.0);
+        }
+        let n = released.records() as f64;
+        if self.population < n {
+            return Err(format!(
+                "the population ({}) is smaller than the released records ({n})",
+                self.population
+            ));
+        }
+        let all = population_uniqueness(released, self.population);
+        let estimate = match self.model {
+            UniquenessModel::Pitman => all.pitman,
+            UniquenessModel::Zayatz => all.zayatz,
+            UniquenessModel::Snb => all.snb,
+            UniquenessModel::Dankar => all.dankar.estimate,
+        };
+        match estimate {
+            Estimate::Estimated { share, .. } => Ok(share),
+            Estimate::Unavailable { unavailable } => Err(unavailable),
+        }
     }
 }
 
@@ -496,13 +724,93 @@ impl PrivacyModel for DeltaDisclosure {
     }
 }
 
-/// Every requested model; a class is admitted when every model admits it.
+/// Every requested model; a class is admitted when every model admits it, a release when, besides,
+/// every release criterion holds on its kept classes.
 #[derive(Debug, Default)]
 pub struct ModelSet {
     pub models: Vec<Box<dyn PrivacyModel>>,
+    pub release: Vec<Box<dyn ReleaseCriterion>>,
+}
+
+/// A release criterion a release does not meet: the criterion, its bound and the measured value
+/// (or why there is none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleaseViolation {
+    pub criterion: String,
+    pub bound: f64,
+    pub measured: Result<f64, String>,
+}
+
+impl fmt::Display for ReleaseViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.measured {
+            Ok(v) => write!(
+                f,
+                "{}: measured {v:.6} > bound {}",
+                self.criterion, self.bound
+            ),
+            Err(why) => write!(
+                f,
+                "{}: no measured value ({why}), so the bound {} cannot be shown",
+                self.criterion, self.bound
+            ),
+        }
+    }
 }
 
 impl ModelSet {
+    /// Whether every release criterion holds on the kept classes' sizes (`all`), and whether every
+    /// monotone one does (`monotone`).
+    pub fn release_holds(&self, kept_sizes: impl IntoIterator<Item = u64>) -> (bool, bool) {
+        if self.release.is_empty() {
+            return (true, true);
+        }
+        let h = Histogram::from_sizes(kept_sizes);
+        let mut all = true;
+        let mut monotone = true;
+        for c in &self.release {
+            if !c.holds(&h) {
+                all = false;
+                if c.monotone() {
+                    monotone = false;
+                }
+            }
+        }
+        (all, monotone)
+    }
+
+    /// The most classes a release of `records` records may have under every release criterion.
+    pub fn max_classes(&self, records: u64) -> Option<(u64, String)> {
+        self.release
+            .iter()
+            .filter_map(|c| c.max_classes(records).map(|m| (m, c.name())))
+            .min_by_key(|(m, _)| *m)
+    }
+
+    /// Whether every release criterion is monotone.
+    pub fn release_monotone(&self) -> bool {
+        self.release.iter().all(|c| c.monotone())
+    }
+
+    /// The first release criterion the kept classes (of these sizes) violate.
+    pub fn release_violation(
+        &self,
+        kept_sizes: impl IntoIterator<Item = u64>,
+    ) -> Option<ReleaseViolation> {
+        if self.release.is_empty() {
+            return None;
+        }
+        let h = Histogram::from_sizes(kept_sizes);
+        self.release
+            .iter()
+            .find(|c| !c.holds(&h))
+            .map(|c| ReleaseViolation {
+                criterion: c.name(),
+                bound: c.bound(),
+                measured: c.measure(&h),
+            })
+    }
+
     pub fn admits(&self, class: &ClassCounts<'_>, table: &SensitiveDistribution) -> bool {
         self.models.iter().all(|m| m.admits(class, table))
     }
@@ -518,8 +826,18 @@ impl ModelSet {
             .find_map(|m| m.violation(class, table).map(|why| (m.name(), why)))
     }
 
+    /// The names of the per-class models (the report's `models`).
     pub fn names(&self) -> Vec<String> {
         self.models.iter().map(|m| m.name()).collect()
+    }
+
+    /// The names of every model and release criterion.
+    pub fn all_names(&self) -> Vec<String> {
+        self.models
+            .iter()
+            .map(|m| m.name())
+            .chain(self.release.iter().map(|c| c.name()))
+            .collect()
     }
 }
 

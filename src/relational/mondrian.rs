@@ -9,6 +9,10 @@
 //! values < the maximum); a categorical one is cut into the children of its lowest common node (two or
 //! more parts). A split is accepted only when every part satisfies every requested model; otherwise
 //! the next widest attribute is tried, and a partition no attribute can split is an equivalence class.
+//! A release criterion that caps the number of classes (the average prosecutor risk: at most
+//! ⌊a·n⌋ classes) is honoured by refusing, in the depth-first order of the splits, every split that
+//! would take the number of classes past the cap; the other release criteria (population
+//! uniqueness) are measured on the release and refuse it when exceeded (`crate::relational`).
 //!
 //! Invariants: the classes partition the rows; every class satisfies every model (the whole table is
 //! checked first and the split test keeps it so); classes are separated strictly (two classes differ
@@ -72,9 +76,18 @@ pub fn check_whole_table(
         size: table.rows() as u64,
         counts: &counts,
     };
-    match models.violation(&whole, distribution) {
-        Some((model, reason)) => Err(Unsatisfiable { model, reason }),
-        None => Ok(()),
+    if let Some((model, reason)) = models.violation(&whole, distribution) {
+        return Err(Unsatisfiable { model, reason });
+    }
+    match models.max_classes(table.rows() as u64) {
+        Some((0, model)) => Err(Unsatisfiable {
+            model,
+            reason: format!(
+                "1 class of {} records, an average risk above the bound",
+                table.rows()
+            ),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -156,6 +169,9 @@ pub fn partition_unless(
         })
         .collect();
     let stride = records.stride;
+    let most_classes = models.max_classes(n as u64).map_or(usize::MAX, |(m, _)| {
+        usize::try_from(m).unwrap_or(usize::MAX)
+    });
     let mut cuts = Vec::new();
     while let Some(range) = pending.pop() {
         if cancelled.load(Ordering::Relaxed) {
@@ -173,7 +189,9 @@ pub fn partition_unless(
             &mut scratch,
             &mut cuts,
         );
-        if cuts.is_empty() {
+        // After the split: the classes found, the parts pending and this part's pieces.
+        let after = classes.len() + pending.len() + cuts.len() + 1;
+        if cuts.is_empty() || after > most_classes {
             classes.push(range);
         } else {
             let mut lo = start;

@@ -34,6 +34,16 @@
 //! loss of every node above), stopping when the bound reaches the best loss found. Without
 //! suppression every metric is monotone along the lattice, so the optimum is a k-minimal node.
 //!
+//! Risk bounds ([`crate::relational::models::RiskBounds`]). The highest prosecutor risk is a check
+//! of one class (|E| ≥ 1/r, k-anonymity's rule), monotone with and without suppression: it tags
+//! like k. The average prosecutor risk and the share of population uniques are measured on the
+//! kept classes of a node (suppressed rows count nowhere, as the risk engine measures a release).
+//! The average is monotone without suppression (merging classes lowers the number of classes, the
+//! records stay), so it tags then; with suppression it is not (suppressing the large classes of a
+//! node can leave fewer, riskier ones kept at a node above) and population uniqueness never is:
+//! those are checked at every candidate node (the search above the k-minimal nodes of the monotone
+//! part described above, which then also runs without suppression).
+//!
 //! Checking a node groups the table's distinct QI tuples (each with its count and sensitive
 //! histogram), not its rows, on a key that packs the per-attribute level codes into one `u128`;
 //! per-attribute level codes are computed once. Every QI needs a hierarchy (numeric columns without
@@ -48,7 +58,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::relational::models::{
-    ClassCounts, LDiversity, ModelSet, PrivacySpec, SensitiveDistribution,
+    ClassCounts, LDiversity, ModelSet, PrivacySpec, RiskBounds, SensitiveDistribution,
 };
 use crate::relational::recoding::{Cell, Recoding};
 use crate::relational::table::{QuasiAttribute, Table};
@@ -149,6 +159,8 @@ struct Check {
     violating_tag: u64,
     /// Whether the node is anonymous under the full definition.
     anonymous: bool,
+    /// Whether the monotone release criteria hold on its kept classes.
+    release_monotone_ok: bool,
     /// Σ |E|² over every class (suppressed ones included).
     dm_all: f64,
     /// The node's loss (meaningful when anonymous).
@@ -185,6 +197,9 @@ struct Search<'a> {
     tag: ModelSet,
     needs_histograms: bool,
     limit: u64,
+    /// Whether the full anonymity condition is monotone (no suppression, every release criterion
+    /// monotone): tags use it and the optimum is a k-minimal node.
+    monotone: bool,
     metric: Metric,
     radices: Vec<u64>,
     checks: FastMap<u64, Check>,
@@ -259,7 +274,7 @@ pub fn ola_unless(
         .cloned()
         .collect();
     let mut best: Option<(f64, Vec<usize>)> = None;
-    if limit == 0 {
+    if search.monotone {
         // Every model and metric is monotone: the optimum is k-minimal.
         for node in &minimal {
             let check = search.check(node)?;
@@ -291,7 +306,7 @@ pub fn ola_unless(
     let Some((loss, levels)) = best else {
         return Err(OlaError::NoAnonymousNode {
             max_suppression,
-            model: search.all.names().join(", "),
+            model: search.all.all_names().join(", "),
         });
     };
     let recoding = search.recoding(table, &levels);
@@ -424,6 +439,10 @@ impl<'a> Search<'a> {
                 l: privacy.l.filter(|l| matches!(l, LDiversity::Distinct(_))),
                 t: None,
                 delta: None,
+                risk: RiskBounds {
+                    highest: privacy.risk.highest,
+                    ..RiskBounds::default()
+                },
             }
         };
         let mut radices = Vec::with_capacity(d);
@@ -432,6 +451,7 @@ impl<'a> Search<'a> {
             radices.push(product);
             product *= a.height as u64;
         }
+        let all = privacy.models();
         Ok(Search {
             n,
             d,
@@ -443,7 +463,8 @@ impl<'a> Search<'a> {
             tuple_of_row,
             m: table.sensitive.domain.len(),
             distribution: table.sensitive_distribution(),
-            all: privacy.models(),
+            monotone: limit == 0 && all.release_monotone(),
+            all,
             tag: tag_spec.models(),
             needs_histograms: privacy.l.is_some() || privacy.t.is_some() || privacy.delta.is_some(),
             limit,
@@ -714,7 +735,14 @@ impl<'a> Search<'a> {
             .filter(|(_, a)| !a.1)
             .map(|(s, _)| s)
             .sum();
-        let anonymous = suppressed <= self.limit && union_ok;
+        let (release_ok, release_monotone_ok) = self.all.release_holds(
+            sizes
+                .iter()
+                .zip(&admitted)
+                .filter(|(_, a)| a.1)
+                .map(|(&s, _)| s),
+        );
+        let anonymous = suppressed <= self.limit && union_ok && release_ok;
         let dm_all: f64 = sizes.iter().map(|&s| (s * s) as f64).sum();
         let loss = match self.metric {
             Metric::Dm => {
@@ -752,6 +780,7 @@ impl<'a> Search<'a> {
         let check = Check {
             violating_tag,
             anonymous,
+            release_monotone_ok,
             dm_all,
             loss,
         };
@@ -780,8 +809,10 @@ impl<'a> Search<'a> {
             return Ok(known);
         }
         let check = self.check(node)?;
-        let anonymous = if self.limit == 0 {
+        let anonymous = if self.monotone {
             check.anonymous
+        } else if self.limit == 0 {
+            check.violating_tag == 0 && check.release_monotone_ok
         } else {
             check.violating_tag <= self.limit
         };

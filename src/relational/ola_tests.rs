@@ -14,8 +14,11 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::relational::distortion::distortion;
 use crate::relational::hierarchy::{Hierarchy, NodeId};
-use crate::relational::models::{ClassCounts, LDiversity, PrivacySpec};
+use crate::relational::models::{
+    ClassCounts, LDiversity, PrivacySpec, RiskBounds, UniquenessBound, UniquenessModel,
+};
 use crate::relational::ola::{Metric, OlaError, ola};
+use crate::relational::population::{Estimate, Histogram, population_uniqueness};
 use crate::relational::recoding::{Cell, Recoding};
 use crate::relational::release::ReleaseMethod;
 use crate::relational::table::{
@@ -76,7 +79,40 @@ fn exhaustive(
             }
         }
         let union = histogram(&suppressed_rows);
-        let anonymous = suppressed_rows.len() <= allowed
+        // The risk bounds, from the definitions: on the kept classes only.
+        let kept: Vec<u64> = classes
+            .values()
+            .filter(|rows| !rows.iter().any(|r| suppressed_rows.contains(r)))
+            .map(|rows| rows.len() as u64)
+            .collect();
+        let kept_records: u64 = kept.iter().sum();
+        let highest_ok = privacy
+            .risk
+            .highest
+            .is_none_or(|r| kept.iter().all(|&s| 1.0 / s as f64 <= r + 1e-9));
+        let average_ok = privacy.risk.average.is_none_or(|a| {
+            kept_records == 0 || kept.len() as f64 / kept_records as f64 <= a + 1e-9
+        });
+        let uniqueness_ok = privacy.risk.population_uniqueness.is_none_or(|u| {
+            if kept_records == 0 {
+                return true;
+            }
+            if u.population < kept_records as f64 {
+                return false;
+            }
+            let all = population_uniqueness(&Histogram::from_sizes(kept.clone()), u.population);
+            let estimate = match u.model {
+                UniquenessModel::Pitman => all.pitman,
+                UniquenessModel::Zayatz => all.zayatz,
+                UniquenessModel::Snb => all.snb,
+                UniquenessModel::Dankar => all.dankar.estimate,
+            };
+            matches!(estimate, Estimate::Estimated { share, .. } if share <= u.max + 1e-9)
+        });
+        let anonymous = highest_ok
+            && average_ok
+            && uniqueness_ok
+            && suppressed_rows.len() <= allowed
             && (suppressed_rows.is_empty()
                 || models.admits(
                     &ClassCounts {
@@ -221,6 +257,41 @@ proptest! {
         }
     }
 
+    /// Under risk bounds (alone or with the other models), OLA's node is of minimum loss among the
+    /// nodes whose kept classes honour every bound, and its release honours them.
+    #[test]
+    fn ola_is_optimal_under_risk_bounds(seed in any::<u64>(), supp in 0..3usize) {
+        let table = random_table(seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x215c);
+        let mut privacy = if rng.random_bool(0.5) {
+            random_privacy(&mut rng)
+        } else {
+            PrivacySpec::default()
+        };
+        privacy.risk = random_bounds(&mut rng, table.rows());
+        let max_suppression = [0.0, 0.1, 0.4][supp];
+        for metric in [Metric::Dm, Metric::Prec, Metric::Entropy] {
+            agree(&table, &privacy, metric, max_suppression);
+        }
+        let options = AlgorithmOptions {
+            algorithm: Algorithm::Ola,
+            max_suppression,
+            ..Default::default()
+        };
+        if let Ok((crate::relational::release::Release::Generalized(released), _)) =
+            anonymize_with(&table, &privacy, ReleaseMethod::Generalization, seed, &options, &AtomicBool::new(false))
+        {
+            let sizes = crate::relational::released_class_sizes(&released);
+            let records: u64 = sizes.iter().sum();
+            if let Some(r) = privacy.risk.highest {
+                prop_assert!(sizes.iter().all(|&s| 1.0 / s as f64 <= r + 1e-9));
+            }
+            if let (Some(a), true) = (privacy.risk.average, records > 0) {
+                prop_assert!(sizes.len() as f64 / records as f64 <= a + 1e-9);
+            }
+        }
+    }
+
     /// Every OLA release passes the independent model checker of the pipeline tests and carries
     /// its distortion; suppressed rows are released with every QI `*`.
     #[test]
@@ -249,6 +320,62 @@ proptest! {
             Err(e) => prop_assert!(false, "{}", e),
         }
     }
+}
+
+/// Random risk bounds (at least one), the population at least the table's rows.
+fn random_bounds(rng: &mut ChaCha8Rng, rows: usize) -> RiskBounds {
+    loop {
+        let mut b = RiskBounds::default();
+        if rng.random_bool(0.5) {
+            b.highest = Some([1.0, 0.5, 0.34, 0.25][rng.random_range(0..4)]);
+        }
+        if rng.random_bool(0.5) {
+            b.average = Some(rng.random_range(0.05..0.8));
+        }
+        if rng.random_bool(0.5) {
+            b.population_uniqueness = Some(UniquenessBound {
+                model: [
+                    UniquenessModel::Pitman,
+                    UniquenessModel::Zayatz,
+                    UniquenessModel::Snb,
+                    UniquenessModel::Dankar,
+                ][rng.random_range(0..4)],
+                population: (rows * rng.random_range(1..50)) as f64,
+                max: rng.random_range(0.0..0.3),
+            });
+        }
+        if !b.is_empty() {
+            return b;
+        }
+    }
+}
+
+/// Average risk alone, without suppression (the case where OLA tags with it): the same optimum as
+/// the exhaustive search; a bound of 0 is refused naming the key.
+#[test]
+fn average_risk_bound_by_hand() {
+    let table = random_table(7);
+    let privacy = PrivacySpec {
+        risk: RiskBounds {
+            average: Some(0.2),
+            ..RiskBounds::default()
+        },
+        ..PrivacySpec::default()
+    };
+    agree(&table, &privacy, Metric::Dm, 0.0);
+    let bad = PrivacySpec {
+        risk: RiskBounds {
+            average: Some(0.0),
+            ..RiskBounds::default()
+        },
+        ..PrivacySpec::default()
+    };
+    assert!(
+        bad.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_risk_average")
+    );
 }
 
 /// The first 2,000 rows of Adult with 4 QIs (workclass, education, marital-status, sex).

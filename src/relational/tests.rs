@@ -70,7 +70,7 @@ pub(super) fn check_release_with(
 // Random tables and jobs
 // ------------------------------------------------------------------------------------------------
 
-pub(super) struct Generated {
+pub(crate) struct Generated {
     pub(super) csv: String,
     pub(super) schema: TableSchema,
     pub(super) original: Original,

@@ -12,64 +12,19 @@
 //! number says why instead ([`population::Estimate::Unavailable`]), and SUDA's exponential search
 //! is bounded before it allocates ([`suda::check_size`]).
 pub mod classes;
-pub mod population;
 pub mod sample;
-pub mod special;
 pub mod suda;
+
+/// The population models and the class-size histogram live in the relational engine (its
+/// risk-bounded releases measure them); re-exported here, where the risk profile uses them.
+pub use crate::relational::population::{self, Histogram};
+pub use crate::relational::special;
 
 use serde::Serialize;
 
 use classes::{QuasiColumns, group};
 use population::PopulationUniqueness;
 use sample::{MarketerRisk, RecordRisk, SampleUniqueness};
-
-/// The class-size histogram of a sample: (class size, number of classes), by ascending size.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Histogram {
-    entries: Vec<(u64, u64)>,
-    records: u64,
-    classes: u64,
-}
-
-impl Histogram {
-    /// The histogram of classes of the given sizes (zero sizes are ignored).
-    pub fn from_sizes(sizes: impl IntoIterator<Item = u64>) -> Histogram {
-        let mut sizes: Vec<u64> = sizes.into_iter().filter(|&s| s > 0).collect();
-        sizes.sort_unstable();
-        let mut h = Histogram::default();
-        for s in sizes {
-            match h.entries.last_mut() {
-                Some((size, count)) if *size == s => *count += 1,
-                _ => h.entries.push((s, 1)),
-            }
-            h.records += s;
-            h.classes += 1;
-        }
-        h
-    }
-
-    pub fn entries(&self) -> &[(u64, u64)] {
-        &self.entries
-    }
-    pub fn records(&self) -> u64 {
-        self.records
-    }
-    pub fn classes(&self) -> u64 {
-        self.classes
-    }
-    pub fn is_empty(&self) -> bool {
-        self.records == 0
-    }
-    pub fn classes_of_size(&self, size: u64) -> u64 {
-        self.entries.iter().find(|e| e.0 == size).map_or(0, |e| e.1)
-    }
-    pub fn smallest(&self) -> u64 {
-        self.entries.first().map_or(0, |e| e.0)
-    }
-    pub fn largest(&self) -> u64 {
-        self.entries.last().map_or(0, |e| e.0)
-    }
-}
 
 /// The population the sample was drawn from.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -218,6 +218,7 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
             )
         },
         delta: if p.delta == 0.0 { None } else { Some(p.delta) },
+        risk: Default::default(),
     };
     privacy
         .validate()

@@ -20,7 +20,7 @@
 //! malformed input is INVALID_ARGUMENT with the file, line and rule.
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tonic::Status;
 
@@ -40,7 +40,10 @@ use crate::proto::table_evaluator_server::{TableEvaluator, TableEvaluatorServer}
 use crate::proto::{ClassifierWorkload, EvaluateRequest, EvaluateResponse, Workload};
 use crate::relational::hierarchy::Hierarchy;
 use crate::relational::job::JobSpec;
+use crate::relational::release::{Release, ReleasedRole};
 use crate::relational::table::read_csv;
+use crate::risk::RiskOptions;
+use crate::service::evaluation_risk::{risk_bytes, risk_options, risk_response};
 use crate::service::job_status;
 use crate::text::quote;
 
@@ -240,6 +243,7 @@ impl Evaluator {
         request: EvaluateRequest,
         options: EvaluationOptions,
         workload: Option<WorkloadOptions>,
+        risk: RiskOptions,
         budget: &MemoryBudget,
         cancelled: &AtomicBool,
     ) -> Result<EvaluateResponse, EvaluationError> {
@@ -316,6 +320,7 @@ impl Evaluator {
                 other => invalid(other),
             })?
             .ok_or(EvaluationError::Cancelled)?;
+        let risk = release_risk(&release, &risk, budget, cancelled)?;
         let _datasets = match &workload {
             Some(_) => Some(budget.try_reserve(
                 crate::measures::workload::datasets_bytes(&table).saturating_mul(2),
@@ -345,6 +350,7 @@ impl Evaluator {
             large_populations: e.large_populations,
             queries: e.queries,
             workload,
+            risk: Some(risk),
         })
     }
 
@@ -364,17 +370,50 @@ impl Evaluator {
         }
         let options = self.options(&request)?;
         let workload = workload_options(&request)?;
+        let risk = risk_options(&request).map_err(EvaluationError::Invalid)?;
         let slot = self.jobs.acquire()?;
         let evaluator = self.clone();
         let stopped = |e: &EvaluationError| matches!(e, EvaluationError::Cancelled);
         let (evaluation, _slot) = self
             .jobs
             .run("evaluate", slot, stopped, move |cancelled, budget| {
-                evaluator.run(request, options, workload, budget, cancelled)
+                evaluator.run(request, options, workload, risk, budget, cancelled)
             })
             .await?;
         evaluation
     }
+}
+
+/// The release's risk section: its memory charged to the job's budget first, the cancellation flag
+/// looked at before and after (the profile is linear in the rows and not interrupted).
+fn release_risk(
+    release: &Release,
+    options: &RiskOptions,
+    budget: &MemoryBudget,
+    cancelled: &AtomicBool,
+) -> Result<crate::proto::Risk, EvaluationError> {
+    let quasi = match release {
+        Release::Generalized(t) => t,
+        Release::Bucketized { quasi_table, .. } => quasi_table,
+    };
+    let qis = quasi
+        .columns
+        .iter()
+        .filter(|c| c.role == ReleasedRole::Quasi)
+        .count();
+    let _held = budget.try_reserve(
+        risk_bytes(quasi.rows, qis),
+        "the risk profile (the release's quasi-identifier codes and classes)",
+    )?;
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(EvaluationError::Cancelled);
+    }
+    let profile = crate::risk::profile(&crate::risk::classes::of_release(quasi), options, None)
+        .map_err(invalid)?;
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(EvaluationError::Cancelled);
+    }
+    Ok(risk_response(&profile))
 }
 
 #[tonic::async_trait]

@@ -11,6 +11,7 @@
 
 pub mod anonymizer;
 pub mod evaluation;
+pub mod evaluation_risk;
 pub mod location;
 pub mod transactions;
 

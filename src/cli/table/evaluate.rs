@@ -175,17 +175,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     }
     let baseline = Baseline::new(&table, options)?;
     let evaluation = evaluate(&table, &baseline, &release)?;
-    let risk = crate::risk::profile(
-        &crate::risk::classes::of_release(match &release {
-            crate::relational::release::Release::Generalized(t) => t,
-            crate::relational::release::Release::Bucketized { quasi_table, .. } => quasi_table,
-        }),
-        &crate::risk::RiskOptions {
-            suda: false,
-            ..crate::risk::RiskOptions::default()
-        },
-        None,
-    )?;
+    let risk = super::release_risk(&release)?;
     let workload = match workload_options {
         Some(options) => {
             let never = std::sync::atomic::AtomicBool::new(false);

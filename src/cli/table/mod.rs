@@ -77,6 +77,12 @@ pub struct AnonymizeArgs {
     /// delta-disclosure, delta > 0.
     #[arg(long, allow_hyphen_values = true)]
     pub delta: Option<f64>,
+    /// Highest prosecutor risk allowed (1 / the smallest released class), in (0, 1].
+    #[arg(long, value_name = "RISK", allow_hyphen_values = true)]
+    pub max_risk_highest: Option<f64>,
+    /// Average prosecutor risk allowed (released classes / released records), in (0, 1].
+    #[arg(long, value_name = "RISK", allow_hyphen_values = true)]
+    pub max_risk_average: Option<f64>,
     /// Release method: generalization, bucketization or trivial.
     #[arg(long)]
     pub release: Option<String>,
@@ -145,6 +151,25 @@ pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
             bail!("--delta {delta}: delta must be a finite number > 0");
         }
         job.privacy.delta = Some(delta);
+    }
+    for (flag, value, slot) in [
+        (
+            "--max-risk-highest",
+            args.max_risk_highest,
+            &mut job.privacy.risk.highest,
+        ),
+        (
+            "--max-risk-average",
+            args.max_risk_average,
+            &mut job.privacy.risk.average,
+        ),
+    ] {
+        if let Some(r) = value {
+            if !(r > 0.0 && r <= 1.0) {
+                bail!("{flag} {r}: the risk bound must lie in (0, 1]");
+            }
+            *slot = Some(r);
+        }
     }
     if let Some(method) = &args.release {
         job.release = method
@@ -226,13 +251,17 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     let (released, report) =
         crate::jobs::anonymize_job(&table, &job, &std::sync::atomic::AtomicBool::new(false))?;
     drop(table);
+    let risk = release_risk(&released)?;
     let write_started = Instant::now();
     write_release(
         &released,
         job.formulas,
         &args.output,
         args.report.as_deref(),
-        &report,
+        &AnonymizeReport {
+            report: &report,
+            risk: &risk,
+        },
     )?;
     eprintln!(
         "cloakd: {} rows, {} classes, k={}, l_distinct={}, t_emd={:.4}, t_js={:.4}, delta={}; homogeneous classes {} ({:.2}% of rows), background posterior {:.4}; read {:.3}s, anonymize {:.3}s, write {:.3}s",
@@ -255,13 +284,39 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `table anonymize`'s JSON report: the release's report and its re-identification risk (the
+/// `risk` object of `table evaluate`'s report, without SUDA and population uniqueness).
+#[derive(serde::Serialize)]
+struct AnonymizeReport<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    risk: &'a crate::risk::RiskProfile,
+}
+
+/// The risk profile of a release on its released quasi-identifiers (bucketization: its QI table),
+/// as `table evaluate` measures it.
+pub fn release_risk(released: &Release) -> anyhow::Result<crate::risk::RiskProfile> {
+    let quasi = match released {
+        Release::Generalized(t) => t,
+        Release::Bucketized { quasi_table, .. } => quasi_table,
+    };
+    Ok(crate::risk::profile(
+        &crate::risk::classes::of_release(quasi),
+        &crate::risk::RiskOptions {
+            suda: false,
+            ..crate::risk::RiskOptions::default()
+        },
+        None,
+    )?)
+}
+
 /// Writes the release (and report) through staged files: all or nothing.
 pub fn write_release(
     released: &Release,
     formulas: release::Formulas,
     output: &Path,
     report_path: Option<&Path>,
-    report: &Report,
+    report: &impl serde::Serialize,
 ) -> anyhow::Result<()> {
     let mut staged = Vec::new();
     match released {

@@ -1,6 +1,6 @@
 //! `cloakd table frontier`: a small sweep on a sample of Adult writes one `frontier.csv` row per
 //! release with the documented columns, flags exactly the non-dominated releases as efficient, and
-//! writes the three SVG plots; with a learning workload each row carries U_base and the gains, equal
+//! writes the three SVG plots; each row carries the release's prosecutor risk; with a learning workload each row carries U_base and the gains, equal
 //! to `table evaluate --workload`'s on the same release, and a fourth plot shows them.
 
 #[test]
@@ -38,7 +38,7 @@ fn frontier_writes_csv_and_plots() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "model,parameter,method,ploss,uloss,a_know,a_acc,query_error,seconds,efficient,algorithm,u_base,gain_j48,gain_rf,gain_nb,whd,dm"
+        "model,parameter,method,ploss,uloss,a_know,a_acc,query_error,seconds,efficient,algorithm,u_base,gain_j48,gain_rf,gain_nb,whd,dm,risk_highest,risk_average,risk_records_at_risk"
     );
     let rows: Vec<Vec<String>> = lines
         .map(|l| l.split(',').map(str::to_string).collect())
@@ -62,6 +62,21 @@ fn frontier_writes_csv_and_plots() {
         assert_eq!(p.2, !dominated, "{p:?} in {text}");
     }
     assert!(points.iter().any(|p| p.2));
+    // The risk columns: a k-anonymous generalization has highest risk at most 1/k and an average
+    // at most its highest; bucketization publishes exact QIs, riskier than any generalization.
+    for r in &rows {
+        let highest: f64 = r[17].parse().unwrap();
+        let average: f64 = r[18].parse().unwrap();
+        let at_risk: f64 = r[19].parse().unwrap();
+        assert!(
+            average <= highest && (0.0..=1.0).contains(&at_risk),
+            "{r:?}"
+        );
+        if r[0] == "k-anonymity" && r[2] == "generalization" {
+            let k: f64 = r[1].parse().unwrap();
+            assert!(highest <= 1.0 / k + 1e-9, "{r:?}");
+        }
+    }
     assert!(rows.iter().any(|r| r[2] == "bucketization"));
     assert!(
         rows.iter().all(|r| r[10] == "mondrian"),

@@ -2,19 +2,69 @@
 //! on the quasi-identifiers, estimated from the sample's class-size histogram by the models ARX
 //! implements (`org.deidentifier.arx.risk`): Zayatz (1991), Pitman (Hoshino 2001), the
 //! slide negative binomial (SNB, Chen & Keller-McNulty 1998) and Dankar et al.'s (2012) rule that
-//! chooses among them. Formulas, sources and edge cases: docs/risk.md.
+//! chooses among them, over a sample's class-size [`Histogram`]. They live in the relational engine
+//! so that OLA and Mondrian can bound a release's population uniqueness
+//! ([`crate::relational::models::RiskBounds`]); the risk engine re-exports them
+//! (`crate::risk::population`). Formulas, sources and edge cases: docs/risk.md.
 //!
 //! Invariants: a model that cannot give a number (its solver does not converge, its estimate is
 //! NaN, zero, negative or larger than the population) is [`Estimate::Unavailable`] with the reason,
 //! never a number; a sample without uniques has 0 population uniques under every model (ARX's
 //! rule). The population size is at least the sample size (checked by the caller,
-//! [`crate::risk::RiskError::PopulationSmallerThanSample`]). No allocation depends on the population.
+//! `crate::risk::profile` says why instead). No allocation depends on the population.
 use serde::Serialize;
 
-use crate::risk::Histogram;
-use crate::risk::special::{
+use crate::relational::special::{
     Evaluation, Solver, digamma, grid_starts, ln_gamma, newton_2d, trigamma,
 };
+
+/// The class-size histogram of a sample: (class size, number of classes), by ascending size.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Histogram {
+    entries: Vec<(u64, u64)>,
+    records: u64,
+    classes: u64,
+}
+
+impl Histogram {
+    /// The histogram of classes of the given sizes (zero sizes are ignored).
+    pub fn from_sizes(sizes: impl IntoIterator<Item = u64>) -> Histogram {
+        let mut sizes: Vec<u64> = sizes.into_iter().filter(|&s| s > 0).collect();
+        sizes.sort_unstable();
+        let mut h = Histogram::default();
+        for s in sizes {
+            match h.entries.last_mut() {
+                Some((size, count)) if *size == s => *count += 1,
+                _ => h.entries.push((s, 1)),
+            }
+            h.records += s;
+            h.classes += 1;
+        }
+        h
+    }
+
+    pub fn entries(&self) -> &[(u64, u64)] {
+        &self.entries
+    }
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+    pub fn classes(&self) -> u64 {
+        self.classes
+    }
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+    pub fn classes_of_size(&self, size: u64) -> u64 {
+        self.entries.iter().find(|e| e.0 == size).map_or(0, |e| e.1)
+    }
+    pub fn smallest(&self) -> u64 {
+        self.entries.first().map_or(0, |e| e.0)
+    }
+    pub fn largest(&self) -> u64 {
+        self.entries.last().map_or(0, |e| e.0)
+    }
+}
 
 /// One model's estimate, or why there is none.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,0 +1,169 @@
+//! TableEvaluator's risk section through the real daemon, on the shipped Adult sample released as
+//! itself: the figures equal the classes recomputed here from the CSV and the `risk` object of
+//! `cloakd table risk`'s JSON report (the same names), population uniqueness says why it is
+//! unavailable without a population, and bad risk options are refused with INVALID_ARGUMENT naming
+//! the field before any work.
+use std::collections::HashMap;
+use std::io::Read;
+
+use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
+use cloakd::proto::{EvaluateRequest, HierarchyFile};
+use tonic::Code;
+
+use crate::support::{TestDaemon, cloakd, repo};
+
+const QIS: [&str; 6] = [
+    "age",
+    "workclass",
+    "education",
+    "marital-status",
+    "race",
+    "sex",
+];
+
+fn request() -> EvaluateRequest {
+    let dir = repo().join("tests/data/adult-sample");
+    let job = std::fs::read_to_string(dir.join("job.toml")).unwrap();
+    let hierarchies = QIS[1..]
+        .iter()
+        .map(|q| HierarchyFile {
+            path: format!("{q}.csv"),
+            text: std::fs::read_to_string(dir.join(format!("{q}.csv"))).unwrap(),
+        })
+        .collect();
+    let csv = std::fs::read(dir.join("adult-2000.csv.gz")).unwrap();
+    EvaluateRequest {
+        job_toml: job,
+        hierarchies,
+        original_csv: csv.clone(),
+        release_csv: csv,
+        queries: Some(10),
+        ..EvaluateRequest::default()
+    }
+}
+
+/// The class sizes of the sample on the six QIs, from the CSV.
+fn classes() -> Vec<u64> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(
+        std::fs::File::open(repo().join("tests/data/adult-sample/adult-2000.csv.gz")).unwrap(),
+    )
+    .read_to_string(&mut text)
+    .unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    let at: Vec<usize> = QIS
+        .iter()
+        .map(|q| header.iter().position(|h| h == q).unwrap())
+        .collect();
+    let mut sizes: HashMap<Vec<String>, u64> = HashMap::new();
+    for row in reader.records() {
+        let row = row.unwrap();
+        *sizes
+            .entry(at.iter().map(|&i| row[i].to_string()).collect())
+            .or_default() += 1;
+    }
+    sizes.into_values().collect()
+}
+
+#[tokio::test]
+async fn the_risk_section_matches_the_classes_and_the_cli() {
+    let daemon = TestDaemon::start_default().await;
+    let mut client = TableEvaluatorClient::new(daemon.channel().await)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    let r = client
+        .evaluate(request())
+        .await
+        .unwrap()
+        .into_inner()
+        .risk
+        .unwrap();
+    let sizes = classes();
+    let smallest = *sizes.iter().min().unwrap();
+    assert_eq!(r.records, 2000);
+    assert_eq!(r.classes, sizes.len() as u64);
+    assert_eq!(r.threshold, 0.2);
+    let p = r.prosecutor.unwrap();
+    assert_eq!(p.highest, 1.0 / smallest as f64);
+    assert_eq!(p.average, sizes.len() as f64 / 2000.0);
+    assert_eq!(p.unavailable, None);
+    let uniques = sizes.iter().filter(|&&s| s == 1).count() as u64;
+    assert_eq!(r.sample_uniqueness.unwrap().unique_records, uniques);
+    assert_eq!(r.journalist.unwrap().against, "sample");
+    let none = r.population_uniqueness.unwrap();
+    assert!(
+        none.unavailable
+            .as_deref()
+            .is_some_and(|u| u.contains("no population size")),
+        "{none:?}"
+    );
+    // With a sampling fraction: the figures of `cloakd table risk`'s report, under its names.
+    let mut with_population = request();
+    with_population.sampling_fraction = Some(0.01);
+    with_population.risk_threshold = Some(0.05);
+    let r = client
+        .evaluate(with_population)
+        .await
+        .unwrap()
+        .into_inner()
+        .risk
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("risk.json");
+    let job = repo().join("tests/data/adult-sample/job.toml");
+    let o = cloakd(&[
+        "table",
+        "risk",
+        job.to_str().unwrap(),
+        "--sampling-fraction",
+        "0.01",
+        "--threshold",
+        "0.05",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let cli = &json["risk"];
+    let p = r.prosecutor.unwrap();
+    assert_eq!(cli["prosecutor"]["records_at_risk"], p.records_at_risk);
+    assert_eq!(cli["marketer"]["average"], r.marketer.unwrap().average);
+    let u = r.population_uniqueness.unwrap();
+    assert_eq!(
+        cli["population_uniqueness"]["population_size"],
+        u.population_size
+    );
+    for (name, e) in [
+        ("pitman", &u.pitman),
+        ("zayatz", &u.zayatz),
+        ("snb", &u.snb),
+    ] {
+        let e = e.as_ref().unwrap();
+        match &e.unavailable {
+            None => assert_eq!(cli["population_uniqueness"][name]["uniques"], e.uniques),
+            Some(why) => assert_eq!(cli["population_uniqueness"][name]["unavailable"], *why),
+        }
+    }
+    assert_eq!(
+        cli["population_uniqueness"]["dankar"]["model"],
+        u.dankar_model
+    );
+    // Bad options name their field.
+    for (field, edit) in [
+        (
+            "risk_threshold",
+            (|r: &mut EvaluateRequest| r.risk_threshold = Some(1.5)) as fn(&mut EvaluateRequest),
+        ),
+        ("population", |r| r.population = Some(0.0)),
+        ("sampling_fraction", |r| r.sampling_fraction = Some(2.0)),
+    ] {
+        let mut bad = request();
+        edit(&mut bad);
+        let status = client.evaluate(bad).await.expect_err("refused");
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(status.message().starts_with(field), "{}", status.message());
+    }
+    daemon.shutdown().await.unwrap();
+}
