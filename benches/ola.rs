@@ -31,8 +31,7 @@ fn adult(csv: &[u8]) -> Table {
     let job = JobSpec::parse("adult-ola.toml", &text).expect("valid job");
     let schema = job
         .schema(|path, _| -> Result<Hierarchy, String> {
-            let text =
-                std::fs::read_to_string(examples().join(path)).map_err(|e| e.to_string())?;
+            let text = std::fs::read_to_string(examples().join(path)).map_err(|e| e.to_string())?;
             Hierarchy::parse(path, &text).map_err(|e| e.to_string())
         })
         .expect("hierarchies");
@@ -131,7 +130,10 @@ fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Option<Str
     if !status.status.success() {
         return Some(format!(
             "ArxRef failed: {}",
-            String::from_utf8_lossy(&status.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&status.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         ));
     }
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).ok()?).ok()?;
@@ -164,7 +166,11 @@ fn main() {
     let only = std::env::args().nth(1).filter(|a| !a.starts_with("--"));
     println!(
         "| setting | node | suppressed | nodes checked | algorithm ms (best of 5) | whole process s (best of 5) |{}",
-        if arx_dir.is_some() { " ARX Flash |" } else { "" }
+        if arx_dir.is_some() {
+            " ARX Flash |"
+        } else {
+            ""
+        }
     );
     println!(
         "|---|---|---|---|---|---|{}",
@@ -188,7 +194,12 @@ fn main() {
         let (node, suppressed, checked) = match found.expect("ran") {
             Ok(r) => (
                 format!("{:?}", r.levels),
-                r.recoding.suppressed.iter().filter(|&&x| x).count().to_string(),
+                r.recoding
+                    .suppressed
+                    .iter()
+                    .filter(|&&x| x)
+                    .count()
+                    .to_string(),
                 r.nodes_checked.to_string(),
             ),
             Err(e) => (e.to_string(), "-".into(), "-".into()),
