@@ -27,6 +27,7 @@ use rand_chacha::ChaCha8Rng;
 pub mod attacks;
 pub mod distance;
 pub mod distortion;
+pub mod groupify;
 pub mod hierarchy;
 pub mod job;
 pub mod kaca;

@@ -44,10 +44,12 @@
 //! those are checked at every candidate node (the search above the k-minimal nodes of the monotone
 //! part described above, which then also runs without suppression).
 //!
-//! Checking a node groups the table's distinct QI tuples (each with its count and sensitive
-//! histogram), not its rows, on a key that packs the per-attribute level codes into one `u128`;
-//! per-attribute level codes are computed once. Every QI needs a hierarchy (numeric columns without
-//! one are refused: OLA's lattice is made of hierarchy levels).
+//! Checking a node takes its equivalence classes from [`crate::relational::groupify`]: rolled up from
+//! the classes of a checked node below it (or from the table's distinct QI tuples), one hash lookup
+//! of a packed key per finer class. DM and the suppressed counts are exact integers and the
+//! non-uniform entropy a fixed-point integer sum, so a node's loss does not depend on the order its
+//! classes are met in (ties still go to the node found first). Every QI needs a hierarchy (numeric
+//! columns without one are refused: OLA's lattice is made of hierarchy levels).
 //!
 //! Invariants: the returned node is anonymous as defined above (the release is checked again by the
 //! caller from the released rows); the engine is pure and deterministic; [`ola_unless`] looks at the
@@ -57,6 +59,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::relational::groupify::{ClassTable, ENTROPY_SCALE, EncodeError, Encoded, leq};
 use crate::relational::models::{
     ClassCounts, LDiversity, ModelSet, PrivacySpec, RiskBounds, SensitiveDistribution,
 };
@@ -140,18 +143,6 @@ pub struct OlaResult {
     pub nodes_checked: u64,
 }
 
-/// One attribute's hierarchy as OLA uses it.
-struct Attribute {
-    height: usize,
-    /// `codes[level][leaf]`: dense index of the leaf's ancestor among the nodes of that level.
-    codes: Vec<Vec<u32>>,
-    /// `cost[level][leaf]`: the entropy cost log2(n(ancestor) / n(leaf)) of a cell of that leaf.
-    cost: Vec<Vec<f64>>,
-    /// `widths[level]`: how many dense codes that level has.
-    widths: Vec<u32>,
-    shift: u32,
-}
-
 /// A node check's outcome.
 #[derive(Debug, Clone)]
 struct Check {
@@ -161,37 +152,15 @@ struct Check {
     anonymous: bool,
     /// Whether the monotone release criteria hold on its kept classes.
     release_monotone_ok: bool,
-    /// Σ |E|² over every class (suppressed ones included).
-    dm_all: f64,
     /// The node's loss (meaningful when anonymous).
     loss: f64,
 }
 
-/// How many nodes' partitions [`Search::classes`] keeps to coarsen from (the most recent ones).
-const KEPT_PARTITIONS: usize = 32;
-
-/// The most cells of the table [`Search::classes`] indexes by a node's mixed-radix tuple key (4 bytes
-/// each) instead of hashing the keys.
-const DENSE_CELLS: usize = 1 << 22;
-
-/// The classes of one checked node: the class of each distinct tuple and a tuple of each class.
-struct Partition {
-    node: Vec<usize>,
-    class_of: Vec<u32>,
-    representatives: Vec<u32>,
-}
-
+/// The search's state: the encoded table, the checks made and the tags decided.
 struct Search<'a> {
     n: u64,
     d: usize,
-    attributes: Vec<Attribute>,
-    /// Distinct QI tuples: leaves (flat, d per tuple), counts, sparse sensitive histograms.
-    leaves: Vec<u32>,
-    counts: Vec<u64>,
-    hist_offsets: Vec<usize>,
-    hist_cells: Vec<(u32, u32)>,
-    tuple_of_row: Vec<u32>,
-    m: usize,
+    encoded: Encoded,
     distribution: SensitiveDistribution,
     all: ModelSet,
     tag: ModelSet,
@@ -203,14 +172,12 @@ struct Search<'a> {
     metric: Metric,
     radices: Vec<u64>,
     checks: FastMap<u64, Check>,
+    /// Every checked node and its Σ |E|², in check order (for the DM bound).
+    checked: Vec<(Vec<usize>, f64)>,
     tagged_anonymous: Vec<Vec<usize>>,
     tagged_not: Vec<Vec<usize>>,
     /// The tag of every node already decided, by lattice index (a tag never changes once known).
     decided: FastMap<u64, bool>,
-    /// Recently computed partitions, coarsened into the partitions of nodes above them.
-    partitions: Vec<Partition>,
-    /// Scratch table of [`Search::classes`]'s dense path, reused across nodes.
-    dense: Vec<u32>,
     cancelled: &'a AtomicBool,
 }
 
@@ -262,7 +229,12 @@ pub fn ola_unless(
     let mut search = Search::new(table, privacy, metric, limit, cancelled)?;
     let d = search.d;
     let bottom = vec![0usize; d];
-    let top: Vec<usize> = search.attributes.iter().map(|a| a.height - 1).collect();
+    let top: Vec<usize> = search
+        .encoded
+        .attributes
+        .iter()
+        .map(|a| a.height - 1)
+        .collect();
     let mut kmin: Vec<Vec<usize>> = Vec::new();
     search.kmin(&bottom, &top, &mut kmin)?;
     // Keep the k-minimal nodes: drop any that lies above another.
@@ -319,11 +291,6 @@ pub fn ola_unless(
     })
 }
 
-/// `a <= b` in the lattice (every level).
-fn leq(a: &[usize], b: &[usize]) -> bool {
-    a.iter().zip(b).all(|(x, y)| x <= y)
-}
-
 impl<'a> Search<'a> {
     fn new(
         table: &Table,
@@ -332,105 +299,12 @@ impl<'a> Search<'a> {
         limit: u64,
         cancelled: &'a AtomicBool,
     ) -> Result<Search<'a>, OlaError> {
-        let n = table.rows() as u64;
-        let d = table.quasi.len();
-        let mut attributes = Vec::with_capacity(d);
-        let mut shift = 0u32;
-        for q in &table.quasi {
-            let QuasiAttribute::Categorical(h) = &q.attribute else {
-                return Err(OlaError::NeedsHierarchy(q.name.clone()));
-            };
-            let leaves = h.leaf_count();
-            let mut of_leaf = vec![0u64; leaves];
-            for &c in &q.codes {
-                of_leaf[c as usize] += 1;
-            }
-            let mut codes = Vec::with_capacity(h.height());
-            let mut cost = Vec::with_capacity(h.height());
-            let mut widths = Vec::with_capacity(h.height());
-            for level in 0..h.height() {
-                let mut dense: HashMap<u32, u32> = HashMap::new();
-                let mut under: Vec<u64> = Vec::new();
-                let level_codes: Vec<u32> = (0..leaves as u32)
-                    .map(|leaf| {
-                        let node = h.ancestor(leaf, level);
-                        let next = dense.len() as u32;
-                        let code = *dense.entry(node).or_insert(next);
-                        if code as usize == under.len() {
-                            under.push(0);
-                        }
-                        under[code as usize] += of_leaf[leaf as usize];
-                        code
-                    })
-                    .collect();
-                cost.push(
-                    (0..leaves)
-                        .map(|leaf| {
-                            let a = of_leaf[leaf];
-                            if a == 0 {
-                                0.0
-                            } else {
-                                (under[level_codes[leaf] as usize] as f64 / a as f64).log2()
-                            }
-                        })
-                        .collect(),
-                );
-                codes.push(level_codes);
-                widths.push(under.len() as u32);
-            }
-            let bits = u32::BITS - (leaves.max(2) as u32 - 1).leading_zeros();
-            attributes.push(Attribute {
-                height: h.height(),
-                codes,
-                cost,
-                widths,
-                shift,
-            });
-            shift += bits;
-        }
-        if shift > 128 {
-            return Err(OlaError::KeyTooWide { bits: shift });
-        }
-        // Distinct QI tuples with counts and sensitive histograms.
-        let mut tuple_of_key: FastMap<u128, u32> = FastMap::default();
-        let mut leaves: Vec<u32> = Vec::new();
-        let mut counts: Vec<u64> = Vec::new();
-        let mut tuple_of_row = Vec::with_capacity(n as usize);
-        let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(n as usize);
-        for r in 0..n as usize {
-            let mut key = 0u128;
-            for (q, a) in table.quasi.iter().zip(&attributes) {
-                key |= (q.codes[r] as u128) << a.shift;
-            }
-            let next = counts.len() as u32;
-            let t = *tuple_of_key.entry(key).or_insert(next);
-            if t == next {
-                counts.push(0);
-                leaves.extend(table.quasi.iter().map(|q| q.codes[r]));
-            }
-            counts[t as usize] += 1;
-            tuple_of_row.push(t);
-            pairs.push((t, table.sensitive.codes[r]));
-        }
-        pairs.sort_unstable();
-        let mut hist_offsets = Vec::with_capacity(counts.len() + 1);
-        let mut hist_cells: Vec<(u32, u32)> = Vec::new();
-        let mut next = 0;
-        for t in 0..counts.len() as u32 {
-            hist_offsets.push(hist_cells.len());
-            while let Some(&(pt, s)) = pairs.get(next) {
-                if pt != t {
-                    break;
-                }
-                let fresh = hist_cells.len() == hist_offsets[t as usize];
-                match hist_cells.last_mut() {
-                    Some(cell) if !fresh && cell.0 == s => cell.1 += 1,
-                    _ => hist_cells.push((s, 1)),
-                }
-                next += 1;
-            }
-        }
-        hist_offsets.push(hist_cells.len());
+        let needs_histograms =
+            privacy.l.is_some() || privacy.t.is_some() || privacy.delta.is_some();
+        let encoded = Encoded::new(table, needs_histograms).map_err(|e| match e {
+            EncodeError::NeedsHierarchy(name) => OlaError::NeedsHierarchy(name),
+            EncodeError::KeyTooWide(bits) => OlaError::KeyTooWide { bits },
+        })?;
         let tag_spec = if limit == 0 {
             privacy.clone()
         } else {
@@ -445,37 +319,30 @@ impl<'a> Search<'a> {
                 },
             }
         };
-        let mut radices = Vec::with_capacity(d);
+        let mut radices = Vec::with_capacity(encoded.d);
         let mut product = 1u64;
-        for a in &attributes {
+        for a in &encoded.attributes {
             radices.push(product);
             product *= a.height as u64;
         }
         let all = privacy.models();
         Ok(Search {
-            n,
-            d,
-            attributes,
-            leaves,
-            counts,
-            hist_offsets,
-            hist_cells,
-            tuple_of_row,
-            m: table.sensitive.domain.len(),
+            n: table.rows() as u64,
+            d: encoded.d,
+            encoded,
             distribution: table.sensitive_distribution(),
             monotone: limit == 0 && all.release_monotone(),
             all,
             tag: tag_spec.models(),
-            needs_histograms: privacy.l.is_some() || privacy.t.is_some() || privacy.delta.is_some(),
+            needs_histograms,
             limit,
             metric,
             radices,
             checks: FastMap::default(),
+            checked: Vec::new(),
             tagged_anonymous: Vec::new(),
             tagged_not: Vec::new(),
             decided: FastMap::default(),
-            partitions: Vec::new(),
-            dense: Vec::new(),
             cancelled,
         })
     }
@@ -488,146 +355,21 @@ impl<'a> Search<'a> {
     }
 
     fn node_of(&self, index: u64) -> Vec<usize> {
-        self.attributes
+        self.encoded
+            .attributes
             .iter()
             .zip(&self.radices)
             .map(|(a, &r)| ((index / r) % a.height as u64) as usize)
             .collect()
     }
 
-    /// The strides of the mixed-radix cell of a tuple at `node` and the number of cells, when that
-    /// number is at most [`DENSE_CELLS`].
-    fn dense_strides(&self, node: &[usize]) -> Option<(Vec<usize>, usize)> {
-        let mut strides = Vec::with_capacity(self.d);
-        let mut cells = 1usize;
-        for (a, &level) in self.attributes.iter().zip(node) {
-            strides.push(cells);
-            cells = cells.checked_mul(a.widths[level] as usize)?;
-            if cells > DENSE_CELLS {
-                return None;
-            }
-        }
-        Some((strides, cells))
-    }
-
-    /// The tuple key of tuple `t` at `node` (its ancestors' dense codes, packed).
-    fn key(&self, t: usize, node: &[usize]) -> u128 {
-        let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
-        let mut key = 0u128;
-        for ((a, &leaf), &level) in self.attributes.iter().zip(leaves).zip(node) {
-            key |= (a.codes[level][leaf as usize] as u128) << a.shift;
-        }
-        key
-    }
-
-    /// Classes of the tuples at `node`: the class of each tuple (numbered by first appearance in
-    /// tuple order) and the size of each class.
-    ///
-    /// A node's classes are unions of the classes of any node below it, so when a partition of a
-    /// node below is kept, only one representative tuple per class of it is hashed; otherwise every
-    /// distinct tuple is looked up, in a table indexed by its mixed-radix key where the node has at
-    /// most [`DENSE_CELLS`] keys, else by hashing.
-    fn classes(&mut self, node: &[usize]) -> (Vec<u32>, Vec<u64>) {
-        let below = self
-            .partitions
-            .iter()
-            .filter(|p| leq(&p.node, node))
-            .min_by_key(|p| p.representatives.len());
-        let mut class_of_key: FastMap<u128, u32> = FastMap::default();
-        let (unnumbered, classes): (Vec<u32>, usize) = match below {
-            Some(p) => {
-                let coarse: Vec<u32> = p
-                    .representatives
-                    .iter()
-                    .map(|&t| {
-                        let next = class_of_key.len() as u32;
-                        *class_of_key
-                            .entry(self.key(t as usize, node))
-                            .or_insert(next)
-                    })
-                    .collect();
-                let class_of = p.class_of.iter().map(|&c| coarse[c as usize]).collect();
-                (class_of, class_of_key.len())
-            }
-            None => match self.dense_strides(node) {
-                // Few enough tuple keys at this node: index a table by the mixed-radix key.
-                Some((strides, cells)) => {
-                    // Every cell is u32::MAX between calls: only the cells used are reset.
-                    let mut table = std::mem::take(&mut self.dense);
-                    if table.len() < cells {
-                        table.resize(cells, u32::MAX);
-                    }
-                    let mut used = Vec::new();
-                    let class_of = (0..self.counts.len())
-                        .map(|t| {
-                            let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
-                            let mut cell = 0usize;
-                            for (((a, &leaf), &level), &stride) in
-                                self.attributes.iter().zip(leaves).zip(node).zip(&strides)
-                            {
-                                cell += a.codes[level][leaf as usize] as usize * stride;
-                            }
-                            let slot = &mut table[cell];
-                            if *slot == u32::MAX {
-                                *slot = used.len() as u32;
-                                used.push(cell);
-                            }
-                            *slot
-                        })
-                        .collect();
-                    for &cell in &used {
-                        table[cell] = u32::MAX;
-                    }
-                    self.dense = table;
-                    (class_of, used.len())
-                }
-                None => {
-                    let class_of = (0..self.counts.len())
-                        .map(|t| {
-                            let next = class_of_key.len() as u32;
-                            *class_of_key.entry(self.key(t, node)).or_insert(next)
-                        })
-                        .collect();
-                    (class_of, class_of_key.len())
-                }
-            },
-        };
-        // Number the classes by first appearance in tuple order, as a direct pass would.
-        let mut number = vec![u32::MAX; classes];
-        let mut sizes: Vec<u64> = Vec::with_capacity(classes);
-        let mut representatives = Vec::with_capacity(classes);
-        let class_of: Vec<u32> = unnumbered
-            .iter()
-            .zip(&self.counts)
-            .enumerate()
-            .map(|(t, (&c, &count))| {
-                if number[c as usize] == u32::MAX {
-                    number[c as usize] = sizes.len() as u32;
-                    sizes.push(0);
-                    representatives.push(t as u32);
-                }
-                let c = number[c as usize];
-                sizes[c as usize] += count;
-                c
-            })
-            .collect();
-        if self.partitions.len() == KEPT_PARTITIONS {
-            self.partitions.remove(0);
-        }
-        self.partitions.push(Partition {
-            node: node.to_vec(),
-            class_of: class_of.clone(),
-            representatives,
-        });
-        (class_of, sizes)
-    }
-
     /// Per class: (satisfies the tagging models, satisfies every model); and whether the union of
     /// the classes violating some model satisfies every model (true when there is none).
-    fn admissions(&self, class_of: &[u32], sizes: &[u64]) -> (Vec<(bool, bool)>, bool) {
-        let classes = sizes.len();
+    fn admissions(&self, classes: &ClassTable) -> (Vec<(bool, bool)>, bool) {
+        let m = self.encoded.m;
         if !self.needs_histograms {
-            let admitted: Vec<(bool, bool)> = sizes
+            let admitted: Vec<(bool, bool)> = classes
+                .sizes
                 .iter()
                 .map(|&size| {
                     let c = ClassCounts { size, counts: &[] };
@@ -637,7 +379,8 @@ impl<'a> Search<'a> {
                     )
                 })
                 .collect();
-            let suppressed: u64 = sizes
+            let suppressed: u64 = classes
+                .sizes
                 .iter()
                 .zip(&admitted)
                 .filter(|(_, a)| !a.1)
@@ -652,51 +395,56 @@ impl<'a> Search<'a> {
                 suppressed == 0 || self.all.admits(&c, &self.distribution),
             );
         }
-        // Tuples grouped by class (counting sort), one dense histogram reused per class.
-        let mut offsets = vec![0usize; classes + 1];
-        for &c in class_of {
-            offsets[c as usize + 1] += 1;
-        }
-        for c in 0..classes {
-            offsets[c + 1] += offsets[c];
-        }
-        let mut next = offsets.clone();
-        let mut order = vec![0u32; class_of.len()];
-        for (t, &c) in class_of.iter().enumerate() {
-            order[next[c as usize]] = t as u32;
-            next[c as usize] += 1;
-        }
-        let mut counts = vec![0u32; self.m];
-        let mut suppressed_counts = vec![0u32; self.m];
+        let mut suppressed_counts = vec![0u32; m];
         let mut suppressed = 0u64;
-        let mut admitted = Vec::with_capacity(classes);
-        for c in 0..classes {
-            let tuples = &order[offsets[c]..offsets[c + 1]];
-            for &t in tuples {
-                for &(s, k) in self.histogram(t as usize) {
-                    counts[s as usize] += k;
-                }
-            }
-            let class = ClassCounts {
-                size: sizes[c],
-                counts: &counts,
-            };
+        let mut admitted = Vec::with_capacity(classes.len());
+        let mut admit = |size: u64, counts: &[u32]| {
+            let class = ClassCounts { size, counts };
             let a = (
                 self.tag.admits(&class, &self.distribution),
                 self.all.admits(&class, &self.distribution),
             );
-            for &t in tuples {
-                for &(s, k) in self.histogram(t as usize) {
-                    if !a.1 {
-                        suppressed_counts[s as usize] += k;
-                    }
-                    counts[s as usize] = 0;
+            if !a.1 {
+                suppressed += size;
+                for (to, &k) in suppressed_counts.iter_mut().zip(counts) {
+                    *to += k;
                 }
             }
-            if !a.1 {
-                suppressed += sizes[c];
-            }
             admitted.push(a);
+        };
+        if classes.histograms.is_some() {
+            for (c, &size) in classes.sizes.iter().enumerate() {
+                admit(size, classes.histogram(c, m).unwrap_or_default());
+            }
+        } else {
+            // Too many classes × sensitive values to keep: tuples grouped by class (counting
+            // sort), one dense histogram reused per class.
+            let class_of = self.encoded.class_of_tuples(classes);
+            let count = classes.len();
+            let mut offsets = vec![0usize; count + 1];
+            for &c in &class_of {
+                offsets[c as usize + 1] += 1;
+            }
+            for c in 0..count {
+                offsets[c + 1] += offsets[c];
+            }
+            let mut next = offsets.clone();
+            let mut order = vec![0u32; class_of.len()];
+            for (t, &c) in class_of.iter().enumerate() {
+                order[next[c as usize]] = t as u32;
+                next[c as usize] += 1;
+            }
+            let mut counts = vec![0u32; m];
+            for (c, &size) in classes.sizes.iter().enumerate() {
+                let tuples = &order[offsets[c]..offsets[c + 1]];
+                for &t in tuples {
+                    for &(s, k) in self.encoded.sparse_histogram(t as usize) {
+                        counts[s as usize] += k;
+                    }
+                }
+                admit(size, &counts);
+                counts.fill(0);
+            }
         }
         let union = ClassCounts {
             size: suppressed,
@@ -708,10 +456,6 @@ impl<'a> Search<'a> {
         )
     }
 
-    fn histogram(&self, t: usize) -> &[(u32, u32)] {
-        &self.hist_cells[self.hist_offsets[t]..self.hist_offsets[t + 1]]
-    }
-
     /// Checks a node (once; later calls return the cached outcome).
     fn check(&mut self, node: &[usize]) -> Result<Check, OlaError> {
         let index = self.index(node);
@@ -721,8 +465,9 @@ impl<'a> Search<'a> {
         if self.cancelled.load(Ordering::Relaxed) {
             return Err(OlaError::Cancelled);
         }
-        let (class_of, sizes) = self.classes(node);
-        let (admitted, union_ok) = self.admissions(&class_of, &sizes);
+        let classes = self.encoded.classes(node);
+        let (admitted, union_ok) = self.admissions(&classes);
+        let sizes = &classes.sizes;
         let violating_tag: u64 = sizes
             .iter()
             .zip(&admitted)
@@ -743,19 +488,20 @@ impl<'a> Search<'a> {
                 .map(|(&s, _)| s),
         );
         let anonymous = suppressed <= self.limit && union_ok && release_ok;
-        let dm_all: f64 = sizes.iter().map(|&s| (s * s) as f64).sum();
+        let dm_all = sizes.iter().map(|&s| s * s).sum::<u64>() as f64;
         let loss = match self.metric {
             Metric::Dm => {
-                sizes
+                (sizes
                     .iter()
                     .zip(&admitted)
                     .filter(|(_, a)| a.1)
-                    .map(|(&s, _)| (s * s) as f64)
-                    .sum::<f64>()
-                    + (suppressed * self.n) as f64
+                    .map(|(&s, _)| s * s)
+                    .sum::<u64>()
+                    + suppressed * self.n) as f64
             }
             Metric::Prec => {
                 let share: f64 = self
+                    .encoded
                     .attributes
                     .iter()
                     .zip(node)
@@ -765,26 +511,29 @@ impl<'a> Search<'a> {
                 ((self.n - suppressed) as f64 * share + suppressed as f64 * d) / (self.n as f64 * d)
             }
             Metric::Entropy => {
-                let mut sum = 0.0;
-                for (t, &count) in self.counts.iter().enumerate() {
-                    let kept = admitted[class_of[t] as usize].1;
-                    let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
-                    for ((a, &leaf), &level) in self.attributes.iter().zip(leaves).zip(node) {
-                        let level = if kept { level } else { a.height - 1 };
-                        sum += count as f64 * a.cost[level][leaf as usize];
-                    }
-                }
-                sum
+                // Σ over rows of Σ_j log2 (rows under the ancestor / rows of the leaf), the
+                // ancestor at the top for suppressed rows: the classes' part plus the leaves' part.
+                let ancestors: i128 = classes
+                    .representatives
+                    .iter()
+                    .zip(sizes)
+                    .zip(&admitted)
+                    .map(|((&rep, &size), a)| {
+                        size as i128 * self.encoded.class_entropy(rep, node, !a.1) as i128
+                    })
+                    .sum();
+                (ancestors - self.encoded.leaf_entropy) as f64 / ENTROPY_SCALE
             }
         };
+        self.encoded.keep(classes);
         let check = Check {
             violating_tag,
             anonymous,
             release_monotone_ok,
-            dm_all,
             loss,
         };
         self.checks.insert(index, check.clone());
+        self.checked.push((node.to_vec(), dm_all));
         Ok(check)
     }
 
@@ -857,6 +606,7 @@ impl<'a> Search<'a> {
         match self.metric {
             Metric::Prec => {
                 let share: f64 = self
+                    .encoded
                     .attributes
                     .iter()
                     .zip(node)
@@ -864,30 +614,23 @@ impl<'a> Search<'a> {
                     .sum();
                 share / self.d as f64
             }
-            Metric::Entropy => {
-                let mut sum = 0.0;
-                for (t, &count) in self.counts.iter().enumerate() {
-                    let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
-                    for ((a, &leaf), &level) in self.attributes.iter().zip(leaves).zip(node) {
-                        sum += count as f64 * a.cost[level][leaf as usize];
-                    }
-                }
-                sum
-            }
+            Metric::Entropy => self.encoded.entropy_unsuppressed(node) as f64 / ENTROPY_SCALE,
             Metric::Dm => self
-                .checks
+                .checked
                 .iter()
-                .filter(|(index, _)| leq(&self.node_of(**index), node))
-                .map(|(_, c)| c.dm_all)
+                .filter(|(below, _)| leq(below, node))
+                .map(|(_, dm)| *dm)
                 .fold(self.n as f64, f64::max),
         }
     }
 
     /// The recoding of the table at `node`, rows of violating classes suppressed.
     fn recoding(&mut self, table: &Table, node: &[usize]) -> Recoding {
-        let (class_of, sizes) = self.classes(node);
-        let (admitted, _) = self.admissions(&class_of, &sizes);
+        let classes = self.encoded.classes(node);
+        let (admitted, _) = self.admissions(&classes);
+        let class_of = self.encoded.class_of_tuples(&classes);
         let suppressed = self
+            .encoded
             .tuple_of_row
             .iter()
             .map(|&t| !admitted[class_of[t as usize] as usize].1)
