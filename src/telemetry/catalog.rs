@@ -90,6 +90,10 @@ const WINDOW_SECONDS: &[f64] = &[
 const GROUP_SIZES: &[f64] = &[
     2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0,
 ];
+/// Buckets for the charges of one ledger commit.
+const BATCH_SIZES: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
 /// Buckets for relative anonymity (group size / k).
 const RELATIVE_ANONYMITY: &[f64] = &[1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0];
 
@@ -129,6 +133,11 @@ pub const TX_ANONYMIZATION_SECONDS: &str = "cloakd_transaction_window_anonymizat
 pub const TX_SUPPRESSED_ITEMS: &str = "cloakd_transaction_suppressed_items_total";
 pub const TX_RELEASE_LAG_SECONDS: &str = "cloakd_transaction_release_lag_seconds";
 pub const TX_DATA_LOSS: &str = "cloakd_transaction_data_loss_total";
+
+pub const GEO_BUDGET_CHARGES: &str = "cloakd_geo_budget_charges_total";
+pub const GEO_BUDGET_ANSWERS: &str = "cloakd_geo_budget_answers_total";
+pub const GEO_BUDGET_BATCH_SIZE: &str = "cloakd_geo_budget_commit_batch_size";
+pub const GEO_BUDGET_COMMIT_SECONDS: &str = "cloakd_geo_budget_commit_seconds";
 
 pub const TABLE_JOBS: &str = "cloakd_table_jobs_total";
 pub const TABLE_JOB_SECONDS: &str = "cloakd_table_job_seconds";
@@ -315,6 +324,28 @@ pub const METRICS: &[MetricDef] = &[
         TX_DATA_LOSS,
         &["stream", "reason"],
         "Windows a subscriber was sent DATA_LOSS for, by reason: damaged (its stored outcome fails its checksum or format) or missing (announced as stored, no longer there).",
+    ),
+    counter(
+        GEO_BUDGET_CHARGES,
+        &["outcome"],
+        "Charges to the privacy budget ledger, by outcome: granted (made durable), refused (past the budget) or failed (the ledger could not make it durable).",
+    ),
+    counter(
+        GEO_BUDGET_ANSWERS,
+        &["outcome"],
+        "GEO_IND requests by what the budget allowed: fresh (a new draw, charged), reused (the predictive test passed and the last report was sent again), refused (RESOURCE_EXHAUSTED: past the budget) or failed (the ledger failed; UNAVAILABLE).",
+    ),
+    histogram(
+        GEO_BUDGET_BATCH_SIZE,
+        &[],
+        "Charges made durable together by one group commit of the budget ledger.",
+        BATCH_SIZES,
+    ),
+    histogram(
+        GEO_BUDGET_COMMIT_SECONDS,
+        &[],
+        "Time of one group commit of the budget ledger (file: one append and fdatasync; key-value bucket: the revision-checked updates of the batch's users).",
+        FSYNC_SECONDS,
     ),
     counter(
         TABLE_JOBS,

@@ -285,7 +285,7 @@ const ENGINES: [&str; 7] = [
     "poi",
 ];
 const SHARED: [&str; 5] = ["config", "text", "workload", "lines", "budget"];
-const STATE: [&str; 2] = ["store", "cluster"];
+const STATE: [&str; 3] = ["store", "cluster", "ledger"];
 const CROSS_CUTTING: [&str; 5] = ["auth", "telemetry", "connections", "tls", "reload"];
 const ACTORS: [&str; 2] = ["broker", "windows"];
 
@@ -302,6 +302,8 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "plots" => vec!["measures", "text", "budget"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),
         "store" | "cluster" => all(&[&ENGINES, &SHARED, &["telemetry"]]),
+        // The privacy budget ledger: the store's lock and framing conventions, a bucket from cluster.
+        "ledger" => all(&[&ENGINES, &SHARED, &["telemetry", "store", "cluster"]]),
         "auth" | "telemetry" | "connections" | "tls" | "reload" => all(&[&SHARED, &CROSS_CUTTING]),
         "broker" | "windows" => all(&[&ENGINES, &SHARED, &STATE, &CROSS_CUTTING]),
         "service" => all(&[&ENGINES, &SHARED, &STATE, &CROSS_CUTTING, &ACTORS]),
