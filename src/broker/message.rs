@@ -381,6 +381,7 @@ impl Rejection {
                 field: self.field.to_string(),
                 reason: self.reason.clone(),
                 code: self.code as i32,
+                refill_at_ms: None,
             })),
         }
     }

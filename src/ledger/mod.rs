@@ -271,6 +271,46 @@ impl Ledger {
     }
 }
 
+/// Opens the ledger a daemon uses: with a cluster, the bucket `<prefix>_budget` shared by every
+/// replica ([`kv`]); alone, the file under `data_dir/budget/` ([`file`]). Starts its writer.
+pub async fn open(
+    policy: Policy,
+    batching: Batching,
+    data_dir: &std::path::Path,
+    cluster: Option<&crate::cluster::Cluster>,
+) -> Result<Ledger, LedgerError> {
+    if let Some(cluster) = cluster {
+        let bucket = cluster
+            .bucket(
+                "budget",
+                "cloakd privacy budget: per user (keyed hash), the window and the epsilon spent",
+            )
+            .await
+            .map_err(|e| LedgerError::Unavailable {
+                action: "opening the budget bucket",
+                detail: e.to_string().into(),
+            })?;
+        let (backend, hash) = kv::KvLedger::open(bucket).await?;
+        return Ok(Ledger::start(backend, policy, hash, batching));
+    }
+    let dir = data_dir.to_path_buf();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let (backend, hash, opened) =
+        tokio::task::spawn_blocking(move || file::FileLedger::open(&dir, policy, now_ms))
+            .await
+            .map_err(|_| LedgerError::Stopped)??;
+    tracing::info!(
+        users = opened.users,
+        torn_bytes = opened.torn_bytes,
+        compacted = opened.compacted,
+        "privacy budget ledger opened"
+    );
+    Ok(Ledger::start(backend, policy, hash, batching))
+}
+
 /// The writer: group commit of every charge waiting.
 async fn write(
     mut backend: impl Backend,
