@@ -20,6 +20,13 @@ pub struct RawGeoInd {
     pub grid_step_m: f64,
     /// [min_lat, min_lon, max_lat, max_lon]
     pub region: [f64; 4],
+    // The privacy budget (`super::geo_budget`).
+    pub budget: f64,
+    pub budget_window_ms: u64,
+    pub reuse_test_epsilon_per_km: f64,
+    pub reuse_threshold_m: f64,
+    pub ledger_queue: usize,
+    pub ledger_max_batch: usize,
 }
 
 /// The validated `[location.geo_ind]`.
@@ -32,6 +39,8 @@ pub struct GeoIndConfig {
     pub max_epsilon_per_km: f64,
     /// What the mechanism needs: grid, truncation region, confidence of the area of retrieval.
     pub params: GeoIndParams,
+    /// The privacy budget per user (`None`: `budget = 0`, none kept).
+    pub budget: Option<super::geo_budget::GeoBudgetConfig>,
 }
 
 fn positive_finite(key: &str, v: f64) -> Result<f64, ConfigError> {
@@ -107,7 +116,17 @@ impl RawGeoInd {
                 ),
             ));
         }
+        let budget = super::geo_budget::RawGeoBudget {
+            budget: self.budget,
+            budget_window_ms: self.budget_window_ms,
+            reuse_test_epsilon_per_km: self.reuse_test_epsilon_per_km,
+            reuse_threshold_m: self.reuse_threshold_m,
+            ledger_queue: self.ledger_queue,
+            ledger_max_batch: self.ledger_max_batch,
+        }
+        .validate(default)?;
         Ok(GeoIndConfig {
+            budget,
             default_epsilon_per_km: default,
             min_epsilon_per_km: min,
             max_epsilon_per_km: max,

@@ -11,6 +11,7 @@
 //! each section's and checks the rules that span sections.
 pub mod auth;
 pub mod cluster;
+pub mod geo_budget;
 pub mod geo_ind;
 pub mod location;
 pub mod server;
@@ -27,6 +28,7 @@ pub use auth::{
     ANONYMOUS, AuthConfig, Principal, PrincipalConfig, RawAuth, RawPrincipal, Role, StreamPattern,
 };
 pub use cluster::{ClusterConfig, NatsConfig, RawCluster};
+pub use geo_budget::GeoBudgetConfig;
 pub use geo_ind::{GeoIndConfig, RawGeoInd};
 pub use location::{
     CloakModel, LocationConfig, PresenceParams, RawLocation, SearchMode, SessionPolicy,

@@ -8,6 +8,8 @@
 //!   lies inside the truncation region;
 //! - the noise is drawn with the corrected epsilon, never above the epsilon asked for.
 
+pub mod predictive;
+
 /// The mechanism's fixed parameters (`[location.geo_ind]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GeoIndParams {
