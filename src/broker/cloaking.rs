@@ -55,6 +55,13 @@ impl Broker {
                 k: request.k,
                 payload: request.payload,
                 deadline_ms,
+                fallback: request
+                    .fallback_epsilon_per_km
+                    .map(|epsilon_per_km| super::geo_ind::Fallback {
+                        lat: request.lat,
+                        lon: request.lon,
+                        epsilon_per_km,
+                    }),
             },
         );
         if let Some(state) = self.clients.get_mut(&client) {
@@ -95,7 +102,11 @@ impl Broker {
             match outcome {
                 Outcome::Cloaked(group) => self.forward_after_jitter(group),
                 Outcome::Expired { id, deadline_ms } => {
-                    if let Some(entry) = self.take_pending(id) {
+                    if let Some(mut entry) = self.take_pending(id) {
+                        if let Some(fallback) = entry.fallback.take() {
+                            self.answer_fallback(entry, fallback);
+                            continue;
+                        }
                         self.metrics.expired.increment(1);
                         let event = LocationEvent {
                             request_no: entry.request_no,

@@ -338,6 +338,10 @@ pub struct AdmittedRequest {
     /// Index of the service's queue ([`ProviderQueues`]).
     pub service: usize,
     pub model: CloakModel,
+    /// GEO_IND: the privacy level (per km) the answer is drawn at; `None` under the other models.
+    pub epsilon_per_km: Option<f64>,
+    /// REQUESTS: answer under GEO_IND at this level (per km) instead of `Expired` at the deadline.
+    pub fallback_epsilon_per_km: Option<f64>,
 }
 
 /// A position update that passed validation.

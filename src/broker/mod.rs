@@ -55,6 +55,7 @@ mod cloaking;
 mod clock;
 pub(crate) mod cluster;
 mod delivery;
+mod geo_ind;
 pub(crate) mod message;
 mod metrics;
 pub(crate) mod provider;
@@ -101,6 +102,8 @@ struct PendingEntry {
     service: usize,
     k: u32,
     payload: Vec<u8>,
+    /// REQUESTS with fallback_epsilon_per_km: answered under GEO_IND at its deadline.
+    fallback: Option<geo_ind::Fallback>,
 }
 
 struct Route {
@@ -171,6 +174,8 @@ pub(crate) struct Broker {
     delayed_groups: HashMap<u64, CloakedGroup>,
     next_delayed: u64,
     jitter_rng: ChaCha20Rng,
+    /// GEO_IND draws: seeded from the operating system, never from `location.seed`.
+    geo_rng: ChaCha20Rng,
     metrics: BrokerMetrics,
     /// Cluster: cell owners and the way to other replicas (`None`: standalone).
     cluster: Option<ClusterLink>,
@@ -214,6 +219,7 @@ impl Broker {
             next_delayed: 0,
             // Its own stream from the broker's seed, so jitter does not shift the engine's draws.
             jitter_rng: ChaCha20Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908),
+            geo_rng: ChaCha20Rng::from_os_rng(),
             metrics: BrokerMetrics::new(),
             cfg,
             live,

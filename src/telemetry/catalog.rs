@@ -106,6 +106,7 @@ pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
 
 pub const LOCATION_REQUESTS: &str = "cloakd_location_requests_total";
 pub const LOCATION_REJECTIONS: &str = "cloakd_location_rejections_total";
+pub const LOCATION_GEO_IND_ANSWERS: &str = "cloakd_location_geo_ind_answers_total";
 pub const LOCATION_PENDING: &str = "cloakd_location_pending_requests";
 pub const LOCATION_GROUP_SIZE: &str = "cloakd_location_group_size";
 pub const LOCATION_RELATIVE_ANONYMITY: &str = "cloakd_location_relative_anonymity";
@@ -183,6 +184,11 @@ pub const METRICS: &[MetricDef] = &[
         LOCATION_REQUESTS,
         &["outcome"],
         "Location requests read from Submit streams, by final outcome: cloaked, expired, rejected, or withdrawn (the client left while it was pending).",
+    ),
+    counter(
+        LOCATION_GEO_IND_ANSWERS,
+        &["path"],
+        "Location requests answered under GEO_IND (a point drawn by the planar Laplace mechanism), by path: direct (model GEO_IND) or fallback (a REQUESTS request that found no group by its deadline and named fallback_epsilon_per_km).",
     ),
     counter(
         LOCATION_REJECTIONS,
