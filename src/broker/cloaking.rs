@@ -45,6 +45,9 @@ impl Broker {
             arrival_ms: self.clock.now_ms(),
         };
         let deadline_ms = cloak.deadline_ms();
+        let budget_user = request
+            .fallback_epsilon_per_km
+            .and_then(|_| self.budget_user(&request.user_id));
         self.pending.insert(
             id,
             PendingEntry {
@@ -55,13 +58,14 @@ impl Broker {
                 k: request.k,
                 payload: request.payload,
                 deadline_ms,
-                fallback: request
-                    .fallback_epsilon_per_km
-                    .map(|epsilon_per_km| super::geo_ind::Fallback {
+                fallback: request.fallback_epsilon_per_km.map(|epsilon_per_km| {
+                    super::geo_ind::Fallback {
                         lat: request.lat,
                         lon: request.lon,
                         epsilon_per_km,
-                    }),
+                        budget_user,
+                    }
+                }),
             },
         );
         if let Some(state) = self.clients.get_mut(&client) {

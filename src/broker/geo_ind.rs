@@ -11,9 +11,9 @@ use rand::Rng;
 
 use super::message::{AdmittedRequest, ClientId, Rejection};
 use super::{Broker, Delivery};
+use crate::location::Pseudonym;
 use crate::location::UserKey;
 use crate::location::geo_ind::{Mechanism, Reported, circle_bbox};
-use crate::location::Pseudonym;
 use crate::proto::{self, GeoPoint};
 
 /// What a REQUESTS request with a fallback keeps for its deadline.
@@ -22,6 +22,8 @@ pub(super) struct Fallback {
     pub(super) lat: f64,
     pub(super) lon: f64,
     pub(super) epsilon_per_km: f64,
+    /// The ledger's key of the user, when the broker keeps a privacy budget.
+    pub(super) budget_user: Option<crate::ledger::UserHash>,
 }
 
 /// One draw: the reported point, the area of retrieval and what is left of the user's budget.
@@ -47,7 +49,14 @@ impl Broker {
             service: request.service,
             payload: request.payload,
         };
-        if self.answer_geo_ind(delivery, request.lat, request.lon, epsilon_per_km) {
+        let budget_user = self.budget_user(&request.user_id);
+        if self.answer_geo_ind(
+            delivery,
+            budget_user,
+            request.lat,
+            request.lon,
+            epsilon_per_km,
+        ) {
             self.metrics.geo_ind_direct.increment(1);
         }
     }
@@ -63,7 +72,13 @@ impl Broker {
             service: entry.service,
             payload: entry.payload,
         };
-        if self.answer_geo_ind(delivery, fallback.lat, fallback.lon, fallback.epsilon_per_km) {
+        if self.answer_geo_ind(
+            delivery,
+            fallback.budget_user,
+            fallback.lat,
+            fallback.lon,
+            fallback.epsilon_per_km,
+        ) {
             self.metrics.geo_ind_fallback.increment(1);
         }
         self.maybe_close(client);
@@ -71,7 +86,19 @@ impl Broker {
 
     /// Draws, answers the client and forwards the request; false when the draw was refused (the
     /// client got `Rejected`).
-    fn answer_geo_ind(&mut self, to: Delivery, lat: f64, lon: f64, epsilon_per_km: f64) -> bool {
+    fn answer_geo_ind(
+        &mut self,
+        to: Delivery,
+        budget_user: Option<crate::ledger::UserHash>,
+        lat: f64,
+        lon: f64,
+        epsilon_per_km: f64,
+    ) -> bool {
+        if let Some(user) = budget_user {
+            // Charged first; answered once the charge is durable ([`super::budget`]).
+            self.charge_geo_ind(to, user, lat, lon, epsilon_per_km);
+            return true;
+        }
         let (client, request_no) = (to.client, to.request_no);
         let drawn = match self.draw_geo_ind(to.user, lat, lon, epsilon_per_km) {
             Ok(drawn) => drawn,
@@ -81,10 +108,27 @@ impl Broker {
                 return false;
             }
         };
+        self.send_geo_ind(
+            to,
+            drawn.reported,
+            drawn.retrieval_radius_m,
+            drawn.budget_left,
+        );
+        true
+    }
+
+    /// Answers the client with `reported` and forwards the request under a fresh pseudonym.
+    pub(super) fn send_geo_ind(
+        &mut self,
+        to: Delivery,
+        reported: Reported,
+        retrieval_radius_m: f64,
+        budget_left: Option<f64>,
+    ) {
         let now = self.clock.now_ms();
         let pseudonym = Pseudonym(self.geo_rng.random::<u128>());
-        let Reported { lat, lon } = drawn.reported;
-        let area = circle_bbox(lat, lon, drawn.retrieval_radius_m);
+        let Reported { lat, lon } = reported;
+        let area = circle_bbox(lat, lon, retrieval_radius_m);
         self.deliver(
             to,
             pseudonym,
@@ -95,11 +139,10 @@ impl Broker {
                 t_end_ms: now,
                 group_size: 1,
                 reported: Some(GeoPoint { lat, lon }),
-                retrieval_radius_m: drawn.retrieval_radius_m,
-                budget_left: drawn.budget_left,
+                retrieval_radius_m,
+                budget_left,
             },
         );
-        true
     }
 
     /// Every GEO_IND draw goes through here. A privacy budget per user is charged here, before the

@@ -212,6 +212,11 @@ pub(crate) enum Command {
     },
     /// Cluster: an event for the remote request `tag` (another replica cloaks it).
     RemoteEvent { tag: u64, event: LocationEvent },
+    /// The budget ledger answered the charge of a GEO_IND answer ([`super::budget`]).
+    BudgetCharged {
+        waiting: Box<super::budget::Waiting>,
+        result: Result<crate::ledger::Charged, crate::ledger::LedgerError>,
+    },
     /// Cluster: a cloaked request another replica relayed to this one's providers of `service`;
     /// `client` is a new stream of this one request whose events go to the client's replica.
     Relayed {

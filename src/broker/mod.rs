@@ -51,6 +51,7 @@ use rate::RateLimiter;
 use routes::Routes;
 
 mod admission;
+pub(crate) mod budget;
 mod cloaking;
 mod clock;
 pub(crate) mod cluster;
@@ -181,6 +182,8 @@ pub(crate) struct Broker {
     cluster: Option<ClusterLink>,
     /// Cluster: requests of this replica's clients that another replica cloaks.
     remote: remote::RemoteRequests,
+    /// The privacy budget of GEO_IND answers (`None`: `location.geo_ind.budget = 0`).
+    budget: Option<budget::GeoBudget>,
 }
 
 impl Broker {
@@ -225,7 +228,20 @@ impl Broker {
             live,
             cluster: None,
             remote: remote::RemoteRequests::default(),
+            budget: None,
         }
+    }
+
+    /// Keeps the privacy budget of GEO_IND answers in `ledger`; its answers come back on `commands`
+    /// (this broker's own command channel).
+    pub(crate) fn with_budget(
+        mut self,
+        ledger: crate::ledger::Ledger,
+        commands: mpsc::Sender<Command>,
+        params: crate::location::geo_ind::predictive::PredictiveParams,
+    ) -> Broker {
+        self.budget = Some(budget::GeoBudget::new(ledger, commands, params));
+        self
     }
 
     /// Cluster mode: requests go to the replica owning their cell ([`cluster`]).
@@ -344,6 +360,7 @@ impl Broker {
                 owner,
             } => self.resolved(tag, request, owner),
             Command::RemoteEvent { tag, event } => self.remote_event(tag, event),
+            Command::BudgetCharged { waiting, result } => self.budget_charged(*waiting, result),
             Command::Relayed {
                 client,
                 events,

@@ -110,8 +110,9 @@ impl LocationServices {
                 shutdown.clone(),
             ));
         }
-        // The broker charges GEO_IND answers to it once it serves the model.
-        drop(ledger);
+        if let (Some(ledger), Some(budget)) = (ledger, cfg.geo_ind.budget) {
+            broker = broker.with_budget(ledger, commands.clone(), budget.predictive);
+        }
         broker::spawn(broker, command_rx, shutdown.clone());
         LocationServices {
             client_streams: StreamLimit::new("location.max_client_streams", cfg.max_client_streams),
