@@ -3,8 +3,8 @@
 //! Laplace mechanism ([`crate::location::geo_ind`]) and forwarded alone (group size 1) under a fresh
 //! 128-bit pseudonym, like any cloaked request.
 //!
-//! Invariants: every draw goes through [`Broker::draw_geo_ind`] (the one place a privacy budget is
-//! charged before a draw); the draws use the broker's generator seeded from the operating system,
+//! Invariants: every draw goes through [`Broker::draw_geo_ind`]; with a privacy budget, the answer
+//! is charged first and released only once the charge is durable ([`super::budget`]); the draws use the broker's generator seeded from the operating system,
 //! never the configurable `location.seed`; the true position appears in no event, log line or error
 //! (providers get the reported point, the area of retrieval and its bounding box).
 use rand::Rng;
