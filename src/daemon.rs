@@ -152,13 +152,36 @@ async fn serve_inner(
         None => None,
     };
     let max_message_bytes = config.server.max_message_bytes;
+    // The privacy budget of GEO_IND answers: opened before any request is taken.
+    let ledger = match config.location.geo_ind.budget {
+        None => None,
+        Some(budget) => Some(
+            crate::ledger::open(
+                crate::ledger::Policy {
+                    budget: budget.budget,
+                    window_ms: budget.window_ms,
+                },
+                crate::ledger::Batching {
+                    queue: budget.ledger_queue,
+                    max_batch: budget.ledger_max_batch,
+                },
+                &config.transactions.data_dir,
+                cluster.as_ref(),
+            )
+            .await
+            .context("opening the privacy budget ledger (location.geo_ind.budget)")?,
+        ),
+    };
     let location = match &cluster {
-        Some(cluster) => {
-            LocationServices::start_clustered(config.location.clone(), stop_rx.clone(), cluster)
-                .await
-                .context("joining the location cells of the cluster ([cluster])")?
-        }
-        None => LocationServices::start(config.location.clone(), stop_rx.clone()),
+        Some(cluster) => LocationServices::start_clustered(
+            config.location.clone(),
+            stop_rx.clone(),
+            cluster,
+            ledger,
+        )
+        .await
+        .context("joining the location cells of the cluster ([cluster])")?,
+        None => LocationServices::start(config.location.clone(), stop_rx.clone(), ledger),
     }
     .with_max_message_bytes(max_message_bytes);
     let transactions = match &cluster {

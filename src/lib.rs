@@ -9,7 +9,8 @@
 //! Between the engines and the adapters, the stateful actors: [`broker`] (the location broker actor:
 //! admission, cloaking and dispatch, delivery and acknowledgements, replica routing) and [`windows`]
 //! (the durable window pipeline of the transaction streams: the writer, the releasers, replicas'
-//! stream routing). Around them, thin adapters: [`service`] (gRPC: proto <-> domain, validation, one
+//! stream routing), and the privacy budget [`ledger`] (per user and window, the epsilon its
+//! GEO_IND answers spent, durable before an answer is released). Around them, thin adapters: [`service`] (gRPC: proto <-> domain, validation, one
 //! status mapping per service; the workbench's HTTP API), [`store`] (durable state), [`telemetry`]
 //! (Prometheus metrics), [`daemon`] (wiring, shutdown), [`reload`] (SIGHUP configuration reload) and
 //! [`cli`] (batch commands).
@@ -26,6 +27,7 @@ pub mod connections;
 pub mod daemon;
 pub mod jobs;
 pub mod learning;
+pub mod ledger;
 pub mod lines;
 pub mod location;
 pub mod measures;

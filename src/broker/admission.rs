@@ -45,6 +45,9 @@ impl Broker {
         if request.model == CloakModel::Presence {
             return self.submit_presence(client, request);
         }
+        if request.model == CloakModel::GeoInd {
+            return self.submit_geo_ind(client, request);
+        }
         if self.pending.len() >= self.cfg.max_pending {
             let rejection = Rejection::exhausted(
                 "request_no",

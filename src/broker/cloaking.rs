@@ -45,6 +45,9 @@ impl Broker {
             arrival_ms: self.clock.now_ms(),
         };
         let deadline_ms = cloak.deadline_ms();
+        let budget_user = request
+            .fallback_epsilon_per_km
+            .and_then(|_| self.budget_user(&request.user_id));
         self.pending.insert(
             id,
             PendingEntry {
@@ -55,6 +58,14 @@ impl Broker {
                 k: request.k,
                 payload: request.payload,
                 deadline_ms,
+                fallback: request.fallback_epsilon_per_km.map(|epsilon_per_km| {
+                    super::geo_ind::Fallback {
+                        lat: request.lat,
+                        lon: request.lon,
+                        epsilon_per_km,
+                        budget_user,
+                    }
+                }),
             },
         );
         if let Some(state) = self.clients.get_mut(&client) {
@@ -95,7 +106,11 @@ impl Broker {
             match outcome {
                 Outcome::Cloaked(group) => self.forward_after_jitter(group),
                 Outcome::Expired { id, deadline_ms } => {
-                    if let Some(entry) = self.take_pending(id) {
+                    if let Some(mut entry) = self.take_pending(id) {
+                        if let Some(fallback) = entry.fallback.take() {
+                            self.answer_fallback(entry, fallback);
+                            continue;
+                        }
                         self.metrics.expired.increment(1);
                         let event = LocationEvent {
                             request_no: entry.request_no,
@@ -182,6 +197,9 @@ impl Broker {
                     t_start_ms: group.t_start_ms,
                     t_end_ms: group.t_end_ms,
                     group_size,
+                    reported: None,
+                    retrieval_radius_m: 0.0,
+                    budget_left: None,
                 },
             );
         }
@@ -224,6 +242,9 @@ impl Broker {
                         t_start_ms: now,
                         t_end_ms: now,
                         group_size,
+                        reported: None,
+                        retrieval_radius_m: 0.0,
+                        budget_left: None,
                     },
                 );
             }

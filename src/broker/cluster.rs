@@ -514,6 +514,9 @@ impl Owners {
             payload: request.payload,
             service,
             model: CloakModel::Requests,
+            // Not carried between replicas: a forwarded request expires as before.
+            epsilon_per_km: None,
+            fallback_epsilon_per_km: None,
         };
         let command = Command::SubmitForwarded {
             client,

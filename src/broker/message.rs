@@ -212,6 +212,11 @@ pub(crate) enum Command {
     },
     /// Cluster: an event for the remote request `tag` (another replica cloaks it).
     RemoteEvent { tag: u64, event: LocationEvent },
+    /// The budget ledger answered the charge of a GEO_IND answer ([`super::budget`]).
+    BudgetCharged {
+        waiting: Box<super::budget::Waiting>,
+        result: Result<crate::ledger::Charged, crate::ledger::LedgerError>,
+    },
     /// Cluster: a cloaked request another replica relayed to this one's providers of `service`;
     /// `client` is a new stream of this one request whose events go to the client's replica.
     Relayed {
@@ -338,6 +343,10 @@ pub struct AdmittedRequest {
     /// Index of the service's queue ([`ProviderQueues`]).
     pub service: usize,
     pub model: CloakModel,
+    /// GEO_IND: the privacy level (per km) the answer is drawn at; `None` under the other models.
+    pub epsilon_per_km: Option<f64>,
+    /// REQUESTS: answer under GEO_IND at this level (per km) instead of `Expired` at the deadline.
+    pub fallback_epsilon_per_km: Option<f64>,
 }
 
 /// A position update that passed validation.
@@ -381,6 +390,7 @@ impl Rejection {
                 field: self.field.to_string(),
                 reason: self.reason.clone(),
                 code: self.code as i32,
+                refill_at_ms: None,
             })),
         }
     }

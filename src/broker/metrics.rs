@@ -18,6 +18,9 @@ pub(super) struct BrokerMetrics {
     pub(super) overhead: metrics::Histogram,
     pub(super) answers_delivered: metrics::Counter,
     pub(super) answers_undeliverable: metrics::Counter,
+    /// GEO_IND answers: requests of the model, and REQUESTS requests answered by their fallback.
+    pub(super) geo_ind_direct: metrics::Counter,
+    pub(super) geo_ind_fallback: metrics::Counter,
 }
 
 /// `cloakd_location_group_size` and `cloakd_location_relative_anonymity` of one cloaking model.
@@ -55,6 +58,8 @@ impl BrokerMetrics {
             overhead: metrics::histogram!(catalog::LOCATION_BROKER_OVERHEAD),
             answers_delivered: answers("delivered"),
             answers_undeliverable: answers("undeliverable"),
+            geo_ind_direct: metrics::counter!(catalog::LOCATION_GEO_IND_ANSWERS, "path" => "direct"),
+            geo_ind_fallback: metrics::counter!(catalog::LOCATION_GEO_IND_ANSWERS, "path" => "fallback"),
         }
     }
 }

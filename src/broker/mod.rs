@@ -51,10 +51,12 @@ use rate::RateLimiter;
 use routes::Routes;
 
 mod admission;
+pub(crate) mod budget;
 mod cloaking;
 mod clock;
 pub(crate) mod cluster;
 mod delivery;
+mod geo_ind;
 pub(crate) mod message;
 mod metrics;
 pub(crate) mod provider;
@@ -101,6 +103,8 @@ struct PendingEntry {
     service: usize,
     k: u32,
     payload: Vec<u8>,
+    /// REQUESTS with fallback_epsilon_per_km: answered under GEO_IND at its deadline.
+    fallback: Option<geo_ind::Fallback>,
 }
 
 struct Route {
@@ -171,11 +175,15 @@ pub(crate) struct Broker {
     delayed_groups: HashMap<u64, CloakedGroup>,
     next_delayed: u64,
     jitter_rng: ChaCha20Rng,
+    /// GEO_IND draws: seeded from the operating system, never from `location.seed`.
+    geo_rng: ChaCha20Rng,
     metrics: BrokerMetrics,
     /// Cluster: cell owners and the way to other replicas (`None`: standalone).
     cluster: Option<ClusterLink>,
     /// Cluster: requests of this replica's clients that another replica cloaks.
     remote: remote::RemoteRequests,
+    /// The privacy budget of GEO_IND answers (`None`: `location.geo_ind.budget = 0`).
+    budget: Option<budget::GeoBudget>,
 }
 
 impl Broker {
@@ -214,12 +222,26 @@ impl Broker {
             next_delayed: 0,
             // Its own stream from the broker's seed, so jitter does not shift the engine's draws.
             jitter_rng: ChaCha20Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908),
+            geo_rng: ChaCha20Rng::from_os_rng(),
             metrics: BrokerMetrics::new(),
             cfg,
             live,
             cluster: None,
             remote: remote::RemoteRequests::default(),
+            budget: None,
         }
+    }
+
+    /// Keeps the privacy budget of GEO_IND answers in `ledger`; its answers come back on `commands`
+    /// (this broker's own command channel).
+    pub(crate) fn with_budget(
+        mut self,
+        ledger: crate::ledger::Ledger,
+        commands: mpsc::Sender<Command>,
+        params: crate::location::geo_ind::predictive::PredictiveParams,
+    ) -> Broker {
+        self.budget = Some(budget::GeoBudget::new(ledger, commands, params));
+        self
     }
 
     /// Cluster mode: requests go to the replica owning their cell ([`cluster`]).
@@ -338,6 +360,7 @@ impl Broker {
                 owner,
             } => self.resolved(tag, request, owner),
             Command::RemoteEvent { tag, event } => self.remote_event(tag, event),
+            Command::BudgetCharged { waiting, result } => self.budget_charged(*waiting, result),
             Command::Relayed {
                 client,
                 events,

@@ -48,6 +48,8 @@ pub(super) fn request(user: &str, request_no: u64, k: u32) -> AdmittedRequest {
         payload: format!("query of {user}").into_bytes(),
         service: 0,
         model: CloakModel::Requests,
+        epsilon_per_km: None,
+        fallback_epsilon_per_km: None,
     }
 }
 

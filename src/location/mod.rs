@@ -30,6 +30,7 @@ pub mod cells;
 mod checker;
 pub mod engine;
 pub mod geo;
+pub mod geo_ind;
 pub mod hilbert;
 pub mod padding;
 pub mod point_index;

@@ -90,6 +90,10 @@ const WINDOW_SECONDS: &[f64] = &[
 const GROUP_SIZES: &[f64] = &[
     2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0,
 ];
+/// Buckets for the charges of one ledger commit.
+const BATCH_SIZES: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
 /// Buckets for relative anonymity (group size / k).
 const RELATIVE_ANONYMITY: &[f64] = &[1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0];
 
@@ -102,6 +106,7 @@ pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
 
 pub const LOCATION_REQUESTS: &str = "cloakd_location_requests_total";
 pub const LOCATION_REJECTIONS: &str = "cloakd_location_rejections_total";
+pub const LOCATION_GEO_IND_ANSWERS: &str = "cloakd_location_geo_ind_answers_total";
 pub const LOCATION_PENDING: &str = "cloakd_location_pending_requests";
 pub const LOCATION_GROUP_SIZE: &str = "cloakd_location_group_size";
 pub const LOCATION_RELATIVE_ANONYMITY: &str = "cloakd_location_relative_anonymity";
@@ -129,6 +134,11 @@ pub const TX_ANONYMIZATION_SECONDS: &str = "cloakd_transaction_window_anonymizat
 pub const TX_SUPPRESSED_ITEMS: &str = "cloakd_transaction_suppressed_items_total";
 pub const TX_RELEASE_LAG_SECONDS: &str = "cloakd_transaction_release_lag_seconds";
 pub const TX_DATA_LOSS: &str = "cloakd_transaction_data_loss_total";
+
+pub const GEO_BUDGET_CHARGES: &str = "cloakd_geo_budget_charges_total";
+pub const GEO_BUDGET_ANSWERS: &str = "cloakd_geo_budget_answers_total";
+pub const GEO_BUDGET_BATCH_SIZE: &str = "cloakd_geo_budget_commit_batch_size";
+pub const GEO_BUDGET_COMMIT_SECONDS: &str = "cloakd_geo_budget_commit_seconds";
 
 pub const TABLE_JOBS: &str = "cloakd_table_jobs_total";
 pub const TABLE_JOB_SECONDS: &str = "cloakd_table_job_seconds";
@@ -174,6 +184,11 @@ pub const METRICS: &[MetricDef] = &[
         LOCATION_REQUESTS,
         &["outcome"],
         "Location requests read from Submit streams, by final outcome: cloaked, expired, rejected, or withdrawn (the client left while it was pending).",
+    ),
+    counter(
+        LOCATION_GEO_IND_ANSWERS,
+        &["path"],
+        "Location requests answered under GEO_IND (a point drawn by the planar Laplace mechanism), by path: direct (model GEO_IND) or fallback (a REQUESTS request that found no group by its deadline and named fallback_epsilon_per_km).",
     ),
     counter(
         LOCATION_REJECTIONS,
@@ -315,6 +330,28 @@ pub const METRICS: &[MetricDef] = &[
         TX_DATA_LOSS,
         &["stream", "reason"],
         "Windows a subscriber was sent DATA_LOSS for, by reason: damaged (its stored outcome fails its checksum or format) or missing (announced as stored, no longer there).",
+    ),
+    counter(
+        GEO_BUDGET_CHARGES,
+        &["outcome"],
+        "Charges to the privacy budget ledger, by outcome: granted (made durable), refused (past the budget) or failed (the ledger could not make it durable).",
+    ),
+    counter(
+        GEO_BUDGET_ANSWERS,
+        &["outcome"],
+        "GEO_IND requests by what the budget allowed: fresh (a new draw, charged), reused (the predictive test passed and the last report was sent again), refused (RESOURCE_EXHAUSTED: past the budget) or failed (the ledger failed; UNAVAILABLE).",
+    ),
+    histogram(
+        GEO_BUDGET_BATCH_SIZE,
+        &[],
+        "Charges made durable together by one group commit of the budget ledger.",
+        BATCH_SIZES,
+    ),
+    histogram(
+        GEO_BUDGET_COMMIT_SECONDS,
+        &[],
+        "Time of one group commit of the budget ledger (file: one append and fdatasync; key-value bucket: the revision-checked updates of the batch's users).",
+        FSYNC_SECONDS,
     ),
     counter(
         TABLE_JOBS,

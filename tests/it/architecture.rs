@@ -292,7 +292,7 @@ const SHARED: [&str; 6] = [
     "budget",
     "atomic_file",
 ];
-const STATE: [&str; 2] = ["store", "cluster"];
+const STATE: [&str; 3] = ["store", "cluster", "ledger"];
 const CROSS_CUTTING: [&str; 5] = ["auth", "telemetry", "connections", "tls", "reload"];
 const ACTORS: [&str; 2] = ["broker", "windows"];
 
@@ -309,6 +309,8 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "plots" => vec!["measures", "text", "budget"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),
         "store" | "cluster" => all(&[&ENGINES, &SHARED, &["telemetry"]]),
+        // The privacy budget ledger: the store's lock and framing conventions, a bucket from cluster.
+        "ledger" => all(&[&ENGINES, &SHARED, &["telemetry", "store", "cluster"]]),
         "auth" | "telemetry" | "connections" | "tls" | "reload" => all(&[&SHARED, &CROSS_CUTTING]),
         "broker" | "windows" => all(&[&ENGINES, &SHARED, &STATE, &CROSS_CUTTING]),
         // The table jobs: the runner, its limiter and budget, and the frontier's sweep, called by

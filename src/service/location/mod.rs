@@ -69,8 +69,13 @@ pub struct LocationServices {
 
 impl LocationServices {
     /// Starts the broker actor; it stops when `shutdown` turns true (or every handle is dropped).
-    pub fn start(cfg: LocationConfig, shutdown: watch::Receiver<bool>) -> LocationServices {
-        Self::start_with(cfg, shutdown, None)
+    /// With `ledger`, GEO_IND answers are charged to the users' privacy budget there.
+    pub fn start(
+        cfg: LocationConfig,
+        shutdown: watch::Receiver<bool>,
+        ledger: Option<crate::ledger::Ledger>,
+    ) -> LocationServices {
+        Self::start_with(cfg, shutdown, None, ledger)
     }
 
     /// [`Self::start`] as one replica of a cluster: each request is cloaked by the replica owning
@@ -79,15 +84,17 @@ impl LocationServices {
         cfg: LocationConfig,
         shutdown: watch::Receiver<bool>,
         cluster: &crate::cluster::Cluster,
+        ledger: Option<crate::ledger::Ledger>,
     ) -> Result<LocationServices, crate::cluster::ClusterError> {
         let joined = cluster::LocationCluster::join(cluster).await?;
-        Ok(Self::start_with(cfg, shutdown, Some(joined)))
+        Ok(Self::start_with(cfg, shutdown, Some(joined), ledger))
     }
 
     fn start_with(
         cfg: LocationConfig,
         shutdown: watch::Receiver<bool>,
         cluster: Option<cluster::LocationCluster>,
+        ledger: Option<crate::ledger::Ledger>,
     ) -> LocationServices {
         let seed = cfg.seed.unwrap_or_else(rand::random::<u64>);
         let provider_queues = Arc::new(ProviderQueues::new(&cfg.services, cfg.provider_queue));
@@ -103,6 +110,9 @@ impl LocationServices {
                 Arc::clone(&next_client),
                 shutdown.clone(),
             ));
+        }
+        if let (Some(ledger), Some(budget)) = (ledger, cfg.geo_ind.budget) {
+            broker = broker.with_budget(ledger, commands.clone(), budget.predictive);
         }
         broker::spawn(broker, command_rx, shutdown.clone());
         LocationServices {

@@ -2,7 +2,7 @@
 //! its defaults filled in, or rejected naming the field, the rule and the gRPC code.
 pub use crate::broker::message::{AdmittedRequest, AdmittedUpdate, Rejection};
 use crate::broker::providers::ProviderQueues;
-use crate::config::{CloakModel, LocationConfig};
+use crate::config::{CloakModel, GeoIndConfig, LocationConfig};
 use crate::proto::{self, LocationRequest, PositionUpdate};
 
 /// Longest user id accepted, in bytes.
@@ -85,15 +85,17 @@ pub fn validate(
         None => cfg.default_model,
         Some(m) if m == proto::CloakModel::Requests as i32 => CloakModel::Requests,
         Some(m) if m == proto::CloakModel::Presence as i32 => CloakModel::Presence,
+        Some(m) if m == proto::CloakModel::GeoInd as i32 => CloakModel::GeoInd,
         Some(m) => {
             return Err(Rejection::invalid(
                 "model",
                 format!(
-                    "must be REQUESTS (1) or PRESENCE (2), or unset for the broker's default (got {m})"
+                    "must be REQUESTS (1), PRESENCE (2) or GEO_IND (3), or unset for the broker's default (got {m})"
                 ),
             ));
         }
     };
+    let (epsilon_per_km, fallback_epsilon_per_km) = geo_ind_levels(&req, model, &cfg.geo_ind)?;
     Ok(AdmittedRequest {
         user_id: req.user_id,
         request_no: req.request_no,
@@ -106,7 +108,64 @@ pub fn validate(
         payload: req.payload,
         service,
         model,
+        epsilon_per_km,
+        fallback_epsilon_per_km,
     })
+}
+
+/// The GEO_IND privacy level (GEO_IND only, default filled in) and the fallback level (REQUESTS
+/// only), each inside [min_epsilon_per_km, max_epsilon_per_km]; a GEO_IND request (or one with a
+/// fallback) must come from inside the truncation region.
+fn geo_ind_levels(
+    req: &LocationRequest,
+    model: CloakModel,
+    cfg: &GeoIndConfig,
+) -> Result<(Option<f64>, Option<f64>), Rejection> {
+    let level = |field: &'static str, v: f64| {
+        if v.is_finite() && cfg.min_epsilon_per_km <= v && v <= cfg.max_epsilon_per_km {
+            Ok(v)
+        } else {
+            Err(Rejection::invalid(
+                field,
+                format!(
+                    "must lie in [{}, {}] per km (location.geo_ind.min_epsilon_per_km, max_epsilon_per_km; got {v})",
+                    cfg.min_epsilon_per_km, cfg.max_epsilon_per_km
+                ),
+            ))
+        }
+    };
+    let epsilon = match (model, req.epsilon_per_km) {
+        (CloakModel::GeoInd, v) => Some(level(
+            "epsilon_per_km",
+            v.unwrap_or(cfg.default_epsilon_per_km),
+        )?),
+        (_, None) => None,
+        (_, Some(_)) => {
+            return Err(Rejection::invalid(
+                "epsilon_per_km",
+                "is only used under GEO_IND; leave it unset",
+            ));
+        }
+    };
+    let fallback = match (model, req.fallback_epsilon_per_km) {
+        (_, None) => None,
+        (CloakModel::Requests, Some(v)) => Some(level("fallback_epsilon_per_km", v)?),
+        (_, Some(_)) => {
+            return Err(Rejection::invalid(
+                "fallback_epsilon_per_km",
+                "is only used under REQUESTS; leave it unset",
+            ));
+        }
+    };
+    if (epsilon.is_some() || fallback.is_some())
+        && !cfg.params.region.contains_point(req.lat, req.lon)
+    {
+        return Err(Rejection::invalid(
+            "lat",
+            "must lie inside location.geo_ind.region under GEO_IND (with lon)",
+        ));
+    }
+    Ok((epsilon, fallback))
 }
 
 /// Checks one position update with the rules of a request's user id and position.

@@ -5,6 +5,8 @@ mod cloaking;
 mod cluster;
 mod edges;
 mod expiry;
+mod geo_budget;
+mod geo_ind;
 mod jitter;
 mod presence;
 mod provider;

@@ -1,0 +1,358 @@
+//! The privacy budget ledger: per user and per budget window, the epsilon (per km) that user's
+//! GEO_IND answers have spent, kept durably so that no restart, kill -9 or failover lets a user
+//! spend more than `location.geo_ind.budget` in one window of `budget_window_ms`.
+//!
+//! A stateful layer of its own (beside `store` and `cluster`): the broker asks it to [`Ledger::charge`]
+//! before it releases an answer, and releases the answer only once the charge is granted.
+//!
+//! # Invariants
+//! 1. **No position, no user id.** An entry is a [`UserHash`] (HMAC-SHA256 of the user id under a
+//!    secret key, [`key`]), a window index and the amount spent in it. Nothing else is stored.
+//! 2. **Durable before granted.** [`Ledger::charge`] returns a grant only after the backend made it
+//!    durable: the file backend ([`file`]) after the batch's one append and `fdatasync`, the
+//!    key-value backend ([`kv`]) after JetStream acknowledged the revision-checked update. An answer
+//!    paid by a charge is released after the grant, so a crash can lose an unreleased charge (the
+//!    user is then charged for an answer never seen: safe) but never a released one.
+//! 3. **Never past the budget.** A charge is granted only if the window's spent amount plus the
+//!    charge stays at most the budget ([`decide`]), decided against the durable state by the one
+//!    writer of the data directory (file) or by compare-and-set on the user's key (key-value: a
+//!    concurrent change by another replica makes the update fail, and it is decided again).
+//! 4. **Group commit.** One writer task takes every charge waiting (at most `max_batch`), decides
+//!    them in order, makes them durable together (one append and one fsync for the file backend)
+//!    and then answers them all.
+//! 5. **Windows.** Window `w` is `[w × window_ms, (w + 1) × window_ms)` in Unix milliseconds; what a
+//!    user spent in an earlier window no longer counts. An entry from a *later* window than the
+//!    caller's clock (clocks of two replicas differ) still counts: the ledger errs towards charging.
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::telemetry::catalog;
+
+pub mod file;
+pub mod key;
+pub mod kv;
+
+pub use key::{KeyedHash, UserHash};
+
+/// The budget every user has per window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Epsilon (per km) a user may spend per window.
+    pub budget: f64,
+    /// Length of a window (ms); the budget refills at each window's end.
+    pub window_ms: i64,
+}
+
+impl Policy {
+    /// The index of the window holding `now_ms`.
+    pub fn window(&self, now_ms: i64) -> i64 {
+        now_ms.div_euclid(self.window_ms.max(1))
+    }
+
+    /// When window `window` ends (Unix ms): the budget refills then.
+    pub fn refill_at_ms(&self, window: i64) -> i64 {
+        window
+            .saturating_add(1)
+            .saturating_mul(self.window_ms.max(1))
+    }
+}
+
+/// What one user has spent in one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spent {
+    pub window: i64,
+    pub amount: f64,
+}
+
+/// One charge: `amount` if it fits in what is left, otherwise `fallback` (if set and it fits),
+/// otherwise nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Charge {
+    pub user: UserHash,
+    pub amount: f64,
+    pub fallback: Option<f64>,
+    /// The caller's clock (Unix ms), which picks the window.
+    pub now_ms: i64,
+}
+
+/// Which part of a [`Charge`] was granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paid {
+    Amount,
+    Fallback,
+    Nothing,
+}
+
+/// The answer to a [`Charge`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Charged {
+    pub paid: Paid,
+    /// What is left of the budget in the window after this charge.
+    pub left: f64,
+    /// When the budget refills (Unix ms).
+    pub refill_at_ms: i64,
+}
+
+/// Decides one charge against what the user has spent (`stored`, if anything): the answer and the
+/// new entry to make durable (`None` when nothing was paid).
+pub fn decide(policy: Policy, stored: Option<Spent>, charge: &Charge) -> (Charged, Option<Spent>) {
+    let window = policy.window(charge.now_ms);
+    let current = match stored {
+        Some(s) if s.window >= window => s,
+        _ => Spent {
+            window,
+            amount: 0.0,
+        },
+    };
+    let fits = |amount: f64| {
+        amount.is_finite() && amount >= 0.0 && current.amount + amount <= policy.budget
+    };
+    let (paid, amount) = if fits(charge.amount) {
+        (Paid::Amount, charge.amount)
+    } else if let Some(fallback) = charge.fallback.filter(|f| fits(*f)) {
+        (Paid::Fallback, fallback)
+    } else {
+        (Paid::Nothing, 0.0)
+    };
+    let after = Spent {
+        window: current.window,
+        amount: current.amount + amount,
+    };
+    let charged = Charged {
+        paid,
+        left: (policy.budget - after.amount).max(0.0),
+        refill_at_ms: policy.refill_at_ms(current.window),
+    };
+    (charged, (paid != Paid::Nothing).then_some(after))
+}
+
+/// A ledger failure. Cloneable: one failed group commit fails every charge of the batch.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LedgerError {
+    /// The writer's queue is full (`location.geo_ind.ledger_queue`).
+    #[error(
+        "the budget ledger is busy: {queued} charges already wait (location.geo_ind.ledger_queue)"
+    )]
+    Busy { queued: usize },
+    /// The ledger's writer stopped (the daemon is shutting down, or a failure stopped it).
+    #[error("the budget ledger has stopped")]
+    Stopped,
+    #[error("budget ledger I/O error on {path} while {action}: {detail}")]
+    Io {
+        path: Arc<str>,
+        action: &'static str,
+        detail: Arc<str>,
+    },
+    #[error("budget ledger file {path} is damaged at byte {offset}: {rule}")]
+    Damaged {
+        path: Arc<str>,
+        offset: u64,
+        rule: Arc<str>,
+    },
+    /// The key-value bucket failed or did not answer.
+    #[error("budget ledger bucket unavailable while {action}: {detail}")]
+    Unavailable {
+        action: &'static str,
+        detail: Arc<str>,
+    },
+}
+
+impl LedgerError {
+    pub(crate) fn io(
+        path: &std::path::Path,
+        action: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> LedgerError {
+        let path: Arc<str> = path.display().to_string().into();
+        move |e| LedgerError::Io {
+            path,
+            action,
+            detail: e.to_string().into(),
+        }
+    }
+}
+
+/// Where charges are made durable.
+#[async_trait]
+pub trait Backend: Send + 'static {
+    /// Decides the charges in order and makes every granted one durable before returning: one
+    /// answer per charge, in order.
+    async fn apply(
+        &mut self,
+        policy: Policy,
+        batch: Vec<Charge>,
+    ) -> Vec<Result<Charged, LedgerError>>;
+}
+
+struct Pending {
+    charge: Charge,
+    reply: oneshot::Sender<Result<Charged, LedgerError>>,
+}
+
+/// The handle the broker charges through; cheap to clone.
+#[derive(Clone)]
+pub struct Ledger {
+    tx: mpsc::Sender<Pending>,
+    policy: Policy,
+    hash: Arc<KeyedHash>,
+    queue: usize,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the writer batches.
+#[derive(Debug, Clone, Copy)]
+pub struct Batching {
+    /// Most charges waiting for the writer; past it [`Ledger::try_charge`] is [`LedgerError::Busy`].
+    pub queue: usize,
+    /// Most charges made durable together.
+    pub max_batch: usize,
+}
+
+impl Ledger {
+    /// Starts the writer task over `backend` (on the current tokio runtime).
+    pub fn start(
+        backend: impl Backend,
+        policy: Policy,
+        hash: KeyedHash,
+        batching: Batching,
+    ) -> Ledger {
+        let queue = batching.queue.max(1);
+        let (tx, rx) = mpsc::channel(queue);
+        tokio::spawn(write(backend, policy, rx, batching.max_batch.max(1)));
+        Ledger {
+            tx,
+            policy,
+            hash: Arc::new(hash),
+            queue,
+        }
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The keyed hash of a user id: the only form in which the ledger knows a user.
+    pub fn user(&self, user_id: &str) -> UserHash {
+        self.hash.user(user_id)
+    }
+
+    /// Queues a charge without waiting; its answer comes on the returned receiver once it is
+    /// durable. A full queue is [`LedgerError::Busy`].
+    pub fn try_charge(
+        &self,
+        charge: Charge,
+    ) -> Result<oneshot::Receiver<Result<Charged, LedgerError>>, LedgerError> {
+        let (reply, rx) = oneshot::channel();
+        match self.tx.try_send(Pending { charge, reply }) {
+            Ok(()) => Ok(rx),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                Err(LedgerError::Busy { queued: self.queue })
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(LedgerError::Stopped),
+        }
+    }
+
+    /// Charges and waits until the charge is durable (or refused).
+    pub async fn charge(&self, charge: Charge) -> Result<Charged, LedgerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Pending { charge, reply })
+            .await
+            .map_err(|_| LedgerError::Stopped)?;
+        rx.await.map_err(|_| LedgerError::Stopped)?
+    }
+}
+
+/// Opens the ledger a daemon uses: with a cluster, the bucket `<prefix>_budget` shared by every
+/// replica ([`kv`]); alone, the file under `data_dir/budget/` ([`file`]). Starts its writer.
+pub async fn open(
+    policy: Policy,
+    batching: Batching,
+    data_dir: &std::path::Path,
+    cluster: Option<&crate::cluster::Cluster>,
+) -> Result<Ledger, LedgerError> {
+    if let Some(cluster) = cluster {
+        let bucket = cluster
+            .bucket(
+                "budget",
+                "cloakd privacy budget: per user (keyed hash), the window and the epsilon spent",
+            )
+            .await
+            .map_err(|e| LedgerError::Unavailable {
+                action: "opening the budget bucket",
+                detail: e.to_string().into(),
+            })?;
+        let (backend, hash) = kv::KvLedger::open(bucket).await?;
+        return Ok(Ledger::start(backend, policy, hash, batching));
+    }
+    let dir = data_dir.to_path_buf();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let (backend, hash, opened) =
+        tokio::task::spawn_blocking(move || file::FileLedger::open(&dir, policy, now_ms))
+            .await
+            .map_err(|_| LedgerError::Stopped)??;
+    tracing::info!(
+        users = opened.users,
+        torn_bytes = opened.torn_bytes,
+        compacted = opened.compacted,
+        "privacy budget ledger opened"
+    );
+    Ok(Ledger::start(backend, policy, hash, batching))
+}
+
+/// The writer: group commit of every charge waiting.
+async fn write(
+    mut backend: impl Backend,
+    policy: Policy,
+    mut rx: mpsc::Receiver<Pending>,
+    max_batch: usize,
+) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, max_batch).await > 0 {
+        let charges: Vec<Charge> = batch.iter().map(|p| p.charge).collect();
+        let size = charges.len();
+        let started = std::time::Instant::now();
+        let result = backend.apply(policy, charges).await;
+        metrics::histogram!(catalog::GEO_BUDGET_COMMIT_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(catalog::GEO_BUDGET_BATCH_SIZE).record(size as f64);
+        if result.len() != size {
+            tracing::error!(
+                charges = size,
+                answers = result.len(),
+                "the budget ledger's backend answered a batch wrongly"
+            );
+        }
+        let mut answers = result.into_iter();
+        for pending in batch.drain(..) {
+            let answer = answers.next().unwrap_or(Err(LedgerError::Stopped));
+            let outcome = match &answer {
+                Ok(Charged {
+                    paid: Paid::Nothing,
+                    ..
+                }) => "refused",
+                Ok(_) => "granted",
+                Err(e) => {
+                    tracing::error!(error = %e, "a budget charge failed; it is refused");
+                    "failed"
+                }
+            };
+            metrics::counter!(catalog::GEO_BUDGET_CHARGES, "outcome" => outcome).increment(1);
+            let _ = pending.reply.send(answer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

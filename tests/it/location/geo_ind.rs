@@ -1,0 +1,186 @@
+//! The GEO_IND model against the real daemon: answered at once, alone, with a reported point and an
+//! area of retrieval; the provider sees the reported point, never the true one, and its answer is
+//! routed back; epsilon outside the configured bounds is refused naming the field; a REQUESTS request
+//! with a fallback level is answered under GEO_IND instead of expiring; `default_model = geo-ind`
+//! serves requests that leave the model unset.
+use cloakd::config::CloakModel as ConfigModel;
+use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
+use cloakd::proto::location_event::Outcome;
+use cloakd::proto::{CloakModel, Cloaked, LbsAnswer, LocationRequest};
+use tonic::Code;
+
+use crate::support::{
+    MobileClient, TestDaemon, config_with, next_cloaked, request_at, subscribe_provider,
+};
+
+fn geo_ind(user: &str, request_no: u64, epsilon_per_km: Option<f64>) -> LocationRequest {
+    LocationRequest {
+        model: Some(CloakModel::GeoInd as i32),
+        epsilon_per_km,
+        ..request_at(user, request_no, 0.0, 2)
+    }
+}
+
+async fn cloaked(client: &mut MobileClient, request_no: u64) -> Cloaked {
+    let event = client.next_event(10).await;
+    assert_eq!(event.request_no, request_no);
+    match event.outcome {
+        Some(Outcome::Cloaked(c)) => c,
+        other => panic!("request {request_no}: expected Cloaked, got {other:?}"),
+    }
+}
+
+/// The answer of one GEO_IND draw at 5 per km from the true position `truth`.
+fn check_answer(c: &Cloaked, truth: (f64, f64)) {
+    assert_eq!(c.group_size, 1, "{c:?}");
+    assert_eq!(c.t_start_ms, c.t_end_ms);
+    let reported = c.reported.expect("reported point");
+    assert_ne!(
+        (reported.lat, reported.lon),
+        truth,
+        "the true point reported"
+    );
+    // 95 % radius of Gamma(2, 1/eps) at eps = 5/km: 4.7439 / 5 km = 948.8 m, plus the grid diagonal.
+    assert!(
+        (c.retrieval_radius_m - 950.2).abs() < 5.0,
+        "{}",
+        c.retrieval_radius_m
+    );
+    let b = c.r#box.expect("box");
+    assert!(
+        b.min_lat < reported.lat && reported.lat < b.max_lat,
+        "{b:?}"
+    );
+    assert!(
+        b.min_lon < reported.lon && reported.lon < b.max_lon,
+        "{b:?}"
+    );
+    let half_height_m = (b.max_lat - b.min_lat) / 2.0 * 111_195.0;
+    assert!((half_height_m - c.retrieval_radius_m).abs() < 2.0, "{b:?}");
+    assert_eq!(c.budget_left, None);
+}
+
+#[tokio::test]
+async fn geo_ind_is_answered_at_once_alone_and_the_provider_sees_only_the_reported_point() {
+    let daemon = TestDaemon::start_default().await;
+    let mut provider = subscribe_provider(daemon.channel().await, "poi").await;
+    let mut a = MobileClient::connect(daemon.channel().await).await;
+    let request = geo_ind("a", 1, Some(5.0));
+    let truth = (request.lat, request.lon);
+    a.send(request).await;
+    let answer = cloaked(&mut a, 1).await;
+    check_answer(&answer, truth);
+
+    let seen = next_cloaked(&mut provider, 10).await;
+    assert_eq!(seen.pseudonym, answer.pseudonym);
+    assert_eq!(seen.reported, answer.reported);
+    assert_eq!(seen.retrieval_radius_m, answer.retrieval_radius_m);
+    assert_eq!(seen.r#box, answer.r#box);
+    assert_eq!(seen.payload, b"query from a #1".to_vec());
+    // The unset default level (5 per km) gives the same radius.
+    a.send(geo_ind("a", 2, None)).await;
+    let second = cloaked(&mut a, 2).await;
+    check_answer(&second, truth);
+    assert_ne!(
+        second.pseudonym, answer.pseudonym,
+        "pseudonyms are one-time"
+    );
+    assert_eq!(
+        next_cloaked(&mut provider, 10).await.pseudonym,
+        second.pseudonym
+    );
+
+    // The provider's answer is routed back to the client.
+    LbsGatewayClient::new(daemon.channel().await)
+        .answer(tokio_stream::iter(vec![LbsAnswer {
+            pseudonym: seen.pseudonym,
+            payload: b"cafe".to_vec(),
+            ack: false,
+        }]))
+        .await
+        .unwrap();
+    let event = a.next_event(10).await;
+    assert_eq!(event.request_no, 1);
+    let Some(Outcome::Reply(reply)) = event.outcome else {
+        panic!("expected the reply, got {event:?}");
+    };
+    assert_eq!(reply.payload, b"cafe".to_vec());
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn levels_outside_the_bounds_are_refused_naming_the_field() {
+    let daemon = TestDaemon::start_default().await;
+    let mut a = MobileClient::connect(daemon.channel().await).await;
+    let mut fallback_too_low = request_at("a", 3, 0.0, 2);
+    fallback_too_low.fallback_epsilon_per_km = Some(0.01);
+    let mut epsilon_on_requests = request_at("a", 4, 0.0, 2);
+    epsilon_on_requests.epsilon_per_km = Some(5.0);
+    let cases = [
+        (
+            geo_ind("a", 1, Some(500.0)),
+            "epsilon_per_km",
+            "max_epsilon_per_km",
+        ),
+        (
+            geo_ind("a", 2, Some(f64::NAN)),
+            "epsilon_per_km",
+            "min_epsilon_per_km",
+        ),
+        (
+            fallback_too_low,
+            "fallback_epsilon_per_km",
+            "min_epsilon_per_km",
+        ),
+        (
+            epsilon_on_requests,
+            "epsilon_per_km",
+            "only used under GEO_IND",
+        ),
+    ];
+    for (request, field, rule) in cases {
+        let no = request.request_no;
+        a.send(request).await;
+        let event = a.next_event(10).await;
+        assert_eq!(event.request_no, no);
+        let Some(Outcome::Rejected(r)) = event.outcome else {
+            panic!("request {no}: expected Rejected, got {event:?}");
+        };
+        assert_eq!(r.code, Code::InvalidArgument as i32, "{r:?}");
+        assert_eq!(r.field, field, "{r:?}");
+        assert!(r.reason.contains(rule), "{r:?}");
+    }
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_request_with_a_fallback_is_answered_under_geo_ind_instead_of_expiring() {
+    let daemon = TestDaemon::start_default().await;
+    let mut provider = subscribe_provider(daemon.channel().await, "poi").await;
+    let mut a = MobileClient::connect(daemon.channel().await).await;
+    let mut lonely = request_at("a", 7, 0.0, 2);
+    lonely.dt_ms = Some(300);
+    lonely.fallback_epsilon_per_km = Some(5.0);
+    let truth = (lonely.lat, lonely.lon);
+    a.send(lonely).await;
+    let answer = cloaked(&mut a, 7).await;
+    check_answer(&answer, truth);
+    let seen = next_cloaked(&mut provider, 10).await;
+    assert_eq!(seen.pseudonym, answer.pseudonym);
+    assert_eq!(seen.reported, answer.reported);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn default_model_geo_ind_serves_requests_without_a_model() {
+    let daemon = TestDaemon::start(config_with(|c| {
+        c.location.default_model = ConfigModel::GeoInd;
+    }))
+    .await;
+    let mut a = MobileClient::connect(daemon.channel().await).await;
+    let request = request_at("a", 1, 0.0, 2);
+    let truth = (request.lat, request.lon);
+    a.send(request).await;
+    check_answer(&cloaked(&mut a, 1).await, truth);
+    daemon.shutdown().await.unwrap();
+}
