@@ -55,13 +55,13 @@ impl Broker {
                 k: request.k,
                 payload: request.payload,
                 deadline_ms,
-                fallback: request
-                    .fallback_epsilon_per_km
-                    .map(|epsilon_per_km| super::geo_ind::Fallback {
+                fallback: request.fallback_epsilon_per_km.map(|epsilon_per_km| {
+                    super::geo_ind::Fallback {
                         lat: request.lat,
                         lon: request.lon,
                         epsilon_per_km,
-                    }),
+                    }
+                }),
             },
         );
         if let Some(state) = self.clients.get_mut(&client) {

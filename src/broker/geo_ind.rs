@@ -11,9 +11,9 @@ use rand::Rng;
 
 use super::message::{AdmittedRequest, ClientId, Rejection};
 use super::{Broker, Delivery};
+use crate::location::Pseudonym;
 use crate::location::UserKey;
 use crate::location::geo_ind::{Mechanism, Reported, circle_bbox};
-use crate::location::Pseudonym;
 use crate::proto::{self, GeoPoint};
 
 /// What a REQUESTS request with a fallback keeps for its deadline.
@@ -63,7 +63,12 @@ impl Broker {
             service: entry.service,
             payload: entry.payload,
         };
-        if self.answer_geo_ind(delivery, fallback.lat, fallback.lon, fallback.epsilon_per_km) {
+        if self.answer_geo_ind(
+            delivery,
+            fallback.lat,
+            fallback.lon,
+            fallback.epsilon_per_km,
+        ) {
             self.metrics.geo_ind_fallback.increment(1);
         }
         self.maybe_close(client);

@@ -24,9 +24,14 @@ pub struct Grid {
 impl Grid {
     /// `None` when the region holds no grid row, or a row of it no grid column.
     pub fn new(step_m: f64, region: GeoBox) -> Option<Grid> {
-        let finite = [region.min_lat, region.min_lon, region.max_lat, region.max_lon]
-            .iter()
-            .all(|v| v.is_finite());
+        let finite = [
+            region.min_lat,
+            region.min_lon,
+            region.max_lat,
+            region.max_lon,
+        ]
+        .iter()
+        .all(|v| v.is_finite());
         if !(step_m.is_finite() && step_m > 0.0 && finite)
             || region.min_lat >= region.max_lat
             || region.min_lon >= region.max_lon

@@ -95,8 +95,7 @@ pub fn validate(
             ));
         }
     };
-    let (epsilon_per_km, fallback_epsilon_per_km) =
-        geo_ind_levels(&req, model, &cfg.geo_ind)?;
+    let (epsilon_per_km, fallback_epsilon_per_km) = geo_ind_levels(&req, model, &cfg.geo_ind)?;
     Ok(AdmittedRequest {
         user_id: req.user_id,
         request_no: req.request_no,

@@ -35,7 +35,11 @@ fn check_answer(c: &Cloaked, truth: (f64, f64)) {
     assert_eq!(c.group_size, 1, "{c:?}");
     assert_eq!(c.t_start_ms, c.t_end_ms);
     let reported = c.reported.expect("reported point");
-    assert_ne!((reported.lat, reported.lon), truth, "the true point reported");
+    assert_ne!(
+        (reported.lat, reported.lon),
+        truth,
+        "the true point reported"
+    );
     // 95 % radius of Gamma(2, 1/eps) at eps = 5/km: 4.7439 / 5 km = 948.8 m, plus the grid diagonal.
     assert!(
         (c.retrieval_radius_m - 950.2).abs() < 5.0,
@@ -43,8 +47,14 @@ fn check_answer(c: &Cloaked, truth: (f64, f64)) {
         c.retrieval_radius_m
     );
     let b = c.r#box.expect("box");
-    assert!(b.min_lat < reported.lat && reported.lat < b.max_lat, "{b:?}");
-    assert!(b.min_lon < reported.lon && reported.lon < b.max_lon, "{b:?}");
+    assert!(
+        b.min_lat < reported.lat && reported.lat < b.max_lat,
+        "{b:?}"
+    );
+    assert!(
+        b.min_lon < reported.lon && reported.lon < b.max_lon,
+        "{b:?}"
+    );
     let half_height_m = (b.max_lat - b.min_lat) / 2.0 * 111_195.0;
     assert!((half_height_m - c.retrieval_radius_m).abs() < 2.0, "{b:?}");
     assert_eq!(c.budget_left, None);
@@ -71,8 +81,14 @@ async fn geo_ind_is_answered_at_once_alone_and_the_provider_sees_only_the_report
     a.send(geo_ind("a", 2, None)).await;
     let second = cloaked(&mut a, 2).await;
     check_answer(&second, truth);
-    assert_ne!(second.pseudonym, answer.pseudonym, "pseudonyms are one-time");
-    assert_eq!(next_cloaked(&mut provider, 10).await.pseudonym, second.pseudonym);
+    assert_ne!(
+        second.pseudonym, answer.pseudonym,
+        "pseudonyms are one-time"
+    );
+    assert_eq!(
+        next_cloaked(&mut provider, 10).await.pseudonym,
+        second.pseudonym
+    );
 
     // The provider's answer is routed back to the client.
     LbsGatewayClient::new(daemon.channel().await)
@@ -101,10 +117,26 @@ async fn levels_outside_the_bounds_are_refused_naming_the_field() {
     let mut epsilon_on_requests = request_at("a", 4, 0.0, 2);
     epsilon_on_requests.epsilon_per_km = Some(5.0);
     let cases = [
-        (geo_ind("a", 1, Some(500.0)), "epsilon_per_km", "max_epsilon_per_km"),
-        (geo_ind("a", 2, Some(f64::NAN)), "epsilon_per_km", "min_epsilon_per_km"),
-        (fallback_too_low, "fallback_epsilon_per_km", "min_epsilon_per_km"),
-        (epsilon_on_requests, "epsilon_per_km", "only used under GEO_IND"),
+        (
+            geo_ind("a", 1, Some(500.0)),
+            "epsilon_per_km",
+            "max_epsilon_per_km",
+        ),
+        (
+            geo_ind("a", 2, Some(f64::NAN)),
+            "epsilon_per_km",
+            "min_epsilon_per_km",
+        ),
+        (
+            fallback_too_low,
+            "fallback_epsilon_per_km",
+            "min_epsilon_per_km",
+        ),
+        (
+            epsilon_on_requests,
+            "epsilon_per_km",
+            "only used under GEO_IND",
+        ),
     ];
     for (request, field, rule) in cases {
         let no = request.request_no;
