@@ -89,7 +89,7 @@ pub(super) fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result
         let request = planned_request(
             args,
             &mut rng,
-            point.user_id.clone(),
+            format!("{}{}", args.user_prefix, point.user_id),
             index as u64,
             (point.lat, point.lon),
             k,
@@ -197,7 +197,7 @@ fn plan_periodic(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<P
             PeriodicEvent::Update { user, lat, lon, .. } => plan.updates.push((
                 due,
                 PositionUpdate {
-                    user_id: workload.user_ids[user].clone(),
+                    user_id: format!("{}{}", args.user_prefix, workload.user_ids[user]),
                     lat,
                     lon,
                 },
@@ -213,7 +213,7 @@ fn plan_periodic(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<P
                 let request = planned_request(
                     args,
                     &mut rng,
-                    workload.user_ids[user].clone(),
+                    format!("{}{}", args.user_prefix, workload.user_ids[user]),
                     plan.requests.len() as u64,
                     (lat, lon),
                     k,
