@@ -182,6 +182,9 @@ impl Broker {
                     t_start_ms: group.t_start_ms,
                     t_end_ms: group.t_end_ms,
                     group_size,
+                    reported: None,
+                    retrieval_radius_m: 0.0,
+                    budget_left: None,
                 },
             );
         }
@@ -224,6 +227,9 @@ impl Broker {
                         t_start_ms: now,
                         t_end_ms: now,
                         group_size,
+                        reported: None,
+                        retrieval_radius_m: 0.0,
+                        budget_left: None,
                     },
                 );
             }

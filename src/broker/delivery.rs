@@ -37,6 +37,8 @@ impl Broker {
             t_end_ms: cloaked.t_end_ms,
             payload,
             service: self.provider_queues[service].service.clone(),
+            reported: cloaked.reported,
+            retrieval_radius_m: cloaked.retrieval_radius_m,
         };
         self.send(
             client,

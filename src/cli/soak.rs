@@ -296,6 +296,8 @@ async fn submitter(
                             payload: b"soak".to_vec(),
                             service: service.clone(),
                             model: None,
+                            epsilon_per_km: None,
+                            fallback_epsilon_per_km: None,
                         };
                         if requests.send(request).await.is_err() {
                             return;

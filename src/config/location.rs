@@ -39,6 +39,7 @@ pub struct RawLocation {
     pub max_provider_streams_per_principal: usize,
     pub max_requests_per_s_per_principal: f64,
     pub forward_jitter_ms: u64,
+    pub geo_ind: super::RawGeoInd,
 }
 
 pub use crate::location::{IndexKind, SearchMode};
@@ -52,6 +53,8 @@ pub enum CloakModel {
     Requests,
     /// k users present: a reciprocal region of at least k users' latest positions, at once.
     Presence,
+    /// Geo-indistinguishability: a point drawn by the planar Laplace mechanism, at once, alone.
+    GeoInd,
 }
 
 pub use crate::location::session::{SessionPolicy, SessionSettings};
@@ -96,6 +99,8 @@ pub struct LocationConfig {
     /// `None`: unlimited.
     pub max_requests_per_s_per_principal: Option<f64>,
     pub forward_jitter_ms: u64,
+    /// The geo-indistinguishability model (`[location.geo_ind]`).
+    pub geo_ind: super::GeoIndConfig,
 }
 
 /// A spatial tolerance: at least what padding needs (`location::padding::MIN_TOLERANCE_M`).
@@ -204,10 +209,11 @@ impl RawLocation {
         let default_model = match self.default_model.as_str() {
             "requests" => CloakModel::Requests,
             "presence" => CloakModel::Presence,
+            "geo-ind" => CloakModel::GeoInd,
             other => {
                 return Err(invalid(
                     "location.default_model",
-                    format!("must be \"requests\" or \"presence\" (got {other:?})"),
+                    format!("must be \"requests\", \"presence\" or \"geo-ind\" (got {other:?})"),
                 ));
             }
         };
@@ -287,6 +293,7 @@ impl RawLocation {
                 }
             },
             forward_jitter_ms: self.forward_jitter_ms,
+            geo_ind: self.geo_ind.validate()?,
         })
     }
 }

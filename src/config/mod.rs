@@ -11,6 +11,7 @@
 //! each section's and checks the rules that span sections.
 pub mod auth;
 pub mod cluster;
+pub mod geo_ind;
 pub mod location;
 pub mod server;
 pub mod tables;
@@ -26,6 +27,7 @@ pub use auth::{
     ANONYMOUS, AuthConfig, Principal, PrincipalConfig, RawAuth, RawPrincipal, Role, StreamPattern,
 };
 pub use cluster::{ClusterConfig, NatsConfig, RawCluster};
+pub use geo_ind::{GeoIndConfig, RawGeoInd};
 pub use location::{
     CloakModel, LocationConfig, PresenceParams, RawLocation, SearchMode, SessionPolicy,
     SessionSettings,
@@ -280,6 +282,21 @@ mod tests {
     }
 
     #[test]
+    fn geo_ind_defaults_and_default_model() {
+        let cfg = Config::embedded_defaults();
+        let geo = &cfg.location.geo_ind;
+        assert_eq!(geo.default_epsilon_per_km, 5.0);
+        assert_eq!(geo.params.confidence, 0.95);
+        assert_eq!(geo.params.grid_step_m, 1.0);
+        let cfg = Config::load_with_env(
+            None,
+            env(&[("CLOAKD_LOCATION__DEFAULT_MODEL", "\"geo-ind\"")]),
+        )
+        .unwrap();
+        assert_eq!(cfg.location.default_model, CloakModel::GeoInd);
+    }
+
+    #[test]
     fn environment_overrides_keys() {
         let cfg = Config::load_with_env(
             None,
@@ -333,6 +350,11 @@ mod tests {
                 "location.default_model",
             ),
             (
+                "CLOAKD_LOCATION__DEFAULT_MODEL",
+                "\"geo_ind\"",
+                "location.default_model",
+            ),
+            (
                 "CLOAKD_LOCATION__PRESENCE_MAX_AGE_MS",
                 "0",
                 "location.presence_max_age_ms",
@@ -346,6 +368,36 @@ mod tests {
                 "CLOAKD_LOCATION__PRESENCE_TARGET_M",
                 "-5.0",
                 "location.presence_target_m",
+            ),
+            (
+                "CLOAKD_LOCATION__GEO_IND__MIN_EPSILON_PER_KM",
+                "0.0",
+                "location.geo_ind.min_epsilon_per_km",
+            ),
+            (
+                "CLOAKD_LOCATION__GEO_IND__MAX_EPSILON_PER_KM",
+                "0.1",
+                "location.geo_ind.max_epsilon_per_km",
+            ),
+            (
+                "CLOAKD_LOCATION__GEO_IND__DEFAULT_EPSILON_PER_KM",
+                "500.0",
+                "location.geo_ind.default_epsilon_per_km",
+            ),
+            (
+                "CLOAKD_LOCATION__GEO_IND__CONFIDENCE",
+                "1.0",
+                "location.geo_ind.confidence",
+            ),
+            (
+                "CLOAKD_LOCATION__GEO_IND__GRID_STEP_M",
+                "5.0",
+                "location.geo_ind.grid_step_m",
+            ),
+            (
+                "CLOAKD_LOCATION__GEO_IND__REGION",
+                "[10.0, 0.0, 5.0, 1.0]",
+                "location.geo_ind.region",
             ),
         ];
         for (var, value, key) in cases {

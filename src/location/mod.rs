@@ -32,6 +32,7 @@
 mod checker;
 pub mod engine;
 pub mod geo;
+pub mod geo_ind;
 pub mod grid;
 pub mod hilbert;
 pub mod padding;

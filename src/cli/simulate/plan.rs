@@ -148,6 +148,8 @@ fn planned_request(
         payload: b"nearest cafe".to_vec(),
         service: args.service.clone(),
         model: args.model.map(ModelArg::proto),
+        epsilon_per_km: None,
+        fallback_epsilon_per_km: None,
     }
 }
 

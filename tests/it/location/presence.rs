@@ -45,6 +45,8 @@ fn presence_request(
         payload: b"nearest pharmacy".to_vec(),
         service: "poi".to_string(),
         model: Some(CloakModel::Presence as i32),
+        epsilon_per_km: None,
+        fallback_epsilon_per_km: None,
     }
 }
 

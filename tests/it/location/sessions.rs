@@ -123,6 +123,8 @@ async fn replay(session_ms: u64) -> cloakd::location::tracking::SessionAnonymity
                 payload: vec![],
                 service: "poi".into(),
                 model: None,
+                epsilon_per_km: None,
+                fallback_epsilon_per_km: None,
             };
             (user, request)
         })

@@ -74,6 +74,8 @@ async fn oldenburg_slice_is_cloaked_k_anonymously() {
             payload: vec![],
             service: "poi".into(),
             model: None,
+            epsilon_per_km: None,
+            fallback_epsilon_per_km: None,
         })
         .collect();
 

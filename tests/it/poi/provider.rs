@@ -85,6 +85,8 @@ fn request(user: &str, lat: f64, lon: f64, payload: Vec<u8>) -> LocationRequest 
         payload,
         service: "poi".to_string(),
         model: None,
+        epsilon_per_km: None,
+        fallback_epsilon_per_km: None,
     }
 }
 

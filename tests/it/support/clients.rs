@@ -64,6 +64,8 @@ pub fn request_at(
         payload: format!("query from {user} #{request_no}").into_bytes(),
         service: "poi".to_string(),
         model: None,
+        epsilon_per_km: None,
+        fallback_epsilon_per_km: None,
     }
 }
 
