@@ -184,7 +184,7 @@ impl ModelArg {
         match self {
             ModelArg::Requests => CloakModel::Requests as i32,
             ModelArg::Presence => CloakModel::Presence as i32,
-            ModelArg::GeoInd => GEO_IND,
+            ModelArg::GeoInd => CloakModel::GeoInd as i32,
         }
     }
 
@@ -197,9 +197,6 @@ impl ModelArg {
         }
     }
 }
-
-/// `CloakModel.GEO_IND`.
-const GEO_IND: i32 = 3;
 
 /// Events one stream read at once, with the instant they were read (one message to the main loop
 /// per batch, so the load generator spends less of the shared machine on waking it).

@@ -148,7 +148,11 @@ fn planned_request(
         payload: b"nearest cafe".to_vec(),
         service: args.service.clone(),
         model: args.model.map(ModelArg::proto),
-        epsilon_per_km: None,
+        // Refused under the box models; with the default model, left to the broker to judge.
+        epsilon_per_km: match args.model {
+            Some(ModelArg::Requests | ModelArg::Presence) => None,
+            Some(ModelArg::GeoInd) | None => args.epsilon_per_km,
+        },
         fallback_epsilon_per_km: None,
     }
 }

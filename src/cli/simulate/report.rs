@@ -348,8 +348,16 @@ impl Tally {
     }
 }
 
-/// What the provider saw of a cloaked request: its box (REQUESTS, PRESENCE).
-fn observed(c: &crate::proto::Cloaked, _epsilon_per_km: f64) -> Option<Observed> {
+/// What the provider saw of a cloaked request: the reported point (GEO_IND, taken as drawn at
+/// `epsilon_per_km`), else its box (REQUESTS, PRESENCE).
+fn observed(c: &crate::proto::Cloaked, epsilon_per_km: f64) -> Option<Observed> {
+    if let Some(p) = c.reported {
+        return Some(Observed::Laplace {
+            lat: p.lat,
+            lon: p.lon,
+            epsilon_per_km,
+        });
+    }
     let b = c.r#box?;
     Some(Observed::Box {
         min_lat: b.min_lat,
