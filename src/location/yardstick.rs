@@ -446,7 +446,7 @@ mod tests {
     fn the_quality_loss_of_a_square_around_the_point_is_its_mean_distance() {
         // Mean distance from the centre of a square of side a to its points: a (sqrt 2 + ln(1 +
         // sqrt 2)) / 6.
-        let (lat, lon) = (53.1, 8.2);
+        let (lat, lon): (f64, f64) = (53.1, 8.2);
         let side = 1_000.0;
         let dlat = side / METRES_PER_DEGREE_LAT;
         let dlon = side / (METRES_PER_DEGREE_LAT * lat.to_radians().cos());
