@@ -288,8 +288,12 @@ mod tests {
             let (boxed, circled) = ask(q);
             assert!(!circled.is_empty());
             assert!(circled.iter().all(|id| boxed.contains(id)), "{q:?}");
-            assert!(circled.len() < boxed.len(), "{q:?}: {circled:?} {boxed:?}");
+            assert!(circled.len() <= boxed.len(), "{q:?}: {circled:?} {boxed:?}");
         }
+        // Range 300 m: banks within 1.5 km of the centre (2 rows x 3 columns of the grid) against
+        // those within 300 m of the bounding box (2 x 5).
+        let (boxed, circled) = ask(poi_query::Query::Range(Range { radius_m: 300.0 }));
+        assert_eq!((circled.len(), boxed.len()), (6, 10));
         // A radius out of bounds is refused naming its field.
         let bad = p.respond(&CloakedRequest {
             reported: Some(crate::proto::GeoPoint { lat, lon }),

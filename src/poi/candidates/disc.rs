@@ -29,7 +29,7 @@ use crate::poi::{Limits, PoiIndex, Query, QueryError, refuse};
 /// Squares of the projected plane smaller than this (about 0.6 mm on the Earth) are not split.
 const MIN_SQUARE: f64 = 1e-10;
 /// Squares examined per POI before it is kept undecided.
-const NODE_BUDGET: usize = 4096;
+const NODE_BUDGET: usize = 16_384;
 /// Floor of the tie band of `g` (rounding of `q − p` for POIs very close to each other).
 const TIE_FLOOR: f64 = 4e-16;
 
