@@ -12,13 +12,16 @@ use super::{Draw, FONT, PlotError, Swatch, color, failed, legend, marker};
 /// Width of the legend column right of the plot.
 const LEGEND_WIDTH: u32 = 230;
 
+/// A named series of (x, y, label) points.
+pub type Series = (String, Vec<(f64, f64, String)>);
+
 /// Series of (x, y, label) points.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tradeoff {
     pub title: String,
     pub x_label: String,
     pub y_label: String,
-    pub series: Vec<(String, Vec<(f64, f64, String)>)>,
+    pub series: Vec<Series>,
 }
 
 impl Draw for Tradeoff {

@@ -20,7 +20,7 @@ use anyhow::Context;
 
 use super::{ModelArg, SimulateArgs, simulate};
 use crate::location::yardstick::{Grid, Observed, box_area_m2, quality_loss};
-use crate::plots::tradeoff::Tradeoff;
+use crate::plots::tradeoff::{Series, Tradeoff};
 use crate::plots::{Format, render};
 use crate::workload::TracePoint;
 
@@ -224,7 +224,7 @@ fn print_table(c: &Comparison) {
 
 /// The trade-off chart: quality loss across, adversary error up, one series per model.
 pub fn chart(c: &Comparison) -> Tradeoff {
-    let mut series: Vec<(String, Vec<(f64, f64, String)>)> = Vec::new();
+    let mut series: Vec<Series> = Vec::new();
     for r in &c.runs {
         let point = (
             r.quality_loss_m.unwrap_or(f64::NAN),
