@@ -31,6 +31,7 @@ use crate::proto::{
 };
 use crate::workload::{TracePoint, read_trace_file};
 
+pub mod compare;
 mod plan;
 mod poi;
 mod report;
@@ -39,7 +40,7 @@ use plan::{Plan, plan};
 pub use report::SimulationReport;
 use report::{RunFacts, Tally, print_report};
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
     /// The daemon to load, as a URL; several replicas of a cluster as a comma-separated list
     /// (client streams are spread over them in turn, and one provider subscribes on each).
@@ -128,9 +129,39 @@ pub struct SimulateArgs {
     /// With --pois: `nearest:CATEGORY:N` or `range:CATEGORY:METRES`.
     #[arg(long, default_value = "nearest:cafe:1")]
     pub poi_query: String,
-    /// Also write the report as JSON.
+    /// Also write the report as JSON (with --compare: the comparison).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// GEO_IND: the privacy level per km the requests ask for; unset leaves it to the broker's
+    /// location.geo_ind.default_epsilon_per_km.
+    #[arg(long, value_name = "E")]
+    pub epsilon_per_km: Option<f64>,
+    /// Replay the trace once per model listed (geo-ind once per --epsilons value) and report them side
+    /// by side: success, latency, quality loss, the Bayesian adversary's expected error, exact POI
+    /// answers, budget exhaustion ([`compare`]).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "MODELS")]
+    pub compare: Vec<ModelArg>,
+    /// With --compare: the epsilons (per km) geo-ind is replayed at.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,1,2,5")]
+    pub epsilons: Vec<f64>,
+    /// With --compare: the side in metres of the cells of the adversary's prior (the trace's own
+    /// position density).
+    #[arg(long, default_value_t = 100.0)]
+    pub grid_m: f64,
+    /// With --compare: the adversary's error is averaged over at most this many answers per run
+    /// (evenly spread over the run).
+    #[arg(long, default_value_t = 5_000)]
+    pub adversary_sample: usize,
+    /// With --compare: also draw the trade-off chart (quality loss across, adversary error up) to
+    /// this file, SVG or PNG by its extension.
+    #[arg(long, value_name = "FILE")]
+    pub chart: Option<PathBuf>,
+    /// Prefix of every user id (set per run by --compare, so the runs share no user state).
+    #[arg(skip)]
+    pub user_prefix: String,
+    /// Keep what the provider saw of each answer, with the true position (set by --compare).
+    #[arg(skip)]
+    pub observe: bool,
 }
 
 /// `--dx-dist`, `--dy-dist`.
@@ -145,6 +176,7 @@ pub enum ToleranceDist {
 pub enum ModelArg {
     Requests,
     Presence,
+    GeoInd,
 }
 
 impl ModelArg {
@@ -152,6 +184,16 @@ impl ModelArg {
         match self {
             ModelArg::Requests => CloakModel::Requests as i32,
             ModelArg::Presence => CloakModel::Presence as i32,
+            ModelArg::GeoInd => CloakModel::GeoInd as i32,
+        }
+    }
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelArg::Requests => "requests",
+            ModelArg::Presence => "presence",
+            ModelArg::GeoInd => "geo-ind",
         }
     }
 }
@@ -176,6 +218,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if !args.compare.is_empty() {
+        return runtime.block_on(compare::run(&args, &points));
+    }
     let report = runtime.block_on(simulate(&args, &points))?;
     print_report(&report);
     if let Some(path) = &args.json {
@@ -367,6 +412,9 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     );
 
     let mut tally = Tally::new(start, requested, user_of, args.session_ms.is_some())?;
+    if args.observe {
+        tally.keep_observations(position_of.clone(), args.epsilon_per_km.unwrap_or(0.0));
+    }
     let mut senders_done = false;
     while !tally.complete() {
         let wait = if senders_done {

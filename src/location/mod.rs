@@ -22,6 +22,9 @@
 //! in [`presence`], over the Hilbert order of [`hilbert`], with its independent checker in
 //! [`presence_checker`].
 //!
+//! [`yardstick`] measures any model's answers alike (Shokri et al.'s Bayesian adversary and the
+//! quality loss) for `cloakd simulate --compare`.
+//!
 //! The engine is pure: no clock (time is an argument), no I/O, randomness from a seeded RNG, so for a
 //! given input order and seed its output is deterministic.
 
@@ -39,6 +42,7 @@ pub mod presence_checker;
 pub mod replay;
 pub mod session;
 pub mod tracking;
+pub mod yardstick;
 
 pub use engine::{Engine, SearchStats};
 pub use geo::GeoBox;

@@ -1,6 +1,7 @@
-//! Drawing: the frontier's scatter plots ([`scatter`]) and Brickell & Shmatikov's grouped bar charts
-//! ([`bars`]) through the `plotters` crate, as SVG or PNG, into memory (no files, no clock: the
-//! command line writes the bytes).
+//! Drawing: the frontier's scatter plots ([`scatter`]), Brickell & Shmatikov's grouped bar charts
+//! ([`bars`]) and the yardstick's trade-off of privacy and quality ([`tradeoff`]) through the
+//! `plotters` crate, as SVG or PNG, into memory (no files, no clock: the command line writes the
+//! bytes).
 //!
 //! Invariants: the output is a pure function of the chart and the format, identical on every
 //! machine: text is laid out with `ab_glyph` over DejaVu Sans embedded in the binary (the `dejavu`
@@ -8,6 +9,7 @@
 //! font family `sans-serif` and leaves the glyphs to the viewer; PNG is 8-bit RGB.
 pub mod bars;
 pub mod scatter;
+pub mod tradeoff;
 
 use std::sync::OnceLock;
 

@@ -43,7 +43,9 @@ use std::collections::HashMap;
 use super::sphere::{self, EdgePiece, SphBox, Vec3};
 use super::{Limits, PoiIndex, Query, QueryError};
 
+mod disc;
 mod walk;
+pub use disc::{Disc, query_disc};
 pub use walk::{WALK_CROWDED, WALK_TWIN};
 
 /// Ties finer than this angle (radians, about 0.06 mm on the Earth) between a point and the bisector of

@@ -10,7 +10,13 @@ use super::sphere::{SphBox, haversine_m};
 use super::{Limits, Poi, PoiIndex, Query, query_box, refine};
 
 /// The exact answer of a point by brute force: ids, nearest first.
-fn brute_force(pois: &[Poi], category: &str, lat: f64, lon: f64, query: &Query) -> Vec<String> {
+pub(super) fn brute_force(
+    pois: &[Poi],
+    category: &str,
+    lat: f64,
+    lon: f64,
+    query: &Query,
+) -> Vec<String> {
     let mut all: Vec<(f64, &str)> = pois
         .iter()
         .filter(|p| p.category == category)
@@ -25,7 +31,7 @@ fn brute_force(pois: &[Poi], category: &str, lat: f64, lon: f64, query: &Query) 
 }
 
 /// Random POIs in clusters around (53.14, 8.21), some sharing coordinates, three categories.
-fn random_pois(rng: &mut ChaCha8Rng, count: usize) -> Vec<Poi> {
+pub(super) fn random_pois(rng: &mut ChaCha8Rng, count: usize) -> Vec<Poi> {
     let mut pois: Vec<Poi> = Vec::with_capacity(count);
     let spread = [0.002, 0.01, 0.03][rng.random_range(0..3)];
     for i in 0..count {

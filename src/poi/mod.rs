@@ -20,6 +20,10 @@
 //!   stay inclusive) and counted in [`Candidates::undecided`]. For range, the witness is the point of
 //!   the box closest to the POI, and the slack is [`candidates::RANGE_SLACK_M`].
 //!
+//! A geo-indistinguishable request shows the provider a disc (its area of retrieval) instead of a box:
+//! [`PoiIndex::disc_candidates`] gives the same two lists for the disc, with the same invariants
+//! (checked in `disc_checker.rs`), never longer than its bounding box's lists.
+//!
 //! The engine is pure: no I/O, no clock; the CSV reader takes any reader ([`pois_csv`]).
 use std::collections::HashMap;
 
@@ -29,12 +33,14 @@ use rstar::primitives::GeomWithData;
 pub mod candidates;
 #[cfg(test)]
 mod checker;
+#[cfg(test)]
+mod disc_checker;
 pub mod generate;
 pub mod pois_csv;
 pub mod refine;
 pub mod sphere;
 
-pub use candidates::Candidates;
+pub use candidates::{Candidates, Disc, query_disc};
 pub use refine::refine;
 
 /// One point of interest (degrees WGS84).

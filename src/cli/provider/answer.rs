@@ -1,7 +1,8 @@
 //! The answer to one cloaked request, the provider's whole per-request work: decode the payload as
 //! a `cloakd.v1.poi.PoiQuery`, check it against the limits, compute the box's candidate list
-//! ([`crate::poi`]) and encode it as a `PoiCandidates`. Shared by the provider process (on its worker
-//! pool), `cloakd simulate` and the tests.
+//! ([`crate::poi`]), or for a GEO_IND request (`reported` set) the list of its area of retrieval, the
+//! circle of `retrieval_radius_m` around the reported point, and encode it as a `PoiCandidates`.
+//! Shared by the provider process (on its worker pool), `cloakd simulate` and the tests.
 //!
 //! Invariants: every payload, whatever its bytes, gets exactly one `PoiCandidates`: a list, or no
 //! POIs and `error` naming the field and the rule (quoting input only through [`crate::text::quote`]);
@@ -12,7 +13,7 @@ use anyhow::Context;
 use prost::Message;
 
 use crate::poi::pois_csv::{TableLimits, read_pois};
-use crate::poi::{Limits, PoiIndex, Query, QueryError, query_box};
+use crate::poi::{Limits, PoiIndex, Query, QueryError, query_box, query_disc};
 use crate::proto::CloakedRequest;
 use crate::proto::poi::{Poi, PoiCandidates, PoiQuery, poi_query};
 use crate::text::quote;
@@ -61,14 +62,27 @@ impl PoiProvider {
             None => return Err(refuse("query", "must be nearest or range")),
         };
         q.validate(&self.limits)?;
-        let b = request.r#box.ok_or_else(|| refuse("box", "missing"))?;
-        let b = query_box(b.min_lat, b.min_lon, b.max_lat, b.max_lon, &self.limits)?;
-        if !self.index.has_category(&query.category) {
-            return Err(self.unknown_category(&query.category));
-        }
-        let list = self
-            .index
-            .candidates(&query.category, &q, &b, &self.limits)?;
+        // A GEO_IND request: the lists of its area of retrieval, the circle around the reported
+        // point, tighter than its bounding box's.
+        let list = match request.reported {
+            Some(p) => {
+                let disc = query_disc(p.lat, p.lon, request.retrieval_radius_m, &self.limits)?;
+                if !self.index.has_category(&query.category) {
+                    return Err(self.unknown_category(&query.category));
+                }
+                self.index
+                    .disc_candidates(&query.category, &q, &disc, &self.limits)?
+            }
+            None => {
+                let b = request.r#box.ok_or_else(|| refuse("box", "missing"))?;
+                let b = query_box(b.min_lat, b.min_lon, b.max_lat, b.max_lon, &self.limits)?;
+                if !self.index.has_category(&query.category) {
+                    return Err(self.unknown_category(&query.category));
+                }
+                self.index
+                    .candidates(&query.category, &q, &b, &self.limits)?
+            }
+        };
         let reply = PoiCandidates {
             pois: list
                 .pois
@@ -241,6 +255,59 @@ mod tests {
         ));
         assert_eq!(known.error, "");
         assert!(!known.pois.is_empty());
+    }
+
+    #[test]
+    fn a_geo_ind_request_is_answered_for_its_circle_not_its_box() {
+        let p = provider(16_384);
+        // A circle of 1.2 km around a reported point, and its bounding box.
+        let (lat, lon, radius_m) = (53.1, 8.1, 1_200.0);
+        let disc = query_disc(lat, lon, radius_m, &Limits::default()).unwrap();
+        let (min_lat, min_lon, max_lat, max_lon) = disc.bounding_box();
+        let bounding = Some(BoundingBox {
+            min_lat,
+            min_lon,
+            max_lat,
+            max_lon,
+        });
+        let ask = |q: poi_query::Query| {
+            let boxed = p.respond(&request(query("bank", q), bounding));
+            let circled = p.respond(&CloakedRequest {
+                reported: Some(crate::proto::GeoPoint { lat, lon }),
+                retrieval_radius_m: radius_m,
+                ..request(query("bank", q), bounding)
+            });
+            assert_eq!((boxed.error.as_str(), circled.error.as_str()), ("", ""));
+            let ids = |c: &PoiCandidates| c.pois.iter().map(|p| p.id.clone()).collect::<Vec<_>>();
+            (ids(&boxed), ids(&circled))
+        };
+        for q in [
+            poi_query::Query::Nearest(Nearest { count: 3 }),
+            poi_query::Query::Range(Range { radius_m: 300.0 }),
+        ] {
+            let (boxed, circled) = ask(q);
+            assert!(!circled.is_empty());
+            assert!(circled.iter().all(|id| boxed.contains(id)), "{q:?}");
+            assert!(circled.len() <= boxed.len(), "{q:?}: {circled:?} {boxed:?}");
+        }
+        // Range 300 m: banks within 1.5 km of the centre (2 rows x 3 columns of the grid) against
+        // those within 300 m of the bounding box (2 x 5).
+        let (boxed, circled) = ask(poi_query::Query::Range(Range { radius_m: 300.0 }));
+        assert_eq!((circled.len(), boxed.len()), (6, 10));
+        // A radius out of bounds is refused naming its field.
+        let bad = p.respond(&CloakedRequest {
+            reported: Some(crate::proto::GeoPoint { lat, lon }),
+            retrieval_radius_m: f64::NAN,
+            ..request(
+                query("bank", poi_query::Query::Nearest(Nearest { count: 1 })),
+                bounding,
+            )
+        });
+        assert!(
+            bad.error.starts_with("retrieval_radius_m: "),
+            "{}",
+            bad.error
+        );
     }
 
     #[test]

@@ -89,7 +89,7 @@ pub(super) fn plan(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result
         let request = planned_request(
             args,
             &mut rng,
-            point.user_id.clone(),
+            format!("{}{}", args.user_prefix, point.user_id),
             index as u64,
             (point.lat, point.lon),
             k,
@@ -148,7 +148,11 @@ fn planned_request(
         payload: b"nearest cafe".to_vec(),
         service: args.service.clone(),
         model: args.model.map(ModelArg::proto),
-        epsilon_per_km: None,
+        // Refused under the box models; with the default model, left to the broker to judge.
+        epsilon_per_km: match args.model {
+            Some(ModelArg::Requests | ModelArg::Presence) => None,
+            Some(ModelArg::GeoInd) | None => args.epsilon_per_km,
+        },
         fallback_epsilon_per_km: None,
     }
 }
@@ -199,7 +203,7 @@ fn plan_periodic(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<P
             PeriodicEvent::Update { user, lat, lon, .. } => plan.updates.push((
                 due,
                 PositionUpdate {
-                    user_id: workload.user_ids[user].clone(),
+                    user_id: format!("{}{}", args.user_prefix, workload.user_ids[user]),
                     lat,
                     lon,
                 },
@@ -215,7 +219,7 @@ fn plan_periodic(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<P
                 let request = planned_request(
                     args,
                     &mut rng,
-                    workload.user_ids[user].clone(),
+                    format!("{}{}", args.user_prefix, workload.user_ids[user]),
                     plan.requests.len() as u64,
                     (lat, lon),
                     k,

@@ -11,6 +11,7 @@ use hdrhistogram::Histogram;
 use super::poi;
 use crate::location::geo::METRES_PER_DEGREE_LAT;
 use crate::location::tracking::{CloakedObservation, SessionAnonymity, session_anonymity};
+use crate::location::yardstick::Observed;
 use crate::proto::location_event::Outcome;
 
 /// The measured outcome of a run.
@@ -49,6 +50,11 @@ pub struct SimulationReport {
     /// With `--pois`: the clients' refined POI answers against their exact answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poi: Option<poi::PoiReport>,
+    /// Rejected with RESOURCE_EXHAUSTED (the user's privacy budget spent).
+    pub budget_exhausted: u64,
+    /// With `observe` (`--compare`): per answer, the true position and what the provider saw.
+    #[serde(skip)]
+    pub observed: Vec<((f64, f64), Observed)>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -104,6 +110,11 @@ pub(super) struct Tally {
     tracked: Vec<CloakedObservation>,
     last_outcome: Instant,
     last_cloaked: Instant,
+    budget_exhausted: u64,
+    /// With [`Tally::keep_observations`]: the requests' true positions and epsilon per km, and per
+    /// answer what the provider saw.
+    positions: Option<(Vec<(f64, f64)>, f64)>,
+    observed: Vec<((f64, f64), Observed)>,
 }
 
 /// What the tally cannot see: how sending went, and what the caller measured beside it.
@@ -153,7 +164,16 @@ impl Tally {
             tracked: Vec::new(),
             last_outcome: start,
             last_cloaked: start,
+            budget_exhausted: 0,
+            positions: None,
+            observed: Vec::new(),
         })
+    }
+
+    /// Keep, per answer, the true position (from `positions`, by request number) and what the provider
+    /// saw (a geo-indistinguishable point is taken as drawn at `epsilon_per_km`).
+    pub(super) fn keep_observations(&mut self, positions: Vec<(f64, f64)>, epsilon_per_km: f64) {
+        self.positions = Some((positions, epsilon_per_km));
     }
 
     /// Every request has its outcome and every cloaked one its reply (or an undelivered notice).
@@ -208,6 +228,11 @@ impl Tally {
                 self.replies_expected += 1;
                 self.cloak_latency.saturating_record(since_send_us);
                 self.anonymity_sum += f64::from(c.group_size) / f64::from(k.max(1));
+                if let Some((positions, epsilon_per_km)) = &self.positions
+                    && let Some(seen) = observed(&c, *epsilon_per_km)
+                {
+                    self.observed.push((positions[no], seen));
+                }
                 if let Some(b) = c.r#box {
                     let centre = 0.5 * (b.min_lat + b.max_lat);
                     let w = ((b.max_lon - b.min_lon)
@@ -244,7 +269,12 @@ impl Tally {
                 }
             }
             Some(Outcome::Expired(_)) => self.expired += 1,
-            Some(Outcome::Rejected(_)) => self.rejected += 1,
+            Some(Outcome::Rejected(r)) => {
+                self.rejected += 1;
+                if r.code == tonic::Code::ResourceExhausted as i32 {
+                    self.budget_exhausted += 1;
+                }
+            }
             _ => {}
         }
         true
@@ -312,8 +342,29 @@ impl Tally {
                 .session_ms
                 .map(|session_ms| session_anonymity(&self.tracked, session_ms)),
             poi: facts.poi,
+            budget_exhausted: self.budget_exhausted,
+            observed: self.observed,
         })
     }
+}
+
+/// What the provider saw of a cloaked request: the reported point (GEO_IND, taken as drawn at
+/// `epsilon_per_km`), else its box (REQUESTS, PRESENCE).
+fn observed(c: &crate::proto::Cloaked, epsilon_per_km: f64) -> Option<Observed> {
+    if let Some(p) = c.reported {
+        return Some(Observed::Laplace {
+            lat: p.lat,
+            lon: p.lon,
+            epsilon_per_km,
+        });
+    }
+    let b = c.r#box?;
+    Some(Observed::Box {
+        min_lat: b.min_lat,
+        min_lon: b.min_lon,
+        max_lat: b.max_lat,
+        max_lon: b.max_lon,
+    })
 }
 
 /// Prints the report for a person.
@@ -355,6 +406,9 @@ pub(super) fn print_report(r: &SimulationReport) {
             "{name:<20} p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             p.p50, p.p90, p.p99, p.max
         );
+    }
+    if r.budget_exhausted > 0 {
+        println!("budget exhausted     {} requests", r.budget_exhausted);
     }
     if let Some(cpu) = r.cpu_seconds {
         println!(

@@ -3,6 +3,7 @@
 
 mod cloaking;
 mod cluster;
+mod compare;
 mod edges;
 mod expiry;
 mod geo_budget;
