@@ -70,6 +70,7 @@ fn settings() -> Vec<Setting> {
         l,
         t,
         delta,
+        risk: Default::default(),
     };
     let extra: [(&str, PrivacySpec, &[&str]); 4] = [
         (

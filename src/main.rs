@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 // The load tools name the library's modules as `crate::...`.
-use cloakd::{location, poi, proto, workload};
+use cloakd::{location, plots, poi, proto, workload};
 
 /// The binary's own commands, beside the library's (`cloakd::cli`).
 mod cli {

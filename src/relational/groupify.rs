@@ -66,8 +66,14 @@ pub struct ClassTable {
 }
 
 impl ClassTable {
+    /// The number of classes.
     pub fn len(&self) -> usize {
         self.sizes.len()
+    }
+
+    /// Whether the table has no class (an empty input).
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_empty()
     }
 
     pub fn histogram(&self, class: usize, m: usize) -> Option<&[u32]> {

@@ -346,7 +346,7 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         String::from_utf8(sensitive)
             .unwrap()
             .lines()
-            .nth(0)
+            .next()
             .unwrap()
             .contains("disease"),
         "the sensitive table's header names the sensitive attribute"
