@@ -52,6 +52,8 @@ export const FIELD_LABELS = {
   ploss: "Ploss",
   a_know: "A_know",
   a_acc: "A_acc",
+  risk_highest: "highest re-identification risk",
+  risk_average: "average re-identification risk",
   uloss: "Uloss",
   whd: "WHD",
   dm: "DM",
