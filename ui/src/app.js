@@ -200,7 +200,9 @@ async function uploadTable(event) {
   }
   const hierarchies = {};
   for (const h of $("upload-hierarchies").files) hierarchies[`hierarchies/${h.name}`] = await h.text();
-  await loadTable({ name: file.name, csv: await file.text(), hierarchies });
+  const body = { name: file.name, csv: await file.text(), hierarchies };
+  if ($("upload-delimiter").value) body.delimiter = $("upload-delimiter").value;
+  await loadTable(body);
 }
 
 function setTable(table, restored = null) {
@@ -808,7 +810,7 @@ async function openRelease(n) {
   frontierChart.select(n);
   liliChart.select(n);
   const sensitiveColumn = state.table && state.table.columns.find((c) => (state.choices.columns.get(c.name) || {}).role === "sensitive");
-  renderReport(r.report, { sensitive: sensitiveColumn ? sensitiveColumn.name : undefined, rows: state.table ? state.table.rows : null });
+  renderReport(r.report, { sensitive: sensitiveColumn ? sensitiveColumn.name : undefined, rows: state.table ? state.table.rows : null, classSizes: r.class_sizes });
   histogramChart.update(r.class_sizes || []);
   $("class-pick").max = String(Math.max(0, r.classes - 1));
   $("class-pick").value = "0";

@@ -356,9 +356,12 @@ export class DistributionCompareChart {
       return m;
     };
     const sides = [["input", shares(input), "#77767b"], ...releases.map(([name, side, c]) => [name, shares(side), c])];
+    // At most 24 labels: those with the largest share on any side, in the input's order first.
     const labels = [];
     for (const [, m] of sides) for (const v of m.keys()) if (!labels.includes(v)) labels.push(v);
-    const shown = labels.slice(0, 40);
+    const top = (v) => Math.max(...sides.map(([, m]) => m.get(v) || 0));
+    const keep = new Set([...labels].sort((a, b) => top(b) - top(a)).slice(0, 24));
+    const shown = labels.filter((v) => keep.has(v));
     this.chart.data.labels = shown;
     this.chart.data.datasets = sides.map(([name, m, c]) => ({ label: name, data: shown.map((v) => m.get(v) || 0), backgroundColor: c }));
     this.chart.options.scales.y.title.text = attribute;

@@ -3,6 +3,7 @@
 import { api } from "./api.js";
 import { DistributionCompareChart, HistogramChart, color, fmt } from "./charts.js";
 import { $, el, show } from "./dom.js";
+import { prosecutorFromSizes } from "./findings.js";
 
 /** Release A's and release B's colour in every chart of the comparison. */
 const SIDE_COLORS = [color(0), color(1)];
@@ -24,7 +25,7 @@ const ROWS = [
 ];
 
 function risk(release, key) {
-  const p = release.report && release.report.risk && release.report.risk.prosecutor;
+  const p = (release.report && release.report.risk && release.report.risk.prosecutor) || prosecutorFromSizes(release.class_sizes);
   return p && typeof p[key] === "number" ? fmt(p[key]) : "–";
 }
 

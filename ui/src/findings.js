@@ -2,13 +2,28 @@
 // it concerns and what would remove it. Built from the report's `models`, `attacks` and `risk`
 // (see docs/workbench.md); pure: returns plain objects the page renders.
 
+/**
+ * Prosecutor risk from a release's class sizes (`[{size, count}]`: `count` classes of `size` records):
+ * each record's risk is 1/|its class|; highest, average, and the share of records whose risk exceeds
+ * `threshold` (0.2, the risk engine's default). What `report.risk.prosecutor` says when the report
+ * carries it.
+ */
+export function prosecutorFromSizes(classSizes, threshold = 0.2) {
+  const sizes = (classSizes || []).filter((c) => c.size > 0 && c.count > 0);
+  if (sizes.length === 0) return null;
+  const records = sizes.reduce((a, c) => a + c.size * c.count, 0);
+  const classes = sizes.reduce((a, c) => a + c.count, 0);
+  const atRisk = sizes.filter((c) => 1 / c.size > threshold).reduce((a, c) => a + c.size * c.count, 0);
+  return { highest: 1 / Math.min(...sizes.map((c) => c.size)), average: classes / records, records_at_risk: atRisk / records };
+}
+
 const pct = (x) => `${(100 * x).toFixed(x < 0.01 && x > 0 ? 2 : 1)} %`;
 
 /**
  * The findings of a report: `{ id, title, verdict: "ok" | "warn" | "bad", text, fix }`, worst first.
  * `sensitive` names the sensitive attribute (for the words), `rows` the release's rows.
  */
-export function findings(report, { sensitive = "the sensitive attribute", rows = null } = {}) {
+export function findings(report, { sensitive = "the sensitive attribute", rows = null, classSizes = null } = {}) {
   const out = [];
   if (!report) return out;
   for (const m of report.models || []) {
@@ -62,9 +77,8 @@ export function findings(report, { sensitive = "the sensitive attribute", rows =
       fix: bad ? "Release with a fresh seed (rows are reordered from the seed and the content)." : "",
     });
   }
-  const r = report.risk;
-  if (r && r.prosecutor) {
-    const p = r.prosecutor;
+  const p = (report.risk && report.risk.prosecutor) || prosecutorFromSizes(classSizes || report.class_sizes);
+  if (p) {
     const atRisk = typeof p.records_at_risk === "number" ? p.records_at_risk : null;
     const bad = typeof p.highest === "number" && p.highest > 0.5;
     const warn = atRisk !== null && atRisk > 0;

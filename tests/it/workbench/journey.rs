@@ -115,6 +115,17 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     .await;
     assert!(error.contains("not a text table"), "{error}");
 
+    // A delimiter chosen wrong: one column found, said in words with what to change.
+    browser.select("#upload-delimiter", ",").await;
+    upload(&browser, files.path(), "patients.csv", &[]).await;
+    browser
+        .wait_until(
+            "document.getElementById('load-error').textContent.includes('one column found')",
+            30,
+        )
+        .await;
+    browser.select("#upload-delimiter", "").await;
+
     // The own table: `;` detected, the proposed roles applied, the unique id dropped.
     browser
         .js("document.getElementById('upload-hierarchies').value = ''; return 0;")
@@ -326,7 +337,7 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         .js("return [...document.querySelectorAll('#findings li')].map(l => [l.dataset.finding, l.dataset.verdict, l.textContent]);")
         .await;
     let findings = findings.as_array().unwrap();
-    for id in ["homogeneity", "background", "unsorted"] {
+    for id in ["homogeneity", "background", "unsorted", "risk"] {
         let f = findings
             .iter()
             .find(|f| f[0] == id)
@@ -408,6 +419,21 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
             < 1e-4,
         "{rows}"
     );
+    // The prosecutor risk of each side: 1 / the smallest class.
+    let row = |name: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("no {name} row in {rows}"))
+            .clone()
+    };
+    let (highest, smallest) = (row("prosecutor risk, highest"), row("smallest class"));
+    for side in [1, 2] {
+        let risk: f64 = highest[side].as_str().unwrap().parse().unwrap();
+        let size: f64 = smallest[side].as_str().unwrap().parse().unwrap();
+        assert!((risk - 1.0 / size).abs() < 1e-4, "{rows}");
+    }
     browser
         .screenshot("own-4-compare", Some("#step-compare"))
         .await;
