@@ -39,6 +39,9 @@ pub(crate) struct GeoBudget {
     swept_at_len: usize,
     /// The reuse test's noise (cryptographically secure, seeded from the operating system).
     rng: ChaCha20Rng,
+    /// The answers waiting for their charge, by the number their ledger reply carries back.
+    waiting: HashMap<u64, Waiting>,
+    next_waiting: u64,
 }
 
 impl GeoBudget {
@@ -54,12 +57,14 @@ impl GeoBudget {
             last: HashMap::new(),
             swept_at_len: 0,
             rng: ChaCha20Rng::from_os_rng(),
+            waiting: HashMap::new(),
+            next_waiting: 0,
         }
     }
 }
 
 /// A GEO_IND request waiting for its charge.
-pub(crate) struct Waiting {
+struct Waiting {
     to: Delivery,
     user: UserHash,
     lat: f64,
@@ -108,23 +113,26 @@ impl Broker {
         match budget.ledger.try_charge(charge) {
             Ok(answer) => {
                 let commands = budget.commands.clone();
-                let waiting = Box::new(Waiting {
-                    to,
-                    user,
-                    lat,
-                    lon,
-                    epsilon,
-                    plan,
-                });
+                let id = budget.next_waiting;
+                budget.next_waiting = budget.next_waiting.wrapping_add(1);
+                budget.waiting.insert(
+                    id,
+                    Waiting {
+                        to,
+                        user,
+                        lat,
+                        lon,
+                        epsilon,
+                        plan,
+                    },
+                );
                 // The client's stream stays open until the answer is released.
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.awaiting_answer += 1;
                 }
                 tokio::spawn(async move {
                     let result = answer.await.unwrap_or(Err(LedgerError::Stopped));
-                    let _ = commands
-                        .send(Command::BudgetCharged { waiting, result })
-                        .await;
+                    let _ = commands.send(Command::BudgetCharged { id, result }).await;
                 });
             }
             Err(e) => {
@@ -135,11 +143,10 @@ impl Broker {
     }
 
     /// The ledger answered: release what the charge paid for.
-    pub(super) fn budget_charged(
-        &mut self,
-        waiting: Waiting,
-        result: Result<Charged, LedgerError>,
-    ) {
+    pub(super) fn budget_charged(&mut self, id: u64, result: Result<Charged, LedgerError>) {
+        let Some(waiting) = self.budget.as_mut().and_then(|b| b.waiting.remove(&id)) else {
+            return;
+        };
         let Waiting {
             to,
             user,

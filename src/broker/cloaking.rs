@@ -10,13 +10,15 @@
 //! engine's.
 use rand::Rng;
 
-use super::message::{AdmittedRequest, AdmittedUpdate, ClientId, Rejection, ReportResult};
+use super::message::{
+    AdmittedRequest, AdmittedUpdate, ClientId, Rejection, ReportResult, to_proto_box,
+};
 use super::{Broker, Delivery, PendingEntry, already_pending};
 use crate::location::presence::PresenceError;
 use crate::location::{
-    CloakRequest, CloakedGroup, GeoBox, Outcome, PresenceOutcome, PresenceRequest, RequestId,
+    CloakRequest, CloakedGroup, Outcome, PresenceOutcome, PresenceRequest, RequestId,
 };
-use crate::proto::{self, BoundingBox, LocationEvent, location_event};
+use crate::proto::{self, LocationEvent, location_event};
 
 impl Broker {
     /// Feeds a request to this replica's engine.
@@ -294,14 +296,5 @@ pub(super) fn presence_rejection(err: PresenceError) -> Rejection {
         err @ PresenceError::TooManyUsers { .. } => {
             Rejection::exhausted("user_id", err.to_string())
         }
-    }
-}
-
-pub(super) fn to_proto_box(b: &GeoBox) -> BoundingBox {
-    BoundingBox {
-        min_lat: b.min_lat,
-        min_lon: b.min_lon,
-        max_lat: b.max_lat,
-        max_lon: b.max_lon,
     }
 }

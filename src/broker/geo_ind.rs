@@ -134,7 +134,7 @@ impl Broker {
             pseudonym,
             proto::Cloaked {
                 pseudonym: pseudonym.to_string(),
-                r#box: Some(super::cloaking::to_proto_box(&area)),
+                r#box: Some(super::message::to_proto_box(&area)),
                 t_start_ms: now,
                 t_end_ms: now,
                 group_size: 1,

@@ -214,7 +214,8 @@ pub(crate) enum Command {
     RemoteEvent { tag: u64, event: LocationEvent },
     /// The budget ledger answered the charge of a GEO_IND answer ([`super::budget`]).
     BudgetCharged {
-        waiting: Box<super::budget::Waiting>,
+        /// Which waiting answer (the broker keeps them by this number).
+        id: u64,
         result: Result<crate::ledger::Charged, crate::ledger::LedgerError>,
     },
     /// Cluster: a cloaked request another replica relayed to this one's providers of `service`;
@@ -393,6 +394,16 @@ impl Rejection {
                 refill_at_ms: None,
             })),
         }
+    }
+}
+
+/// A cloaking box as the protocol carries it.
+pub(super) fn to_proto_box(b: &crate::location::geo::GeoBox) -> proto::BoundingBox {
+    proto::BoundingBox {
+        min_lat: b.min_lat,
+        min_lon: b.min_lon,
+        max_lat: b.max_lat,
+        max_lon: b.max_lon,
     }
 }
 

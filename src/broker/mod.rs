@@ -360,7 +360,7 @@ impl Broker {
                 owner,
             } => self.resolved(tag, request, owner),
             Command::RemoteEvent { tag, event } => self.remote_event(tag, event),
-            Command::BudgetCharged { waiting, result } => self.budget_charged(*waiting, result),
+            Command::BudgetCharged { id, result } => self.budget_charged(id, result),
             Command::Relayed {
                 client,
                 events,

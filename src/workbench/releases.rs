@@ -229,8 +229,13 @@ fn record_refusal(code: Code, message: String) -> ApiError {
 }
 
 /// The report as `cloakd table anonymize --report` writes it (pretty JSON and a newline).
-pub fn report_bytes(report: &Report) -> Result<Vec<u8>, ApiError> {
-    let mut out = serde_json::to_vec_pretty(report).map_err(ApiError::internal)?;
+pub fn report_bytes(report: &Report, release: &Release) -> Result<Vec<u8>, ApiError> {
+    let risk = crate::jobs::report::release_risk(release).map_err(ApiError::internal)?;
+    let report = crate::jobs::report::AnonymizeReport {
+        report,
+        risk: &risk,
+    };
+    let mut out = serde_json::to_vec_pretty(&report).map_err(ApiError::internal)?;
     out.push(b'\n');
     Ok(out)
 }
@@ -273,7 +278,7 @@ pub async fn release(
     let result = async {
         let (_, _, done) = computed(&workbench, &principal.name, &id, &n).await?;
         let report: serde_json::Value =
-            serde_json::from_slice(&report_bytes(&done.report)?).map_err(ApiError::internal)?;
+            serde_json::from_slice(&report_bytes(&done.report, &done.release)?).map_err(ApiError::internal)?;
         let table = released_table(&done.release);
         let rows: Vec<Vec<&str>> = (0..table.rows.min(PREVIEW_ROWS))
             .map(|r| table.row(r).collect())
@@ -382,7 +387,7 @@ async fn file(
         _ => Ok(download(
             &format!("release-{n}.report.json"),
             "application/json",
-            report_bytes(&done.report)?,
+            report_bytes(&done.report, &done.release)?,
         )),
     }
 }

@@ -175,7 +175,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     }
     let baseline = Baseline::new(&table, options)?;
     let evaluation = evaluate(&table, &baseline, &release)?;
-    let risk = super::release_risk(&release)?;
+    let risk = crate::jobs::report::release_risk(&release)?;
     let workload = match workload_options {
         Some(options) => {
             let never = std::sync::atomic::AtomicBool::new(false);

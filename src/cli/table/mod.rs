@@ -25,7 +25,6 @@ use crate::atomic_file::AtomicFile;
 use crate::relational::job::{AlgorithmField, AlgorithmOverrides, JobSpec};
 use crate::relational::models::{LDiversity, TCloseness};
 use crate::relational::release::{self, Release, ReleaseMethod};
-use crate::relational::report::Report;
 pub use input::{load_table, open_maybe_gzip};
 
 #[derive(Debug, clap::Args)]
@@ -251,14 +250,14 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     let (released, report) =
         crate::jobs::anonymize_job(&table, &job, &std::sync::atomic::AtomicBool::new(false))?;
     drop(table);
-    let risk = release_risk(&released)?;
+    let risk = crate::jobs::report::release_risk(&released)?;
     let write_started = Instant::now();
     write_release(
         &released,
         job.formulas,
         &args.output,
         args.report.as_deref(),
-        &AnonymizeReport {
+        &crate::jobs::report::AnonymizeReport {
             report: &report,
             risk: &risk,
         },
@@ -282,32 +281,6 @@ fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
         write_started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// `table anonymize`'s JSON report: the release's report and its re-identification risk (the
-/// `risk` object of `table evaluate`'s report, without SUDA and population uniqueness).
-#[derive(serde::Serialize)]
-struct AnonymizeReport<'a> {
-    #[serde(flatten)]
-    report: &'a Report,
-    risk: &'a crate::risk::RiskProfile,
-}
-
-/// The risk profile of a release on its released quasi-identifiers (bucketization: its QI table),
-/// as `table evaluate` measures it.
-pub fn release_risk(released: &Release) -> anyhow::Result<crate::risk::RiskProfile> {
-    let quasi = match released {
-        Release::Generalized(t) => t,
-        Release::Bucketized { quasi_table, .. } => quasi_table,
-    };
-    Ok(crate::risk::profile(
-        &crate::risk::classes::of_release(quasi),
-        &crate::risk::RiskOptions {
-            suda: false,
-            ..crate::risk::RiskOptions::default()
-        },
-        None,
-    )?)
 }
 
 /// Writes the release (and report) through staged files: all or nothing.

@@ -1,0 +1,35 @@
+//! The JSON report of one release, the same for `cloakd table anonymize --report` and the
+//! workbench's `report.json`: the engine's report and the release's re-identification risk (the
+//! `risk` object of `table evaluate`'s report, without SUDA and population uniqueness).
+//!
+//! Invariants: pure (the risk is computed from the released rows); the same release gives the same
+//! bytes through either caller.
+use crate::relational::release::Release;
+use crate::relational::report::Report;
+
+/// The report and the risk, serialized side by side (`risk` after the report's keys).
+#[derive(serde::Serialize)]
+pub struct AnonymizeReport<'a> {
+    #[serde(flatten)]
+    pub report: &'a Report,
+    pub risk: &'a crate::risk::RiskProfile,
+}
+
+/// The risk profile of a release on its released quasi-identifiers (bucketization: its QI table),
+/// as `table evaluate` measures it.
+pub fn release_risk(
+    released: &Release,
+) -> Result<crate::risk::RiskProfile, crate::risk::RiskError> {
+    let quasi = match released {
+        Release::Generalized(t) => t,
+        Release::Bucketized { quasi_table, .. } => quasi_table,
+    };
+    crate::risk::profile(
+        &crate::risk::classes::of_release(quasi),
+        &crate::risk::RiskOptions {
+            suda: false,
+            ..crate::risk::RiskOptions::default()
+        },
+        None,
+    )
+}
