@@ -280,18 +280,27 @@ pub async fn open(
     cluster: Option<&crate::cluster::Cluster>,
 ) -> Result<Ledger, LedgerError> {
     if let Some(cluster) = cluster {
-        let bucket = cluster
-            .bucket(
-                "budget",
-                "cloakd privacy budget: per user (keyed hash), the window and the epsilon spent",
-            )
-            .await
-            .map_err(|e| LedgerError::Unavailable {
-                action: "opening the budget bucket",
-                detail: e.to_string().into(),
-            })?;
-        let (backend, hash) = kv::KvLedger::open(bucket).await?;
-        return Ok(Ledger::start(backend, policy, hash, batching));
+        // JetStream may not answer yet while its servers elect the bucket's leader (a replica
+        // starting beside a restarting server sees "no responders"): tried again for a while, as
+        // the transaction stores are.
+        let mut pause = std::time::Duration::from_millis(250);
+        let mut attempt = 1;
+        loop {
+            match open_bucket(cluster).await {
+                Ok((backend, hash)) => return Ok(Ledger::start(backend, policy, hash, batching)),
+                Err(e) if attempt < OPEN_ATTEMPTS => {
+                    tracing::warn!(
+                        error = %e,
+                        attempt,
+                        "opening the privacy budget bucket on JetStream failed; trying again"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(8));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
     let dir = data_dir.to_path_buf();
     let now_ms = std::time::SystemTime::now()
@@ -309,6 +318,26 @@ pub async fn open(
         "privacy budget ledger opened"
     );
     Ok(Ledger::start(backend, policy, hash, batching))
+}
+
+/// Attempts at opening the budget bucket before the daemon gives up (about 30 s in all).
+const OPEN_ATTEMPTS: u32 = 6;
+
+/// The budget bucket and the hash secret every replica shares.
+async fn open_bucket(
+    cluster: &crate::cluster::Cluster,
+) -> Result<(kv::KvLedger, key::KeyedHash), LedgerError> {
+    let bucket = cluster
+        .bucket(
+            "budget",
+            "cloakd privacy budget: per user (keyed hash), the window and the epsilon spent",
+        )
+        .await
+        .map_err(|e| LedgerError::Unavailable {
+            action: "opening the budget bucket",
+            detail: e.to_string().into(),
+        })?;
+    kv::KvLedger::open(bucket).await
 }
 
 /// The writer: group commit of every charge waiting.
