@@ -269,6 +269,64 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
         serde_json::json!(["20", "[20, 30)", "[20, 40)", "*"])
     );
     browser.screenshot("own-2-builder", Some("#builder")).await;
+    // Masking for codes (zip) and groups of values (sex), previewed line by line.
+    browser.click("#builder-close").await;
+    browser.click(&format!("#build-{zip}")).await;
+    browser
+        .wait_until(
+            "document.getElementById('builder-title').textContent.endsWith('zip')",
+            30,
+        )
+        .await;
+    // zip's codes are numbers: the builder starts with intervals; masking is chosen.
+    browser
+        .wait_until(
+            "document.querySelectorAll('#builder-table tbody tr').length > 0",
+            30,
+        )
+        .await;
+    browser.select("#builder-mode", "mask").await;
+    browser.fill("#builder-mask-levels", "2").await;
+    browser.click("#builder-preview").await;
+    let masked = browser
+        .js("return [...document.querySelectorAll('#builder-table tbody tr:first-child td')].map(t => t.textContent);")
+        .await;
+    assert_eq!(masked, serde_json::json!(["13050", "1305*", "130**", "*"]));
+    browser.click("#builder-close").await;
+    browser.click(&format!("#build-{sex}")).await;
+    browser
+        .wait_until(
+            "document.getElementById('builder-title').textContent.endsWith('sex')",
+            30,
+        )
+        .await;
+    browser.fill("#builder-groups", "person: Male").await;
+    browser.click("#builder-preview").await;
+    let note = text(
+        &browser,
+        "document.getElementById('builder-note').textContent",
+    )
+    .await;
+    assert!(note.contains("1 values are in no group"), "{note}");
+    let grouped = browser
+        .js("return [...document.querySelectorAll('#builder-table tbody tr')].map(r => [...r.children].map(t => t.textContent).join(';'));")
+        .await;
+    assert_eq!(
+        grouped,
+        serde_json::json!(["Male;person;*", "Female;other;*"])
+    );
+    browser.click("#builder-close").await;
+    browser.click(&format!("#build-{age}")).await;
+    browser
+        .wait_until(
+            "document.querySelectorAll('#builder-table tbody tr').length > 0",
+            30,
+        )
+        .await;
+    browser.fill("#builder-width", "10").await;
+    browser.fill("#builder-fanout", "2").await;
+    browser.fill("#builder-levels", "2").await;
+    browser.click("#builder-preview").await;
     browser.click("#builder-download").await;
     let built = String::from_utf8(browser.downloaded("age.csv").await).unwrap();
     assert_eq!(built.lines().count(), 50, "one line per distinct age");
