@@ -20,12 +20,8 @@ pub struct AnonymizeReport<'a> {
 pub fn release_risk(
     released: &Release,
 ) -> Result<crate::risk::RiskProfile, crate::risk::RiskError> {
-    let quasi = match released {
-        Release::Generalized(t) => t,
-        Release::Bucketized { quasi_table, .. } => quasi_table,
-    };
     crate::risk::profile(
-        &crate::risk::classes::of_release(quasi),
+        &crate::risk::classes::of_release(released.quasi_table()),
         &crate::risk::RiskOptions {
             suda: false,
             ..crate::risk::RiskOptions::default()

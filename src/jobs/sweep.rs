@@ -366,17 +366,7 @@ pub fn measure_release(
 fn release_risk(
     release: &crate::relational::release::Release,
 ) -> Result<Option<crate::measures::frontier::ReleaseRisk>, String> {
-    use crate::relational::release::Release;
-    let quasi = match release {
-        Release::Generalized(t) => t,
-        Release::Bucketized { quasi_table, .. } => quasi_table,
-    };
-    let options = crate::risk::RiskOptions {
-        suda: false,
-        ..crate::risk::RiskOptions::default()
-    };
-    let profile = crate::risk::profile(&crate::risk::classes::of_release(quasi), &options, None)
-        .map_err(|e| format!("risk: {e}"))?;
+    let profile = super::report::release_risk(release).map_err(|e| format!("risk: {e}"))?;
     Ok(match profile.prosecutor {
         crate::risk::Measured::Value(p) => Some(crate::measures::frontier::ReleaseRisk {
             highest: p.highest,

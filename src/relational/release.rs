@@ -169,6 +169,16 @@ pub enum Release {
     },
 }
 
+impl Release {
+    /// The table of released quasi-identifiers: generalization's table, bucketization's QI table.
+    pub fn quasi_table(&self) -> &ReleasedTable {
+        match self {
+            Release::Generalized(t) => t,
+            Release::Bucketized { quasi_table, .. } => quasi_table,
+        }
+    }
+}
+
 /// Interns released strings per column.
 #[derive(Default)]
 struct Dictionary {

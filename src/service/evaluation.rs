@@ -392,10 +392,7 @@ fn release_risk(
     budget: &MemoryBudget,
     cancelled: &AtomicBool,
 ) -> Result<crate::proto::Risk, EvaluationError> {
-    let quasi = match release {
-        Release::Generalized(t) => t,
-        Release::Bucketized { quasi_table, .. } => quasi_table,
-    };
+    let quasi = release.quasi_table();
     let qis = quasi
         .columns
         .iter()

@@ -13,11 +13,10 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
 use super::error::ApiError;
-use super::releases::{computed, released_table};
+use super::releases::computed;
 use super::tables::StoredTable;
 use super::{Caller, Workbench, json_response};
 use crate::relational::release::Release;
-use crate::text::quote;
 
 /// Values listed per side.
 pub const TOP: usize = 30;
@@ -33,35 +32,13 @@ fn top(counts: HashMap<String, u64>) -> (Vec<(String, u64)>, u64) {
 
 /// Every value of `column` in the kept table's CSV, counted.
 fn input_counts(table: &StoredTable, column: &str) -> Result<HashMap<String, u64>, ApiError> {
-    let at = table
-        .columns
-        .iter()
-        .position(|c| c.name == column)
-        .ok_or_else(|| {
-            ApiError::invalid(
-                "column",
-                format!("column {} is not a column of the table", quote(column)),
-            )
-        })?;
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(false)
-        .delimiter(table.delimiter)
-        .from_reader(crate::lines::BoundedLines::new(
-            table.csv.as_slice(),
-            crate::lines::Records::Csv,
-        ));
     let mut counts: HashMap<String, u64> = HashMap::new();
-    for record in reader.records() {
-        let record =
-            record.map_err(|e| ApiError::invalid("csv", format!("{}: {e}", quote(&table.name))))?;
-        let value = record.get(at).unwrap_or_default().trim();
-        match counts.get_mut(value) {
-            Some(n) => *n += 1,
-            None => {
-                counts.insert(value.to_string(), 1);
-            }
+    table.each_value(column, |value| match counts.get_mut(value) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(value.to_string(), 1);
         }
-    }
+    })?;
     Ok(counts)
 }
 
@@ -78,7 +55,8 @@ fn release_counts(release: &Release, column: &str) -> Option<HashMap<String, u64
         }
         return Some(counts);
     }
-    let c = released_table(release)
+    let c = release
+        .quasi_table()
         .columns
         .iter()
         .find(|c| c.name == column)?;

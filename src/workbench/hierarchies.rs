@@ -37,13 +37,11 @@ fn table(workbench: &Workbench, owner: &str, id: &str) -> Result<Arc<StoredTable
 
 /// The distinct values of `column` with their counts, in first-seen order, at most [`MAX_VALUES`].
 pub fn column_values(table: &StoredTable, column: &str) -> Result<Vec<(String, u64)>, ApiError> {
-    let Some(at) = table.columns.iter().position(|c| c.name == column) else {
-        return Err(ApiError::invalid(
-            "column",
-            format!("column {} is not a column of the table", quote(column)),
-        ));
-    };
-    let distinct = table.columns[at].distinct;
+    let distinct = table
+        .columns
+        .iter()
+        .find(|c| c.name == column)
+        .map_or(0, |c| c.distinct);
     if distinct > MAX_VALUES {
         return Err(ApiError::invalid(
             "column",
@@ -53,28 +51,16 @@ pub fn column_values(table: &StoredTable, column: &str) -> Result<Vec<(String, u
             ),
         ));
     }
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(false)
-        .delimiter(table.delimiter)
-        .from_reader(crate::lines::BoundedLines::new(
-            table.csv.as_slice(),
-            crate::lines::Records::Csv,
-        ));
     let mut index: HashMap<String, usize> = HashMap::with_capacity(distinct);
     let mut values: Vec<(String, u64)> = Vec::with_capacity(distinct);
-    for record in reader.records() {
-        let record =
-            record.map_err(|e| ApiError::invalid("csv", format!("{}: {e}", quote(&table.name))))?;
-        let value = record.get(at).unwrap_or_default().trim();
-        match index.get(value) {
-            Some(&i) => values[i].1 += 1,
-            None if values.len() < MAX_VALUES => {
-                index.insert(value.to_string(), values.len());
-                values.push((value.to_string(), 1));
-            }
-            None => {}
+    table.each_value(column, |value| match index.get(value) {
+        Some(&i) => values[i].1 += 1,
+        None if values.len() < MAX_VALUES => {
+            index.insert(value.to_string(), values.len());
+            values.push((value.to_string(), 1));
         }
-    }
+        None => {}
+    })?;
     Ok(values)
 }
 

@@ -23,7 +23,7 @@ use crate::jobs::{JobFailure, JobRecord, Outcome, anonymize_job};
 use crate::relational::AnonymizeError;
 use crate::relational::job::JobSpec;
 use crate::relational::models::PrivacySpec;
-use crate::relational::release::{self, Release, ReleasedRole, ReleasedTable};
+use crate::relational::release::{self, Release, ReleasedRole};
 use crate::relational::report::Report;
 
 /// Rows of a release's preview.
@@ -240,18 +240,10 @@ pub fn report_bytes(report: &Report, release: &Release) -> Result<Vec<u8>, ApiEr
     Ok(out)
 }
 
-/// The released table (generalization's table, bucketization's QI table).
-pub(super) fn released_table(release: &Release) -> &ReleasedTable {
-    match release {
-        Release::Generalized(t) => t,
-        Release::Bucketized { quasi_table, .. } => quasi_table,
-    }
-}
-
 /// Each released row's class, classes numbered in order of first appearance: rows with the same
 /// quasi-identifier values (generalization) or the same group (bucketization).
 fn classes(release: &Release) -> (Vec<u32>, usize) {
-    let table = released_table(release);
+    let table = release.quasi_table();
     let key_columns: Vec<&release::ReleasedColumn> = table
         .columns
         .iter()
@@ -279,7 +271,7 @@ pub async fn release(
         let (_, _, done) = computed(&workbench, &principal.name, &id, &n).await?;
         let report: serde_json::Value =
             serde_json::from_slice(&report_bytes(&done.report, &done.release)?).map_err(ApiError::internal)?;
-        let table = released_table(&done.release);
+        let table = done.release.quasi_table();
         let rows: Vec<Vec<&str>> = (0..table.rows.min(PREVIEW_ROWS))
             .map(|r| table.row(r).collect())
             .collect();
@@ -355,7 +347,7 @@ async fn file(
     match which {
         "release.csv" => {
             let mut out = Vec::new();
-            release::write_csv(released_table(&done.release), sweep.job.formulas, &mut out)
+            release::write_csv(done.release.quasi_table(), sweep.job.formulas, &mut out)
                 .map_err(ApiError::internal)?;
             Ok(download(
                 &format!("release-{n}.csv"),

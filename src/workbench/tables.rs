@@ -107,6 +107,34 @@ pub struct StoredTable {
 }
 
 impl StoredTable {
+    /// Calls `each` with every row's value of `column` (trimmed), reading the CSV with its
+    /// delimiter; an unknown column is refused naming it.
+    pub fn each_value(&self, column: &str, mut each: impl FnMut(&str)) -> Result<(), ApiError> {
+        let at = self
+            .columns
+            .iter()
+            .position(|c| c.name == column)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "column",
+                    format!("column {} is not a column of the table", quote(column)),
+                )
+            })?;
+        let mut reader = csv::ReaderBuilder::new()
+            .flexible(false)
+            .delimiter(self.delimiter)
+            .from_reader(crate::lines::BoundedLines::new(
+                self.csv.as_slice(),
+                crate::lines::Records::Csv,
+            ));
+        for record in reader.records() {
+            let record = record
+                .map_err(|e| ApiError::invalid("csv", format!("{}: {e}", quote(&self.name))))?;
+            each(record.get(at).unwrap_or_default().trim());
+        }
+        Ok(())
+    }
+
     /// Every file a job can name: the CSV, then the hierarchies.
     pub fn files(&self) -> Vec<String> {
         std::iter::once(self.name.clone())
