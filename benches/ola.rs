@@ -108,8 +108,20 @@ fn settings() -> Vec<Setting> {
     all
 }
 
-/// `ArxRef anonymize` for a k-anonymity setting: (levels, suppressed, checks, best ms).
-fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Option<String> {
+/// What `ArxRef anonymize` reported for one k-anonymity setting.
+struct Arx {
+    /// Levels in the order of [`QIS`].
+    levels: Vec<u64>,
+    suppressed: u64,
+    checks: u64,
+    /// Best of 5 `ARXResult.getTime()`: the search and its result, without encoding the data.
+    time_ms: f64,
+    /// Best of 5 whole `ARXAnonymizer.anonymize()` calls, encoding included.
+    call_ms: f64,
+}
+
+/// `ArxRef anonymize` for a k-anonymity setting (Flash, 1 warm-up, best of 5).
+fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Result<Arx, String> {
     let out = std::env::temp_dir().join(format!("cloakd-arx-{}.json", std::process::id()));
     let java = std::env::var("ARX_JAVA").unwrap_or_else(|_| "java".into());
     let metric = match metric {
@@ -127,9 +139,9 @@ fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Option<Str
         .args(["--metric", metric, "--warmup", "1", "--runs", "5", "--out"])
         .arg(&out)
         .output()
-        .ok()?;
+        .map_err(|e| format!("java: {e}"))?;
     if !status.status.success() {
-        return Some(format!(
+        return Err(format!(
             "ArxRef failed: {}",
             String::from_utf8_lossy(&status.stderr)
                 .lines()
@@ -137,19 +149,27 @@ fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Option<Str
                 .unwrap_or("")
         ));
     }
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).ok()?).ok()?;
-    let levels: Vec<String> = v["levels"]
-        .as_object()?
-        .values()
-        .map(|l| l.to_string())
-        .collect();
-    Some(format!(
-        "[{}] {} suppressed, {} checks, {} ms",
-        levels.join(","),
-        v["suppressed_records"],
-        v["num_checks_performed"],
-        v["timing"]["best_arx_time_ms"]
-    ))
+    let text = std::fs::read(&out).map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+    let number = |value: &serde_json::Value, what: &str| {
+        value
+            .as_f64()
+            .ok_or_else(|| format!("ArxRef's output has no {what}"))
+    };
+    let levels = QIS
+        .split(',')
+        .map(|q| number(&v["levels"][q], q).map(|l| l as u64))
+        .collect::<Result<_, _>>()?;
+    Ok(Arx {
+        levels,
+        suppressed: number(&v["suppressed_records"], "suppressed_records")? as u64,
+        checks: number(&v["num_checks_performed"], "num_checks_performed")? as u64,
+        time_ms: number(&v["timing"]["best_arx_time_ms"], "best_arx_time_ms")?,
+        call_ms: number(
+            &v["timing"]["best_anonymize_call_wall_ms"],
+            "best_anonymize_call_wall_ms",
+        )?,
+    })
 }
 
 fn main() {
@@ -168,14 +188,18 @@ fn main() {
     println!(
         "| setting | node | suppressed | nodes checked | algorithm ms (best of 5) | whole process s (best of 5) |{}",
         if arx_dir.is_some() {
-            " ARX Flash |"
+            " ARX Flash: same node | suppressed | checks | getTime ms | anonymize() ms | cloakd / ARX getTime |"
         } else {
             ""
         }
     );
     println!(
         "|---|---|---|---|---|---|{}",
-        if arx_dir.is_some() { "---|" } else { "" }
+        if arx_dir.is_some() {
+            "---|---|---|---|---|---|"
+        } else {
+            ""
+        }
     );
     for s in settings() {
         if only.as_ref().is_some_and(|o| !s.name.contains(o.as_str())) {
@@ -192,8 +216,9 @@ fn main() {
             }
             found = Some(result);
         }
-        let (node, suppressed, checked) = match found.expect("ran") {
+        let (levels, node, suppressed, checked) = match found.expect("ran") {
             Ok(r) => (
+                r.levels.clone(),
                 format!("{:?}", r.levels),
                 r.recoding
                     .suppressed
@@ -203,7 +228,7 @@ fn main() {
                     .to_string(),
                 r.nodes_checked.to_string(),
             ),
-            Err(e) => (e.to_string(), "-".into(), "-".into()),
+            Err(e) => (vec![], e.to_string(), "-".into(), "-".into()),
         };
         let mut whole = f64::INFINITY;
         for _ in 0..5 {
@@ -225,12 +250,29 @@ fn main() {
             }
         }
         let arx = match (&arx_dir, s.flags.is_empty()) {
-            (Some(dir), true) => format!(
-                " {} |",
-                arx(dir, &plain, s.privacy.k.unwrap_or(1), s.supp, s.metric)
-                    .unwrap_or_else(|| "ArxRef did not run".into())
-            ),
-            (Some(_), false) => " (not in ArxRef) |".into(),
+            (Some(dir), true) => {
+                match arx(dir, &plain, s.privacy.k.unwrap_or(1), s.supp, s.metric) {
+                    Ok(a) => {
+                        let same = a.levels.len() == levels.len()
+                            && a.levels.iter().zip(&levels).all(|(&x, &y)| x as usize == y);
+                        format!(
+                            " {} | {} | {} | {:.0} | {:.0} | {:.2} |",
+                            if same {
+                                "yes".to_string()
+                            } else {
+                                format!("no: {:?}", a.levels)
+                            },
+                            a.suppressed,
+                            a.checks,
+                            a.time_ms,
+                            a.call_ms,
+                            best / a.time_ms
+                        )
+                    }
+                    Err(e) => format!(" {e} | | | | | |"),
+                }
+            }
+            (Some(_), false) => " (k only in this comparison) | | | | | |".into(),
             (None, _) => String::new(),
         };
         println!(

@@ -33,6 +33,8 @@
 //! tuples of their count squared).
 use std::collections::HashMap;
 
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 use serde::Serialize;
 
 use crate::relational::recoding::{Cell, Recoding};
@@ -213,23 +215,33 @@ pub fn distortion(table: &Table, recoding: &Recoding, beta: f64) -> Distortion {
     for (q, column) in table.quasi.iter().enumerate() {
         let counts = RegionCounts::new(&column.attribute, &column.codes);
         let top = root(&column.attribute);
+        // A cell's costs depend on its code, its region and whether it was suppressed only:
+        // computed once per combination.
+        let mut memo: FastMap<(u32, Cell, bool), ([f64; 4], f64)> = FastMap::default();
         for (r, &code) in column.codes.iter().enumerate() {
-            let (costs, cell) = if recoding.suppressed[r] {
-                ([1.0; 4], top)
+            let (cell, suppressed) = if recoding.suppressed[r] {
+                (top, true)
             } else {
-                let cell = recoding.cells[q][r];
-                (cell_costs(&column.attribute, code, cell, beta), cell)
+                (recoding.cells[q][r], false)
             };
+            let (costs, log) = *memo.entry((code, cell, suppressed)).or_insert_with(|| {
+                let costs = if suppressed {
+                    [1.0; 4]
+                } else {
+                    cell_costs(&column.attribute, code, cell, beta)
+                };
+                let a = counts.of_code[code as usize] as f64;
+                let b = counts.in_region(cell) as f64;
+                (costs, (b / a).log2())
+            });
             for (s, c) in sums.iter_mut().zip(costs) {
                 *s += c;
             }
-            let a = counts.of_code[code as usize] as f64;
-            let b = counts.in_region(cell) as f64;
-            entropy += (b / a).log2();
+            entropy += log;
         }
     }
     let suppressed = recoding.suppressed_rows();
-    let mut classes: HashMap<Vec<Cell>, u64> = HashMap::new();
+    let mut classes: FastMap<Vec<Cell>, u64> = FastMap::default();
     for r in 0..n {
         if !recoding.suppressed[r] {
             let key: Vec<Cell> = (0..d).map(|q| recoding.cells[q][r]).collect();

@@ -34,6 +34,10 @@ const HISTORY_CELLS: usize = 1 << 23;
 /// The most class tables kept.
 const HISTORY_TABLES: usize = 32;
 
+/// The most stepping stones kept (class tables of nodes whose levels are all 0 or 1); they share
+/// [`HISTORY_CELLS`] as a budget of their own.
+const STONES: usize = 256;
+
 /// Why a table cannot be encoded for the lattice search.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EncodeError {
@@ -52,7 +56,11 @@ pub struct Attribute {
     pub lg: Vec<Vec<i64>>,
     /// `level_entropy[level]`: Σ over the rows of lg of their ancestor at that level.
     pub level_entropy: Vec<i128>,
+    /// `up[from][to - from][code]`: the code at level `to` of the ancestor of a code at level `from`.
+    up: Vec<Vec<Vec<u32>>>,
     shift: u32,
+    /// The bits of the attribute's field in a packed key, as a mask.
+    mask: u128,
 }
 
 /// The classes of one node.
@@ -60,6 +68,8 @@ pub struct ClassTable {
     pub node: Vec<usize>,
     /// A tuple of each class.
     pub representatives: Vec<u32>,
+    /// The packed key of each class (its ancestors' codes at `node`).
+    pub keys: Vec<u128>,
     pub sizes: Vec<u64>,
     /// `m` sensitive counts per class, when kept.
     pub histograms: Option<Vec<u32>>,
@@ -83,7 +93,7 @@ impl ClassTable {
     }
 
     fn cells(&self, m: usize) -> usize {
-        4 * self.len() + self.histograms.as_ref().map_or(0, |_| self.len() * m)
+        8 * self.len() + self.histograms.as_ref().map_or(0, |_| self.len() * m)
     }
 }
 
@@ -106,6 +116,8 @@ pub struct Encoded {
     /// The distinct tuples as the class table of the bottom node.
     base: ClassTable,
     history: Vec<ClassTable>,
+    /// Stepping stones, see [`Encoded::classes`].
+    stones: Vec<ClassTable>,
     scratch: Scratch,
 }
 
@@ -153,16 +165,49 @@ impl Scratch {
         }
     }
 
-    /// The class of `key` (`u32::MAX` when absent).
-    fn find(&self, key: u128) -> u32 {
+    /// The class of `key` (`u32::MAX` when absent), `keys` being those of the table built last.
+    fn find(&self, keys: &[u128], key: u128) -> u32 {
         let mut slot = self.slot(key);
         loop {
             let class = self.slots[slot];
-            if class == u32::MAX || self.keys[class as usize] == key {
+            if class == u32::MAX || keys[class as usize] == key {
                 return class;
             }
             slot = (slot + 1) & self.mask;
         }
+    }
+}
+
+/// Where a roll-up starts.
+#[derive(Clone, Copy)]
+enum Source {
+    Base,
+    History(usize),
+    Stone(usize),
+}
+
+/// The packed keys of one node: each attribute's leaf → code table at the node's level, and its shift.
+struct Keyer<'a> {
+    tables: Vec<(&'a [u32], u32)>,
+}
+
+impl<'a> Keyer<'a> {
+    fn new(attributes: &'a [Attribute], node: &[usize]) -> Keyer<'a> {
+        Keyer {
+            tables: attributes
+                .iter()
+                .zip(node)
+                .map(|(a, &level)| (a.codes[level].as_slice(), a.shift))
+                .collect(),
+        }
+    }
+
+    fn key(&self, leaves: &[u32]) -> u128 {
+        let mut key = 0u128;
+        for (&(codes, shift), &leaf) in self.tables.iter().zip(leaves) {
+            key |= (codes[leaf as usize] as u128) << shift;
+        }
+        key
     }
 }
 
@@ -229,12 +274,27 @@ impl Encoded {
                 lg.push(level_lg);
             }
             let bits = u32::BITS - (leaves.max(2) as u32 - 1).leading_zeros();
+            let up = (0..h.height())
+                .map(|from| {
+                    (from..h.height())
+                        .map(|to| {
+                            let mut table = vec![0u32; lg[from].len()];
+                            for leaf in 0..leaves {
+                                table[codes[from][leaf] as usize] = codes[to][leaf];
+                            }
+                            table
+                        })
+                        .collect()
+                })
+                .collect();
             attributes.push(Attribute {
                 height: h.height(),
                 codes,
                 lg,
                 level_entropy,
+                up,
                 shift,
+                mask: (1u128 << bits) - 1,
             });
             shift += bits;
         }
@@ -243,11 +303,11 @@ impl Encoded {
         }
         let leaf_entropy = attributes.iter().map(|a| a.level_entropy[0]).sum();
         // Distinct QI tuples with counts and sensitive histograms.
-        let mut tuple_of_key: FastMap<u128, u32> = FastMap::default();
+        let mut tuple_of_key: FastMap<u128, u32> =
+            FastMap::with_capacity_and_hasher(n.min(1 << 20), Default::default());
         let mut leaves: Vec<u32> = Vec::new();
         let mut counts: Vec<u64> = Vec::new();
         let mut tuple_of_row = Vec::with_capacity(n);
-        let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(n);
         for r in 0..n {
             let mut key = 0u128;
             for (q, a) in table.quasi.iter().zip(&attributes) {
@@ -261,24 +321,34 @@ impl Encoded {
             }
             counts[t as usize] += 1;
             tuple_of_row.push(t);
-            pairs.push((t, table.sensitive.codes[r]));
         }
-        pairs.sort_unstable();
+        // The sensitive values of each tuple's rows, grouped by tuple (a counting sort), then
+        // sorted within the tuple and run-length encoded.
         let mut hist_offsets = Vec::with_capacity(counts.len() + 1);
+        let mut start = 0usize;
+        for &c in &counts {
+            hist_offsets.push(start);
+            start += c as usize;
+        }
+        let mut next = hist_offsets.clone();
+        let mut values = vec![0u32; n];
+        for (r, &t) in tuple_of_row.iter().enumerate() {
+            values[next[t as usize]] = table.sensitive.codes[r];
+            next[t as usize] += 1;
+        }
         let mut hist_cells: Vec<(u32, u32)> = Vec::new();
-        let mut next = 0;
-        for t in 0..counts.len() as u32 {
-            hist_offsets.push(hist_cells.len());
-            while let Some(&(pt, s)) = pairs.get(next) {
-                if pt != t {
-                    break;
-                }
-                let fresh = hist_cells.len() == hist_offsets[t as usize];
+        for t in 0..counts.len() {
+            let end = hist_offsets.get(t + 1).copied().unwrap_or(n);
+            let group = &mut values[hist_offsets[t]..end];
+            group.sort_unstable();
+            let first = hist_cells.len();
+            hist_offsets[t] = first;
+            for &s in group.iter() {
+                let fresh = hist_cells.len() == first;
                 match hist_cells.last_mut() {
                     Some(cell) if !fresh && cell.0 == s => cell.1 += 1,
                     _ => hist_cells.push((s, 1)),
                 }
-                next += 1;
             }
         }
         hist_offsets.push(hist_cells.len());
@@ -298,12 +368,19 @@ impl Encoded {
             base: ClassTable {
                 node: vec![0; d],
                 representatives: (0..tuples as u32).collect(),
+                keys: Vec::new(),
                 sizes: counts,
                 histograms: None,
             },
             history: Vec::new(),
+            stones: Vec::new(),
             scratch: Scratch::default(),
         };
+        let bottom = Keyer::new(&encoded.attributes, &vec![0; d]);
+        let keys = (0..tuples)
+            .map(|t| bottom.key(&encoded.leaves[t * d..(t + 1) * d]))
+            .collect();
+        encoded.base.keys = keys;
         if histograms && tuples.saturating_mul(m) <= HISTOGRAM_CELLS {
             let mut h = vec![0u32; tuples * m];
             for t in 0..tuples {
@@ -335,30 +412,98 @@ impl Encoded {
         )
     }
 
-    /// The classes of `node`, rolled up from the smallest kept table of a node below it (or from the
-    /// distinct tuples). The table is not kept: hand it to [`Encoded::keep`] when done.
+    /// The classes of `node`, rolled up from the smallest kept table of a node below it (a checked
+    /// node's, or a stepping stone's), else from the distinct tuples. When nothing smaller than the
+    /// tuples lies below `node`, its stepping stone (every level capped at 1) is built first and kept:
+    /// one pass over the tuples then serves every later node with the same generalized attributes.
+    /// The table is not kept: hand it to [`Encoded::keep`] when done.
     pub fn classes(&mut self, node: &[usize]) -> ClassTable {
-        let source = self
+        let mut source = self.source_of(node);
+        if matches!(source, Source::Base) {
+            let stone: Vec<usize> = node.iter().map(|&l| l.min(1)).collect();
+            if stone != node && stone.iter().any(|&l| l > 0) && self.stones.len() < STONES {
+                let from = self.source_of(&stone);
+                let table = self.roll_up(&stone, from);
+                let cells: usize = self.stones.iter().map(|t| t.cells(self.m)).sum();
+                if table.len() < self.tuples() && cells + table.cells(self.m) <= HISTORY_CELLS {
+                    self.stones.push(table);
+                    source = Source::Stone(self.stones.len() - 1);
+                }
+            }
+        }
+        self.roll_up(node, source)
+    }
+
+    /// The smallest kept table of a node at or below `node`.
+    fn source_of(&self, node: &[usize]) -> Source {
+        let history = self
             .history
             .iter()
-            .filter(|table| leq(&table.node, node))
-            .min_by_key(|table| table.len())
-            .unwrap_or(&self.base);
+            .enumerate()
+            .filter(|(_, table)| leq(&table.node, node))
+            .min_by_key(|(_, table)| table.len())
+            .map(|(i, table)| (Source::History(i), table.len()));
+        let stone = self
+            .stones
+            .iter()
+            .enumerate()
+            .filter(|(_, table)| leq(&table.node, node))
+            .min_by_key(|(_, table)| table.len())
+            .map(|(i, table)| (Source::Stone(i), table.len()));
+        [history, stone]
+            .into_iter()
+            .flatten()
+            .min_by_key(|&(_, len)| len)
+            .map_or(Source::Base, |(source, _)| source)
+    }
+
+    /// The classes of `node`, rolled up from `source` (a table of a node at or below it).
+    fn roll_up(&mut self, node: &[usize], source: Source) -> ClassTable {
+        let source = match source {
+            Source::Base => &self.base,
+            Source::History(i) => &self.history[i],
+            Source::Stone(i) => &self.stones[i],
+        };
+        debug_assert!(leq(&source.node, node));
         let (attributes, all_leaves, d, m) = (&self.attributes, &self.leaves, self.d, self.m);
+        let keyer = Keyer::new(attributes, node);
+        // The attributes generalized further than in the source: their fields are mapped up.
+        let mut unchanged = u128::MAX;
+        let changed: Vec<(u32, u128, &[u32])> = attributes
+            .iter()
+            .zip(&source.node)
+            .zip(node)
+            .filter(|((_, from), to)| from != to)
+            .map(|((a, &from), &to)| {
+                unchanged &= !(a.mask << a.shift);
+                (a.shift, a.mask, a.up[from][to - from].as_slice())
+            })
+            .collect();
         let scratch = &mut self.scratch;
         scratch.reset(source.len());
         let mut representatives = Vec::new();
         let mut sizes: Vec<u64> = Vec::new();
-        let mut class_of_source = Vec::with_capacity(source.len());
-        for (&rep, &size) in source.representatives.iter().zip(&source.sizes) {
-            let leaves = &all_leaves[rep as usize * d..(rep as usize + 1) * d];
-            let (class, fresh) = scratch.find_or_insert(key(attributes, leaves, node));
+        let keep_classes = self.histograms;
+        let mut class_of_source = Vec::with_capacity(if keep_classes { source.len() } else { 0 });
+        for ((&from, &rep), &size) in source
+            .keys
+            .iter()
+            .zip(&source.representatives)
+            .zip(&source.sizes)
+        {
+            let mut key = from & unchanged;
+            for &(shift, mask, up) in &changed {
+                key |= (up[((from >> shift) & mask) as usize] as u128) << shift;
+            }
+            let (class, fresh) = scratch.find_or_insert(key);
             if fresh {
                 representatives.push(rep);
                 sizes.push(0);
             }
             sizes[class as usize] += size;
-            class_of_source.push(class);
+            if keep_classes {
+                class_of_source.push(class);
+            }
         }
         let classes = sizes.len();
         let histograms =
@@ -376,7 +521,7 @@ impl Encoded {
                     None => {
                         for t in 0..self.counts.len() {
                             let leaves = &all_leaves[t * d..(t + 1) * d];
-                            let class = scratch.find(key(attributes, leaves, node)) as usize;
+                            let class = scratch.find(&scratch.keys, keyer.key(leaves)) as usize;
                             let cells =
                                 &self.hist_cells[self.hist_offsets[t]..self.hist_offsets[t + 1]];
                             for &(s, k) in cells {
@@ -390,6 +535,7 @@ impl Encoded {
         ClassTable {
             node: node.to_vec(),
             representatives,
+            keys: std::mem::take(&mut scratch.keys),
             sizes,
             histograms,
         }
@@ -398,7 +544,7 @@ impl Encoded {
     /// The class of every distinct tuple in `table`, which must be the table built last.
     pub fn class_of_tuples(&self, table: &ClassTable) -> Vec<u32> {
         (0..self.tuples())
-            .map(|t| self.scratch.find(self.key(t, &table.node)))
+            .map(|t| self.scratch.find(&table.keys, self.key(t, &table.node)))
             .collect()
     }
 

@@ -26,7 +26,8 @@ pub struct Hierarchy {
     levels: Vec<u8>,
     /// `ancestors[level * leaf_count + leaf]`: the leaf's ancestor at `level` (level 0 is the leaf node).
     ancestors: Vec<NodeId>,
-    leaf_by_value: HashMap<String, LeafId>,
+    /// Keyed by the caller's values: a randomly seeded hasher.
+    leaf_by_value: HashMap<String, LeafId, foldhash::fast::RandomState>,
     /// Number of leaves below each node.
     leaves_under: Vec<u32>,
     /// Index of each node among its parent's children (0 for the root).
@@ -144,7 +145,8 @@ impl Hierarchy {
         let mut labels: Vec<String> = Vec::new();
         let mut levels = Vec::new();
         let mut parent_of: Vec<Option<NodeId>> = Vec::new();
-        let mut leaf_by_value = HashMap::new();
+        let mut leaf_by_value: HashMap<String, LeafId, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut leaf_lines: Vec<usize> = Vec::new();
         let mut leaf_paths: Vec<Vec<NodeId>> = Vec::new();
         for (line, fields) in &lines {

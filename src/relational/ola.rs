@@ -54,7 +54,7 @@
 //! Invariants: the returned node is anonymous as defined above (the release is checked again by the
 //! caller from the released rows); the engine is pure and deterministic; [`ola_unless`] looks at the
 //! cancellation flag before each node check.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,6 +178,9 @@ struct Search<'a> {
     tagged_not: Vec<Vec<usize>>,
     /// The tag of every node already decided, by lattice index (a tag never changes once known).
     decided: FastMap<u64, bool>,
+    /// The sub-lattices `[b, t]` Kmin has already searched, by their ends' lattice indices: the
+    /// tag is a fixed monotone predicate, so a second search finds the same nodes.
+    searched: HashSet<(u64, u64), foldhash::fast::FixedState>,
     cancelled: &'a AtomicBool,
 }
 
@@ -256,16 +259,22 @@ pub fn ola_unless(
         }
     } else {
         let mut candidates: Vec<(f64, u64, Vec<usize>)> = Vec::new();
+        let dm_bounds = (metric == Metric::Dm).then(|| search.dm_bounds(size));
         for index in 0..size {
             let node = search.node_of(index);
             if minimal.iter().any(|b| leq(b, &node)) {
-                candidates.push((search.bound(&node), index, node));
+                let bound = match &dm_bounds {
+                    Some(bounds) => bounds[index as usize],
+                    None => search.bound(&node),
+                };
+                candidates.push((bound, index, node));
             }
         }
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, _, node) in candidates {
-            // The DM bound grows as nodes are checked: recompute it.
-            let bound = search.bound(&node);
+        let checked_before = search.checked.len();
+        for (first, _, node) in candidates {
+            // The DM bound grows as nodes are checked: add the nodes checked since.
+            let bound = search.bound_since(&node, first, checked_before);
             if best.as_ref().is_some_and(|(l, _)| bound >= *l) {
                 continue;
             }
@@ -343,6 +352,7 @@ impl<'a> Search<'a> {
             tagged_anonymous: Vec::new(),
             tagged_not: Vec::new(),
             decided: FastMap::default(),
+            searched: HashSet::default(),
             cancelled,
         })
     }
@@ -565,9 +575,12 @@ impl<'a> Search<'a> {
         } else {
             check.violating_tag <= self.limit
         };
+        // The tags stay antichains: a tag implied by the new one goes.
         if anonymous {
+            self.tagged_anonymous.retain(|a| !leq(node, a));
             self.tagged_anonymous.push(node.to_vec());
         } else {
+            self.tagged_not.retain(|x| !leq(x, node));
             self.tagged_not.push(node.to_vec());
         }
         self.decided.insert(index, anonymous);
@@ -581,6 +594,9 @@ impl<'a> Search<'a> {
         t: &[usize],
         found: &mut Vec<Vec<usize>>,
     ) -> Result<(), OlaError> {
+        if !self.searched.insert((self.index(b), self.index(t))) {
+            return Ok(());
+        }
         let height: usize = t.iter().zip(b).map(|(x, y)| x - y).sum();
         if height > 1 {
             let half = height / 2;
@@ -599,6 +615,52 @@ impl<'a> Search<'a> {
             found.push(t.to_vec());
         }
         Ok(())
+    }
+
+    /// [`Search::bound`] given `bound`, the bound of `node` when `from` nodes had been checked.
+    fn bound_since(&self, node: &[usize], bound: f64, from: usize) -> f64 {
+        match self.metric {
+            Metric::Dm => self.checked[from..]
+                .iter()
+                .filter(|(below, _)| leq(below, node))
+                .map(|(_, dm)| *dm)
+                .fold(bound, f64::max),
+            Metric::Prec | Metric::Entropy => bound,
+        }
+    }
+
+    /// [`Search::bound`] under DM for every node, by lattice index: the largest Σ |E|² of a checked
+    /// node at or below it, found by one pass in index order (a node's immediate predecessors, one
+    /// level lower in one attribute, have smaller indices).
+    fn dm_bounds(&self, size: u64) -> Vec<f64> {
+        let checked: FastMap<u64, f64> = self
+            .checked
+            .iter()
+            .map(|(node, dm)| (self.index(node), *dm))
+            .collect();
+        let mut bounds = vec![self.n as f64; size as usize];
+        let mut node = vec![0usize; self.d];
+        for index in 0..size as usize {
+            let mut bound = checked
+                .get(&(index as u64))
+                .copied()
+                .unwrap_or(self.n as f64);
+            for (j, &level) in node.iter().enumerate() {
+                if level > 0 {
+                    bound = bound.max(bounds[index - self.radices[j] as usize]);
+                }
+            }
+            bounds[index] = bound;
+            // The next node in index order (the first attribute varies fastest).
+            for (j, level) in node.iter_mut().enumerate() {
+                *level += 1;
+                if *level < self.encoded.attributes[j].height {
+                    break;
+                }
+                *level = 0;
+            }
+        }
+        bounds
     }
 
     /// A lower bound of the loss of `node` and of every node above it.

@@ -139,7 +139,8 @@ pub fn release_generalized(table: &Table, recoding: &Recoding, rng: &mut impl Rn
             ColumnSlot::Quasi(q) => {
                 let column = &table.quasi[q];
                 let mut dictionary: Vec<String> = Vec::new();
-                let mut code_of: HashMap<Option<Cell>, u32> = HashMap::new();
+                let mut code_of: HashMap<Option<Cell>, u32, foldhash::fast::FixedState> =
+                    HashMap::default();
                 let codes = order
                     .iter()
                     .map(|&r| {

@@ -204,7 +204,8 @@ enum Slot {
 /// Interns strings to dense codes.
 #[derive(Debug, Default)]
 struct Interner {
-    index: HashMap<String, u32>,
+    /// Keyed by the caller's values: a randomly seeded hasher.
+    index: HashMap<String, u32, foldhash::fast::RandomState>,
     values: Vec<String>,
 }
 
