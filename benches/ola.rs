@@ -5,10 +5,12 @@
 //! time of `cloakd table anonymize` on the example (best of 5). Run: `cargo bench --bench ola`.
 //!
 //! With `ARX_DIR` set to a folder holding a build of ARX and its `ArxRef` CLI (`build/cli`,
-//! `lib/*.jar`; see docs/performance.md), each k-anonymity row also runs `ArxRef anonymize` with the
-//! same QIs, hierarchies and settings (Flash, 1 warm-up, best of 5 `ARXResult.getTime()`) and
-//! prints its node, suppressed rows, checks and time beside ours. `ARX_JAVA` names the java binary
-//! (default `java`). Nothing of ARX is part of this repository.
+//! `lib/*.jar`; see docs/performance.md), every row also runs `ArxRef anonymize` with the same QIs,
+//! hierarchies and settings (Flash, 1 warm-up, best of 5) and prints whether its node is ours, its
+//! suppressed rows, checks, `ARXResult.getTime()` (search and result, encoding excluded), the whole
+//! `ARXAnonymizer.anonymize()` call, and our algorithm time over its `getTime()`. The l, t and delta
+//! rows need an ArxRef that takes `--sensitive`, `--l`, `--t` and `--delta`. `ARX_JAVA` names the
+//! java binary (default `java`). Nothing of ARX is part of this repository.
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -120,8 +122,16 @@ struct Arx {
     call_ms: f64,
 }
 
-/// `ArxRef anonymize` for a k-anonymity setting (Flash, 1 warm-up, best of 5).
-fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Result<Arx, String> {
+/// `ArxRef anonymize` for a setting (Flash, 1 warm-up, best of 5); `flags` are the l, t and delta
+/// flags, which ArxRef takes in cloakd's syntax on the sensitive column `occupation`.
+fn arx(
+    dir: &Path,
+    data: &Path,
+    k: u64,
+    supp: f64,
+    metric: Metric,
+    flags: &[String],
+) -> Result<Arx, String> {
     let out = std::env::temp_dir().join(format!("cloakd-arx-{}.json", std::process::id()));
     let java = std::env::var("ARX_JAVA").unwrap_or_else(|_| "java".into());
     let metric = match metric {
@@ -136,7 +146,14 @@ fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Result<Arx
         .args(["--qi", QIS, "--hierarchies"])
         .arg(examples().join("data/hierarchies"))
         .args(["--k", &k.to_string(), "--supp", &supp.to_string()])
-        .args(["--metric", metric, "--warmup", "1", "--runs", "5", "--out"])
+        .args(["--metric", metric, "--warmup", "1", "--runs", "5"])
+        .args(if flags.is_empty() {
+            &[][..]
+        } else {
+            &["--sensitive", "occupation"][..]
+        })
+        .args(flags)
+        .arg("--out")
         .arg(&out)
         .output()
         .map_err(|e| format!("java: {e}"))?;
@@ -156,6 +173,9 @@ fn arx(dir: &Path, data: &Path, k: u64, supp: f64, metric: Metric) -> Result<Arx
             .as_f64()
             .ok_or_else(|| format!("ArxRef's output has no {what}"))
     };
+    if !flags.is_empty() && v["privacy_models"].as_array().is_none_or(|m| m.len() < 2) {
+        return Err("this ArxRef takes k only (no --l, --t, --delta)".into());
+    }
     let levels = QIS
         .split(',')
         .map(|q| number(&v["levels"][q], q).map(|l| l as u64))
@@ -249,9 +269,9 @@ fn main() {
                 break;
             }
         }
-        let arx = match (&arx_dir, s.flags.is_empty()) {
-            (Some(dir), true) => {
-                match arx(dir, &plain, s.privacy.k.unwrap_or(1), s.supp, s.metric) {
+        let arx = match &arx_dir {
+            Some(dir) => {
+                match arx(dir, &plain, s.privacy.k.unwrap_or(1), s.supp, s.metric, &s.flags) {
                     Ok(a) => {
                         let same = a.levels.len() == levels.len()
                             && a.levels.iter().zip(&levels).all(|(&x, &y)| x as usize == y);
@@ -272,8 +292,7 @@ fn main() {
                     Err(e) => format!(" {e} | | | | | |"),
                 }
             }
-            (Some(_), false) => " (k only in this comparison) | | | | | |".into(),
-            (None, _) => String::new(),
+            None => String::new(),
         };
         println!(
             "| {} | {node} | {suppressed} | {checked} | {best:.1} | {whole:.3} |{arx}",

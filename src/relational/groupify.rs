@@ -1,15 +1,18 @@
 //! The equivalence classes of full-domain generalization nodes, as the optimal lattice search
 //! ([`super::ola`]) checks them: the table's rows are dictionary-encoded once into distinct QI tuples
 //! (each with its count and sparse sensitive histogram), every attribute's hierarchy into one lookup
-//! table per level (leaf → dense code of its ancestor), and a node's classes are then *rolled up*
-//! from the class table of a node below it: one representative tuple per class of the finer table is
-//! generalized to the node, its packed key looked up in one open-addressing hash table, and its size
-//! and histogram added to the coarser class. Any node's classes are unions of the classes of any node
-//! below it, so the roll-up starts from the smallest class table kept of a node below (a bounded
-//! history), else from the distinct tuples themselves.
+//! table per level (leaf → dense code of its ancestor) and one per pair of levels (code → code of its
+//! ancestor), and a node's classes are then *rolled up* from the class table of a node below it: each
+//! class of the finer table has its packed key mapped up in the attributes the node generalizes
+//! further, looked up in one open-addressing hash table, and its size and histogram added to the
+//! coarser class. Any node's classes are unions of the classes of any node below it, so the roll-up
+//! starts from the smallest class table kept of a node below (a bounded history of checked nodes,
+//! and *stepping stones*: the tables of nodes whose levels are all 0 or 1, built when nothing smaller
+//! than the tuples lies below a node), else from the distinct tuples themselves.
 //!
 //! Invariants: a class table lists its classes by first appearance in the order of its source's
-//! classes; a class's representative is a tuple of it; sizes add up to the table's rows; histograms
+//! classes (so the order depends on the source; nothing computed from a table depends on it); a
+//! class's representative is a tuple of it, its key the packed codes of its ancestors at the node; sizes add up to the table's rows; histograms
 //! (when kept: `m` counts per class) add up to the sensitive column's counts. Every allocation is
 //! bounded by the number of distinct tuples and, for histograms, checked against
 //! [`HISTOGRAM_CELLS`] first. The entropy terms are fixed-point integers (scale
