@@ -271,7 +271,14 @@ fn main() {
         }
         let arx = match &arx_dir {
             Some(dir) => {
-                match arx(dir, &plain, s.privacy.k.unwrap_or(1), s.supp, s.metric, &s.flags) {
+                match arx(
+                    dir,
+                    &plain,
+                    s.privacy.k.unwrap_or(1),
+                    s.supp,
+                    s.metric,
+                    &s.flags,
+                ) {
                     Ok(a) => {
                         let same = a.levels.len() == levels.len()
                             && a.levels.iter().zip(&levels).all(|(&x, &y)| x as usize == y);
