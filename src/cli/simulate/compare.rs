@@ -44,16 +44,20 @@ pub struct ComparedRun {
     /// Mean metres from the true position to the reported point (GEO_IND) or, for a box, the mean of
     /// the expected distance to a uniform point of the box.
     pub quality_loss_m: Option<f64>,
-    /// Mean area of what the provider saw as a box, km² (GEO_IND: the bounding box of the area of
-    /// retrieval).
+    /// Mean area of the box the provider saw, km² (REQUESTS, PRESENCE; none for GEO_IND).
     pub box_area_km2: Option<f64>,
     /// The Bayesian adversary's mean expected error, metres.
     pub adversary_error_m: Option<f64>,
     /// Answers the adversary was evaluated on.
     pub adversary_answers: usize,
-    /// With --pois: refined answers equal to the exact answer, over POI answers.
+    /// With --pois: refined answers equal to the exact answer, over POI answers (a refused list
+    /// counts as not exact).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poi_exact_share: Option<f64>,
+    /// With --pois: answers the provider refused (`PoiCandidates.error`, e.g. a list too long for one
+    /// answer), over POI answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poi_refused_share: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poi_candidates_p50: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -171,6 +175,10 @@ pub async fn compare(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Resu
                 .poi
                 .as_ref()
                 .map(|p| p.exact as f64 / p.answers.max(1) as f64),
+            poi_refused_share: report
+                .poi
+                .as_ref()
+                .map(|p| p.refused as f64 / p.answers.max(1) as f64),
             poi_candidates_p50: report.poi.as_ref().map(|p| p.candidates_p50),
             poi_candidates_p95: report.poi.as_ref().map(|p| p.candidates_p95),
             budget_exhausted: report.budget_exhausted,
@@ -202,8 +210,12 @@ pub fn table(c: &Comparison) -> String {
             or_dash(r.quality_loss_m, 0),
             or_dash(r.box_area_km2, 3),
             or_dash(r.adversary_error_m, 0),
-            r.poi_exact_share
-                .map_or("-".to_string(), |s| format!("{:.1} %", 100.0 * s)),
+            match (r.poi_exact_share, r.poi_refused_share) {
+                (Some(s), Some(refused)) if refused > 0.0 =>
+                    format!("{:.1} % ({:.1} % refused)", 100.0 * s, 100.0 * refused),
+                (Some(s), _) => format!("{:.1} %", 100.0 * s),
+                _ => "-".to_string(),
+            },
             match (r.poi_candidates_p50, r.poi_candidates_p95) {
                 (Some(a), Some(b)) => format!("{a} / {b}"),
                 _ => "-".to_string(),
