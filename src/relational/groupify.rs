@@ -121,6 +121,8 @@ pub struct Encoded {
     history: Vec<ClassTable>,
     /// Stepping stones, see [`Encoded::classes`].
     stones: Vec<ClassTable>,
+    /// Stones built once and not kept (no smaller than the tuples, or no room).
+    stones_refused: Vec<Vec<usize>>,
     scratch: Scratch,
 }
 
@@ -212,15 +214,6 @@ impl<'a> Keyer<'a> {
         }
         key
     }
-}
-
-/// The packed key of a tuple's `leaves` at `node`.
-fn key(attributes: &[Attribute], leaves: &[u32], node: &[usize]) -> u128 {
-    let mut key = 0u128;
-    for ((a, &leaf), &level) in attributes.iter().zip(leaves).zip(node) {
-        key |= (a.codes[level][leaf as usize] as u128) << a.shift;
-    }
-    key
 }
 
 impl Encoded {
@@ -377,6 +370,7 @@ impl Encoded {
             },
             history: Vec::new(),
             stones: Vec::new(),
+            stones_refused: Vec::new(),
             scratch: Scratch::default(),
         };
         let bottom = Keyer::new(&encoded.attributes, &vec![0; d]);
@@ -406,15 +400,6 @@ impl Encoded {
         self.counts.len()
     }
 
-    /// The packed key of tuple `t` at `node` (its ancestors' dense codes).
-    fn key(&self, t: usize, node: &[usize]) -> u128 {
-        key(
-            &self.attributes,
-            &self.leaves[t * self.d..(t + 1) * self.d],
-            node,
-        )
-    }
-
     /// The classes of `node`, rolled up from the smallest kept table of a node below it (a checked
     /// node's, or a stepping stone's), else from the distinct tuples. When nothing smaller than the
     /// tuples lies below `node`, its stepping stone (every level capped at 1) is built first and kept:
@@ -424,11 +409,18 @@ impl Encoded {
         let mut source = self.source_of(node);
         if matches!(source, Source::Base) {
             let stone: Vec<usize> = node.iter().map(|&l| l.min(1)).collect();
-            if stone != node && stone.iter().any(|&l| l > 0) && self.stones.len() < STONES {
+            if stone != node
+                && stone.iter().any(|&l| l > 0)
+                && self.stones.len() < STONES
+                && !self.stones_refused.contains(&stone)
+            {
                 let from = self.source_of(&stone);
                 let table = self.roll_up(&stone, from);
                 let cells: usize = self.stones.iter().map(|t| t.cells(self.m)).sum();
-                if table.len() < self.tuples() && cells + table.cells(self.m) <= HISTORY_CELLS {
+                if table.len() >= self.tuples() || cells + table.cells(self.m) > HISTORY_CELLS {
+                    // Not worth keeping (or no room): never built again.
+                    self.stones_refused.push(stone);
+                } else {
                     self.stones.push(table);
                     source = Source::Stone(self.stones.len() - 1);
                 }
@@ -546,8 +538,12 @@ impl Encoded {
 
     /// The class of every distinct tuple in `table`, which must be the table built last.
     pub fn class_of_tuples(&self, table: &ClassTable) -> Vec<u32> {
+        let keyer = Keyer::new(&self.attributes, &table.node);
         (0..self.tuples())
-            .map(|t| self.scratch.find(&table.keys, self.key(t, &table.node)))
+            .map(|t| {
+                let leaves = &self.leaves[t * self.d..(t + 1) * self.d];
+                self.scratch.find(&table.keys, keyer.key(leaves))
+            })
             .collect()
     }
 
