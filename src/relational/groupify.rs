@@ -435,20 +435,17 @@ impl Encoded {
             .history
             .iter()
             .enumerate()
-            .filter(|(_, table)| leq(&table.node, node))
-            .min_by_key(|(_, table)| table.len())
-            .map(|(i, table)| (Source::History(i), table.len()));
-        let stone = self
+            .map(|(i, t)| (Source::History(i), t));
+        let stones = self
             .stones
             .iter()
             .enumerate()
+            .map(|(i, t)| (Source::Stone(i), t));
+        // Of equally small tables the first wins: the history before the stones.
+        history
+            .chain(stones)
             .filter(|(_, table)| leq(&table.node, node))
             .min_by_key(|(_, table)| table.len())
-            .map(|(i, table)| (Source::Stone(i), table.len()));
-        [history, stone]
-            .into_iter()
-            .flatten()
-            .min_by_key(|&(_, len)| len)
             .map_or(Source::Base, |(source, _)| source)
     }
 

@@ -355,7 +355,7 @@ fn dense_centre_requests() -> Vec<CloakRequest> {
 }
 
 /// Grouping shares measured beside the engine's own ([`GROUPING_SHARE`]).
-const MEASURED_SHARES: [f64; 4] = [1.0, 0.75, 0.5, 0.35];
+const MEASURED_SHARES: [f64; 4] = [1.0, 0.65, 0.6, 0.5];
 
 /// Both workloads measured in one run, every box checked by the brute-force checker; the engine's own
 /// boxes keep every edge off the members. Returns the engine's own positions per workload.

@@ -195,8 +195,8 @@ async fn oldenburg_slice_is_cloaked_k_anonymously() {
             members.len()
         );
     }
-    // Peers are grouped within half of each 500 m tolerance (the box slides in the other half), so
-    // about a third of this sparse slice is cloaked; the bound guards against a vacuous run.
+    // Peers are grouped within 0.6 of each 500 m tolerance (the box slides in the rest), so about
+    // two fifths of this sparse slice are cloaked; the bound guards against a vacuous run.
     assert!(cloaked > ROWS / 5, "only {cloaked} of {ROWS} cloaked");
 
     // The provider got exactly the cloaked ones, acknowledged them, and can answer them all.

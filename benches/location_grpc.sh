@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The location path through gRPC, this build beside an earlier one in the same minutes: success,
+# broker overhead p50 / p99 and the daemon's CPU per request under `cloakd simulate`
+# (docs/performance.md, issue 44's figures).
+#
+#   benches/location_grpc.sh BASE_REV [ROUNDS] [-- simulate options]
+#
+# BASE_REV is built once in a detached worktree (target dir target/bench-base, kept between runs;
+# $BASE_CLOAKD names a release build of it made elsewhere instead);
+# this build is target/release/cloakd (or $CLOAKD). Each round starts a fresh daemon of each build in
+# turn (which goes first alternates) on its embedded defaults, on loopback port $PORT (default
+# 25051), in a temporary directory, and replays the trace against it with the simulator on the same
+# machine. Default simulate options: issue 44's run, the Oldenburg 10k trace at 50,000 requests/s.
+#
+#   cargo build --release
+#   benches/location_grpc.sh 41db5d7 3
+#   benches/location_grpc.sh 41db5d7 3 -- --trace T --limit 100000 --clients 32 --rate 20000 --dx-min 500 --dx-max 500
+set -euo pipefail
+
+base_rev=${1:?usage: location_grpc.sh BASE_REV [ROUNDS] [-- simulate options]}
+rounds=${2:-3}
+shift $(($# >= 2 ? 2 : 1))
+if [ "${1:-}" = "--" ]; then shift; fi
+repo=$(git rev-parse --show-toplevel)
+trace=${TRACE:-$repo/../shared/data/mobility/oldenburg_10k.csv.gz}
+if [ $# -eq 0 ]; then
+    set -- --trace "$trace" --limit 300000 --clients 32 --rate 50000
+fi
+current=${CLOAKD:-$repo/target/release/cloakd}
+port=${PORT:-25051}
+metrics_port=$((port + 1))
+work=$(mktemp -d)
+daemon=
+
+cleanup() {
+    if [ -n "$daemon" ]; then kill -9 "$daemon" 2>/dev/null || true; fi
+    git -C "$repo" worktree remove --force "$work/base" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+[ -x "$current" ] || { echo "no $current: cargo build --release first" >&2; exit 1; }
+base_sha=$(git -C "$repo" rev-parse --short "$base_rev")
+if [ -n "${BASE_CLOAKD:-}" ]; then
+    base=$BASE_CLOAKD # a release build of BASE_REV made elsewhere
+else
+    git -C "$repo" worktree add --quiet --detach "$work/base" "$base_sha"
+    echo "building $base_sha (target/bench-base) ..." >&2
+    (cd "$work/base" && CARGO_TARGET_DIR="$repo/target/bench-base" cargo build --release --quiet --bin cloakd)
+    base="$repo/target/bench-base/release/cloakd"
+fi
+current_sha=$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- src || echo "+changes")
+
+listening() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# run BINARY [simulate options]: one daemon, one replay; writes "success p50 p99 cpu_us" to
+# $work/result.
+run() {
+    local bin=$1 dir
+    shift
+    dir=$(mktemp -d -p "$work")
+    printf '[telemetry]\nmetrics_listen = "127.0.0.1:%s"\n' "$metrics_port" >"$dir/bench.toml"
+    (cd "$dir" && exec "$bin" serve --listen "127.0.0.1:$port" --config bench.toml >serve.log 2>&1) &
+    daemon=$!
+    for _ in $(seq 1 300); do
+        if listening "$port"; then break; fi
+        sleep 0.1
+    done
+    "$current" simulate --addr "http://127.0.0.1:$port" --pid "$daemon" "$@" >"$dir/simulate.out" 2>&1
+    kill "$daemon" 2>/dev/null || true
+    wait "$daemon" 2>/dev/null || true
+    daemon=
+    awk '
+        /^success rate/ { s = $3 }
+        /^broker overhead/ { gsub(",", ""); p50 = $4; p99 = $10 }
+        /^CPU of --pid/ { c = $6 }
+        END { printf "%s %s %s %s\n", s, p50, p99, c }
+    ' "$dir/simulate.out" >"$work/result"
+}
+
+printf '%-6s %-16s %-10s %-12s %-12s %-14s %s\n' round build success "p50 (ms)" "p99 (ms)" "CPU/req (µs)" load
+for r in $(seq 1 "$rounds"); do
+    if [ $((r % 2)) -eq 1 ]; then order="base current"; else order="current base"; fi
+    for which in $order; do
+        if [ "$which" = base ]; then bin=$base; name=$base_sha; else bin=$current; name=$current_sha; fi
+        run "$bin" "$@"
+        read -r success p50 p99 cpu <"$work/result"
+        load=$(cut -d' ' -f1 /proc/loadavg)
+        printf '%-6s %-16s %-10s %-12s %-12s %-14s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "$load"
+    done
+done
