@@ -268,10 +268,10 @@ pub fn match_population(
     let mut pairs: Vec<(u64, u64)> = Vec::new();
     for r in (0..sample.rows).filter(|&r| !sample.is_outlier(r)) {
         let mut node: u32 = 0;
-        for c in 0..width {
-            let next = levels[c].len() as u32;
-            let slot = (u64::from(node) << 32) | u64::from(sample.codes[c][r]);
-            node = *levels[c].entry(slot).or_insert(next);
+        for (level, codes) in levels.iter_mut().zip(&sample.codes) {
+            let next = level.len() as u32;
+            let slot = (u64::from(node) << 32) | u64::from(codes[r]);
+            node = *level.entry(slot).or_insert(next);
         }
         if node as usize == pairs.len() {
             pairs.push((0, 0));

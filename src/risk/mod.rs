@@ -210,10 +210,8 @@ impl RiskOptions {
         {
             return Err(RiskError::PresenceBounds { min, max });
         }
-        if let Some(max) = self.qi_discovery {
-            if max == 0 {
-                return Err(discovery::DiscoveryError::MaxSizeZero(0).into());
-            }
+        if self.qi_discovery == Some(0) {
+            return Err(discovery::DiscoveryError::MaxSizeZero(0).into());
         }
         Ok(())
     }
