@@ -2,15 +2,18 @@
 //! a release's) quasi-identifiers, the measures analysts decide a release by (ARX, sdcMicro):
 //! sample-based prosecutor, journalist and marketer risk and sample uniqueness ([`sample`]),
 //! population uniqueness under the Pitman, Zayatz and SNB models and Dankar et al.'s rule
-//! ([`population`]), and SUDA's minimal sample uniques and scores ([`suda`]), over classes formed
-//! by [`classes`]. [`profile`] computes all of them; `cloakd table risk` prints and writes it.
+//! ([`population`]), SUDA's minimal sample uniques and scores ([`suda`]), k-map ([`kmap`]),
+//! δ-presence against a population table ([`presence`], the table matched by [`matching`]) and QI
+//! discovery ([`discovery`]), over classes formed by [`classes`]. [`profile`] computes all of them;
+//! `cloakd table risk` prints and writes it.
 //! Definitions, sources, edge cases and the comparison with ARX: docs/risk.md.
 //!
 //! Invariants: the engine reads no files and no clock and never panics on input: every option is
 //! checked first ([`RiskError`] names the option and the rule), records whose every QI is
 //! suppressed are outliers and count nowhere (as ARX's risk estimates), a model that cannot give a
-//! number says why instead ([`population::Estimate::Unavailable`]), and SUDA's exponential search
-//! is bounded before it allocates ([`suda::check_size`]).
+//! number says why instead ([`population::Estimate::Unavailable`]), and the exponential or
+//! quadratic searches are bounded before they allocate ([`suda::check_size`],
+//! [`discovery::check_size`], [`matching::MAX_MATCH_LOOKUPS`]).
 pub mod classes;
 pub mod discovery;
 pub mod kmap;
