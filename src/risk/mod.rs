@@ -507,4 +507,43 @@ mod tests {
                 .contains("the population contains the sample")
         );
     }
+
+    proptest::proptest! {
+        /// k-map against a population table and δ-presence recomputed row by row: a record's class
+        /// size and population class size by counting equal rows.
+        #[test]
+        fn population_table_models_equal_a_row_by_row_count(
+            sample in proptest::collection::vec([0u32..3, 0u32..3], 1..12),
+            extra in proptest::collection::vec([0u32..4, 0u32..3], 0..20),
+            k in 1u64..6,
+        ) {
+            let mut population = sample.clone();
+            population.extend(extra);
+            let table = population_pairs(&columns(&sample), &columns(&population)).unwrap();
+            let options = RiskOptions {
+                suda: false,
+                k_map: Some(kmap::KMapOptions { k, significance: 0.01 }),
+                ..RiskOptions::default()
+            };
+            let p = profile(&columns(&sample), &options, Some(&table)).unwrap();
+            let count = |rows: &[[u32; 2]], r: &[u32; 2]| rows.iter().filter(|x| *x == r).count() as u64;
+            let n = sample.len() as f64;
+            let deltas: Vec<f64> = sample
+                .iter()
+                .map(|r| count(&sample, r) as f64 / count(&population, r) as f64)
+                .collect();
+            let Some(Measured::Value(d)) = &p.delta_presence else { panic!("presence") };
+            proptest::prop_assert_eq!(d.delta_min, deltas.iter().copied().fold(f64::INFINITY, f64::min));
+            proptest::prop_assert_eq!(d.delta_max, deltas.iter().copied().fold(0.0, f64::max));
+            proptest::prop_assert!((d.delta_average - deltas.iter().sum::<f64>() / n).abs() < 1e-12);
+            let unmatched = population.iter().filter(|r| count(&sample, r) == 0).count() as u64;
+            proptest::prop_assert_eq!(d.population_unmatched, unmatched);
+            let Some(KMap { population_table: Measured::Value(e), .. }) = &p.k_map else { panic!("k-map") };
+            let below = sample.iter().filter(|r| count(&population, r) < k).count() as f64;
+            proptest::prop_assert!((e.records_violating - below / n).abs() < 1e-12);
+            proptest::prop_assert_eq!(e.satisfied, below == 0.0);
+            let smallest = sample.iter().map(|r| count(&population, r)).min().unwrap();
+            proptest::prop_assert_eq!(e.smallest_population_class, smallest);
+        }
+    }
 }
