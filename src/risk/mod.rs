@@ -2,16 +2,23 @@
 //! a release's) quasi-identifiers, the measures analysts decide a release by (ARX, sdcMicro):
 //! sample-based prosecutor, journalist and marketer risk and sample uniqueness ([`sample`]),
 //! population uniqueness under the Pitman, Zayatz and SNB models and Dankar et al.'s rule
-//! ([`population`]), and SUDA's minimal sample uniques and scores ([`suda`]), over classes formed
-//! by [`classes`]. [`profile`] computes all of them; `cloakd table risk` prints and writes it.
+//! ([`population`]), SUDA's minimal sample uniques and scores ([`suda`]), k-map ([`kmap`]),
+//! δ-presence against a population table ([`presence`], the table matched by [`matching`]) and QI
+//! discovery ([`discovery`]), over classes formed by [`classes`]. [`profile`] computes all of them;
+//! `cloakd table risk` prints and writes it.
 //! Definitions, sources, edge cases and the comparison with ARX: docs/risk.md.
 //!
 //! Invariants: the engine reads no files and no clock and never panics on input: every option is
 //! checked first ([`RiskError`] names the option and the rule), records whose every QI is
 //! suppressed are outliers and count nowhere (as ARX's risk estimates), a model that cannot give a
-//! number says why instead ([`population::Estimate::Unavailable`]), and SUDA's exponential search
-//! is bounded before it allocates ([`suda::check_size`]).
+//! number says why instead ([`population::Estimate::Unavailable`]), and the exponential or
+//! quadratic searches are bounded before they allocate ([`suda::check_size`],
+//! [`discovery::check_size`], [`matching::MAX_MATCH_LOOKUPS`]).
 pub mod classes;
+pub mod discovery;
+pub mod kmap;
+pub mod matching;
+pub mod presence;
 pub mod sample;
 pub mod suda;
 
@@ -45,6 +52,12 @@ pub struct RiskOptions {
     pub suda_max_size: Option<usize>,
     /// Skip SUDA altogether.
     pub suda: bool,
+    /// k-map's k and significance level (`None`: not measured).
+    pub k_map: Option<kmap::KMapOptions>,
+    /// δ-presence's bounds (measured whenever a population table is given).
+    pub presence: presence::PresenceBounds,
+    /// QI discovery's largest combination size (`None`: not measured).
+    pub qi_discovery: Option<usize>,
 }
 
 impl Default for RiskOptions {
@@ -54,6 +67,9 @@ impl Default for RiskOptions {
             population: None,
             suda_max_size: None,
             suda: true,
+            k_map: None,
+            presence: presence::PresenceBounds::default(),
+            qi_discovery: None,
         }
     }
 }
@@ -73,6 +89,18 @@ pub enum RiskError {
     Suda(#[from] suda::SudaError),
     #[error("population table: {0}")]
     PopulationTable(String),
+    #[error("k_map = {0}: k must be at least 1")]
+    KMapK(u64),
+    #[error("k_map_significance = {0}: the significance level must be in [0, 1]")]
+    KMapSignificance(f64),
+    #[error("delta_{name} = {value}: a δ-presence bound must be in [0, 1]")]
+    PresenceBound { name: &'static str, value: f64 },
+    #[error(
+        "delta_min = {min} > delta_max = {max}: the lower δ-presence bound must not exceed the upper"
+    )]
+    PresenceBounds { min: f64, max: f64 },
+    #[error(transparent)]
+    Discovery(#[from] discovery::DiscoveryError),
 }
 
 /// A measure, or why it cannot be computed.
@@ -117,6 +145,38 @@ pub struct RiskProfile {
     pub sample_uniqueness: Measured<SampleUniqueness>,
     pub population_uniqueness: Measured<PopulationUniqueness>,
     pub suda: Measured<suda::Suda>,
+    /// k-map, when asked for (`--k-map`, or the job's k).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k_map: Option<KMap>,
+    /// δ-presence, when a population table is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_presence: Option<Measured<presence::Presence>>,
+    /// QI discovery, when asked for (`--qi-discovery`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qi_discovery: Option<Measured<discovery::Discovery>>,
+}
+
+/// k-map: exact against a population table, and under the D3 and D4 estimators.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KMap {
+    pub k: u64,
+    pub significance: f64,
+    /// The sampling fraction π = records / population of the estimators, if there is a population.
+    pub sampling_fraction: Option<f64>,
+    pub population_table: Measured<kmap::KMapExact>,
+    pub d3: Measured<kmap::KMapEstimate>,
+    pub d4: Measured<kmap::KMapEstimate>,
+}
+
+/// A population table matched against the sample's classes ([`matching::match_population`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PopulationTable {
+    /// Per sample class, its size and the number of population records it stands for.
+    pub pairs: Vec<(u64, u64)>,
+    /// The population's records.
+    pub records: u64,
+    /// Population records matching no sample class.
+    pub unmatched: u64,
 }
 
 impl RiskOptions {
@@ -132,7 +192,31 @@ impl RiskOptions {
                 Err(RiskError::SamplingFraction(f))
             }
             _ => Ok(()),
+        }?;
+        if let Some(k) = self.k_map {
+            if k.k == 0 {
+                return Err(RiskError::KMapK(k.k));
+            }
+            if !(0.0..=1.0).contains(&k.significance) {
+                return Err(RiskError::KMapSignificance(k.significance));
+            }
         }
+        for (name, bound) in [("min", self.presence.min), ("max", self.presence.max)] {
+            if let Some(value) = bound
+                && !(0.0..=1.0).contains(&value)
+            {
+                return Err(RiskError::PresenceBound { name, value });
+            }
+        }
+        if let (Some(min), Some(max)) = (self.presence.min, self.presence.max)
+            && min > max
+        {
+            return Err(RiskError::PresenceBounds { min, max });
+        }
+        if self.qi_discovery == Some(0) {
+            return Err(discovery::DiscoveryError::MaxSizeZero(0).into());
+        }
+        Ok(())
     }
 }
 
@@ -143,42 +227,34 @@ pub fn histogram(q: &QuasiColumns) -> Histogram {
     Histogram::from_sizes(grouping.sizes.iter().map(|&s| s as u64))
 }
 
-/// Per sample class, its size and the size of the population class with the same values; the
-/// population's columns carry the same names and the same codes for the same values.
+/// A population table whose columns carry the same names and the same codes for the same values
+/// as the sample's, matched by equal codes ([`matching::match_population`] with identity covers).
 pub fn population_pairs(
     sample: &QuasiColumns,
     population: &QuasiColumns,
-) -> Result<Vec<(u64, u64)>, RiskError> {
+) -> Result<PopulationTable, RiskError> {
     if sample.names != population.names {
         return Err(RiskError::PopulationTable(
             "its quasi-identifiers differ from the sample's".into(),
         ));
     }
-    let key = |q: &QuasiColumns, r: usize| -> Vec<u32> { q.codes.iter().map(|c| c[r]).collect() };
-    let mut sizes: std::collections::HashMap<Vec<u32>, (u64, u64)> = Default::default();
-    for r in (0..sample.rows).filter(|&r| !sample.is_outlier(r)) {
-        sizes.entry(key(sample, r)).or_default().0 += 1;
-    }
-    for r in 0..population.rows {
-        if let Some(e) = sizes.get_mut(&key(population, r)) {
-            e.1 += 1;
-        }
-    }
-    let pairs: Vec<(u64, u64)> = sizes.into_values().collect();
-    if let Some(&(s, p)) = pairs.iter().find(|(s, p)| p < s) {
-        return Err(RiskError::PopulationTable(format!(
-            "a class of {s} sample records has {p} records in the population (rule: the population contains the sample)"
-        )));
-    }
-    Ok(pairs)
+    let covers = matching::Covers {
+        columns: (0..sample.len())
+            .map(|c| {
+                let domain = sample.domains[c].max(population.domains[c]);
+                (0..domain).map(|v| vec![v]).collect()
+            })
+            .collect(),
+    };
+    matching::match_population(sample, population, &covers)
 }
 
-/// The risk profile of `q`; `population_pairs` (from [`population_pairs`]) for the journalist and
-/// marketer against a population table.
+/// The risk profile of `q`; a population table (from [`population_pairs`] or
+/// [`matching::match_population`]) for the journalist and marketer, exact k-map and δ-presence.
 pub fn profile(
     q: &QuasiColumns,
     options: &RiskOptions,
-    population_table: Option<&[(u64, u64)]>,
+    population_table: Option<&PopulationTable>,
 ) -> Result<RiskProfile, RiskError> {
     options.validate()?;
     if q.is_empty() {
@@ -186,6 +262,9 @@ pub fn profile(
     }
     if options.suda {
         suda::check_size(q.len(), q.rows, options.suda_max_size.unwrap_or(q.len()))?;
+    }
+    if let Some(max) = options.qi_discovery {
+        discovery::check_size(q.len(), q.rows, max)?;
     }
     let h = histogram(q);
     let outliers = q.rows as u64 - h.records();
@@ -201,15 +280,38 @@ pub fn profile(
         sample_uniqueness: Measured::unavailable("no records"),
         population_uniqueness: Measured::unavailable("no records"),
         suda: Measured::unavailable("not requested"),
+        k_map: None,
+        delta_presence: None,
+        qi_discovery: None,
     };
+    if let Some(max) = options.qi_discovery {
+        p.qi_discovery = Some(if h.is_empty() {
+            Measured::unavailable("no records")
+        } else {
+            Measured::Value(discovery::discover(q, max)?)
+        });
+    }
     if h.is_empty() {
         p.suda = Measured::unavailable("no records");
+        if let Some(k) = options.k_map {
+            p.k_map = Some(KMap {
+                k: k.k,
+                significance: k.significance,
+                sampling_fraction: None,
+                population_table: Measured::unavailable("no records"),
+                d3: Measured::unavailable("no records"),
+                d4: Measured::unavailable("no records"),
+            });
+        }
+        if population_table.is_some() {
+            p.delta_presence = Some(Measured::unavailable("no records"));
+        }
         return Ok(p);
     }
     p.prosecutor = Measured::Value(sample::prosecutor(&h, options.threshold));
     let own: Vec<(u64, u64)>;
     let (pairs, against) = match population_table {
-        Some(pairs) => (pairs, "population table"),
+        Some(table) => (table.pairs.as_slice(), "population table"),
         None => {
             own = h
                 .entries()
@@ -239,6 +341,38 @@ pub fn profile(
         )),
         Some(size) => Measured::Value(population::population_uniqueness(&h, size)),
     };
+    if let Some(k) = options.k_map {
+        let fraction = population.filter(|&size| size >= n).map(|size| n / size);
+        let estimate = |zero_truncated: bool| match fraction {
+            Some(f) => Measured::Value(kmap::estimate(&h, k, f, zero_truncated)),
+            None if population.is_some() => Measured::unavailable(format!(
+                "the population ({}) is smaller than the sample ({n} records)",
+                population.unwrap_or(0.0)
+            )),
+            None => Measured::unavailable(
+                "no population size (give the population size, the sampling fraction or a population table)",
+            ),
+        };
+        p.k_map = Some(KMap {
+            k: k.k,
+            significance: k.significance,
+            sampling_fraction: fraction,
+            population_table: match population_table {
+                Some(table) => Measured::Value(kmap::exact(&table.pairs, k.k)),
+                None => Measured::unavailable("no population table"),
+            },
+            d3: estimate(false),
+            d4: estimate(true),
+        });
+    }
+    if let Some(table) = population_table {
+        p.delta_presence = Some(
+            match presence::presence(&table.pairs, table.unmatched, options.presence) {
+                Some(v) => Measured::Value(v),
+                None => Measured::unavailable("no records"),
+            },
+        );
+    }
     if options.suda {
         let max = options.suda_max_size.unwrap_or(q.len());
         // DIS-SUDA's sampling fraction: the population's, else sdcMicro's default 0.01.
@@ -359,8 +493,8 @@ mod tests {
     fn journalist_against_a_population_table() {
         let sample = columns(&[[0, 0], [0, 1]]);
         let population = columns(&[[0, 0], [0, 0], [0, 1], [0, 1], [0, 1], [1, 1]]);
-        let pairs = population_pairs(&sample, &population).unwrap();
-        let p = profile(&sample, &RiskOptions::default(), Some(&pairs)).unwrap();
+        let table = population_pairs(&sample, &population).unwrap();
+        let p = profile(&sample, &RiskOptions::default(), Some(&table)).unwrap();
         let Measured::Value(j) = &p.journalist else {
             panic!("journalist")
         };
@@ -372,5 +506,44 @@ mod tests {
             err.to_string()
                 .contains("the population contains the sample")
         );
+    }
+
+    proptest::proptest! {
+        /// k-map against a population table and δ-presence recomputed row by row: a record's class
+        /// size and population class size by counting equal rows.
+        #[test]
+        fn population_table_models_equal_a_row_by_row_count(
+            sample in proptest::collection::vec([0u32..3, 0u32..3], 1..12),
+            extra in proptest::collection::vec([0u32..4, 0u32..3], 0..20),
+            k in 1u64..6,
+        ) {
+            let mut population = sample.clone();
+            population.extend(extra);
+            let table = population_pairs(&columns(&sample), &columns(&population)).unwrap();
+            let options = RiskOptions {
+                suda: false,
+                k_map: Some(kmap::KMapOptions { k, significance: 0.01 }),
+                ..RiskOptions::default()
+            };
+            let p = profile(&columns(&sample), &options, Some(&table)).unwrap();
+            let count = |rows: &[[u32; 2]], r: &[u32; 2]| rows.iter().filter(|x| *x == r).count() as u64;
+            let n = sample.len() as f64;
+            let deltas: Vec<f64> = sample
+                .iter()
+                .map(|r| count(&sample, r) as f64 / count(&population, r) as f64)
+                .collect();
+            let Some(Measured::Value(d)) = &p.delta_presence else { panic!("presence") };
+            proptest::prop_assert_eq!(d.delta_min, deltas.iter().copied().fold(f64::INFINITY, f64::min));
+            proptest::prop_assert_eq!(d.delta_max, deltas.iter().copied().fold(0.0, f64::max));
+            proptest::prop_assert!((d.delta_average - deltas.iter().sum::<f64>() / n).abs() < 1e-12);
+            let unmatched = population.iter().filter(|r| count(&sample, r) == 0).count() as u64;
+            proptest::prop_assert_eq!(d.population_unmatched, unmatched);
+            let Some(KMap { population_table: Measured::Value(e), .. }) = &p.k_map else { panic!("k-map") };
+            let below = sample.iter().filter(|r| count(&population, r) < k).count() as f64;
+            proptest::prop_assert!((e.records_violating - below / n).abs() < 1e-12);
+            proptest::prop_assert_eq!(e.satisfied, below == 0.0);
+            let smallest = sample.iter().map(|r| count(&population, r)).min().unwrap();
+            proptest::prop_assert_eq!(e.smallest_population_class, smallest);
+        }
     }
 }

@@ -1,8 +1,12 @@
 //! `cloakd table risk JOB [--release FILE] [--input FILE] [--population N | --sampling-fraction F]
-//! [--suda-max-size M] [--no-suda] [--threshold T] [--report FILE]`: the re-identification risk of
-//! a job's table, or of a release of it, on the job's quasi-identifiers ([`crate::risk::profile`]):
-//! prosecutor, journalist and marketer risk, sample and population uniqueness, SUDA. Prints a
-//! readable table on stdout and writes the JSON report (a top-level `risk` object) to `--report`.
+//! [--population-table CSV] [--suda-max-size M] [--no-suda] [--threshold T] [--k-map K]
+//! [--k-map-significance A] [--delta-min D] [--delta-max D] [--qi-discovery M] [--report FILE]`:
+//! the re-identification risk of a job's table, or of a release of it, on the job's
+//! quasi-identifiers ([`crate::risk::profile`]): prosecutor, journalist and marketer risk, sample
+//! and population uniqueness, SUDA, k-map, δ-presence against a population table, QI discovery.
+//! Prints a readable table on stdout and writes the JSON report (a top-level `risk` object) to
+//! `--report`. The population table is read like the table (the job's schema, delimiter and
+//! hierarchies, plain or gzip) and matched by [`crate::risk::matching`].
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -13,7 +17,10 @@ use super::input::{load_table, open_maybe_gzip};
 use crate::measures::released::read_release;
 use crate::relational::release::Release;
 use crate::risk::classes::{QuasiColumns, of_release, of_table};
+use crate::risk::kmap::KMapOptions;
+use crate::risk::matching::{match_population, release_covers, table_covers};
 use crate::risk::population::Estimate;
+use crate::risk::presence::PresenceBounds;
 use crate::risk::{Measured, Population, RiskOptions, RiskProfile, profile};
 
 #[derive(Debug, clap::Args)]
@@ -39,6 +46,25 @@ pub struct RiskArgs {
     /// Skip SUDA.
     #[arg(long, conflicts_with = "suda_max_size")]
     pub no_suda: bool,
+    /// The population as a CSV with the table's quasi-identifier columns (read like the table): the
+    /// journalist and marketer risk, k-map and δ-presence are measured against it.
+    #[arg(long, value_name = "CSV")]
+    pub population_table: Option<PathBuf>,
+    /// k-map's k (default: the job's k, if any).
+    #[arg(long, value_name = "K")]
+    pub k_map: Option<u64>,
+    /// The significance level of k-map's D3 and D4 estimators.
+    #[arg(long, value_name = "A", default_value_t = 0.01)]
+    pub k_map_significance: f64,
+    /// δ-presence's lower bound (needs --population-table).
+    #[arg(long, value_name = "D", requires = "population_table")]
+    pub delta_min: Option<f64>,
+    /// δ-presence's upper bound (needs --population-table).
+    #[arg(long, value_name = "D", requires = "population_table")]
+    pub delta_max: Option<f64>,
+    /// α-distinction and α-separation of every QI combination of at most this many QIs.
+    #[arg(long, value_name = "MAX_SIZE")]
+    pub qi_discovery: Option<usize>,
     /// A record is at risk when its risk is above this.
     #[arg(long, value_name = "T", default_value_t = 0.2)]
     pub threshold: f64,
@@ -53,7 +79,7 @@ struct Report<'a> {
 }
 
 pub fn run(args: RiskArgs) -> anyhow::Result<()> {
-    let options = RiskOptions {
+    let mut options = RiskOptions {
         threshold: args.threshold,
         population: match (args.population, args.sampling_fraction) {
             (Some(n), _) => Some(Population::Size(n)),
@@ -62,30 +88,76 @@ pub fn run(args: RiskArgs) -> anyhow::Result<()> {
         },
         suda_max_size: args.suda_max_size,
         suda: !args.no_suda,
+        k_map: args.k_map.map(|k| KMapOptions {
+            k,
+            significance: args.k_map_significance,
+        }),
+        presence: PresenceBounds {
+            min: args.delta_min,
+            max: args.delta_max,
+        },
+        qi_discovery: args.qi_discovery,
     };
     options.validate()?;
     let job = read_job(&args.job)?;
+    if options.k_map.is_none()
+        && let Some(k) = job.privacy.k
+    {
+        options.k_map = Some(KMapOptions {
+            k,
+            significance: args.k_map_significance,
+        });
+    }
     let table = load_table(&job, &args.job, args.input.as_deref())?;
-    let columns: QuasiColumns = match &args.release {
-        None => of_table(&table),
+    let population = match &args.population_table {
+        None => None,
+        Some(path) => Some(
+            load_table(&job, &args.job, Some(path))
+                .with_context(|| format!("--population-table {}", path.display()))?,
+        ),
+    };
+    let release = match &args.release {
+        None => None,
         Some(path) => {
             let reader = open_maybe_gzip(path, None)?;
-            let release = read_release(
+            Some(read_release(
                 &table,
                 reader,
                 &path.display().to_string(),
                 None,
                 job.delimiter,
-            )?;
-            match &release {
-                Release::Generalized(t) => of_release(t),
-                Release::Bucketized { quasi_table, .. } => of_release(quasi_table),
-            }
+            )?)
         }
     };
-    drop(table);
+    let released = release.as_ref().map(|r| match r {
+        Release::Generalized(t) => t,
+        Release::Bucketized { quasi_table, .. } => quasi_table,
+    });
+    let columns: QuasiColumns = match released {
+        None => of_table(&table),
+        Some(t) => of_release(t),
+    };
     let started = Instant::now();
-    let risk = profile(&columns, &options, None)?;
+    let population_table = match (&population, &args.population_table) {
+        (Some(p), Some(path)) => {
+            let covers = match released {
+                None => table_covers(&table, p),
+                Some(t) => release_covers(&columns, t, p),
+            };
+            let matched = covers
+                .and_then(|covers| match_population(&columns, &of_table(p), &covers))
+                .map_err(|e| anyhow::anyhow!("--population-table {}: {e}", path.display()))?;
+            if options.population.is_none() {
+                // The population table's size is the population's, for the models that need one.
+                options.population = Some(Population::Size(matched.records as f64));
+            }
+            Some(matched)
+        }
+        _ => None,
+    };
+    drop(table);
+    drop(population);
+    let risk = profile(&columns, &options, population_table.as_ref())?;
     let seconds = started.elapsed().as_secs_f64();
     print!("{}", render(&risk));
     eprintln!(
@@ -200,6 +272,96 @@ pub fn render(risk: &RiskProfile) -> String {
         Measured::Unavailable { unavailable } => {
             line("SUDA", format!("unavailable ({unavailable})"))
         }
+    }
+    if let Some(k) = &risk.k_map {
+        line(
+            "k-map",
+            format!("k = {}, significance {}", k.k, k.significance),
+        );
+        line(
+            "      against the population table",
+            match &k.population_table {
+                Measured::Value(e) => format!(
+                    "{} (smallest population class {}, {} classes and {} of records below k)",
+                    if e.satisfied { "satisfied" } else { "violated" },
+                    e.smallest_population_class,
+                    e.classes_violating,
+                    percent(e.records_violating)
+                ),
+                Measured::Unavailable { unavailable } => format!("unavailable ({unavailable})"),
+            },
+        );
+        for (name, m) in [
+            ("      D3 (Poisson)", &k.d3),
+            ("      D4 (zero-truncated)", &k.d4),
+        ] {
+            line(
+                name,
+                match m {
+                    Measured::Value(e) => format!(
+                        "{} (k' = {}, {} classes and {} of records below k', smallest class ≈ {:.1} in the population)",
+                        if e.satisfied { "satisfied" } else { "violated" },
+                        e.derived_k,
+                        e.classes_violating,
+                        percent(e.records_violating),
+                        e.smallest_estimated_population_class
+                    ),
+                    Measured::Unavailable { unavailable } => {
+                        format!("unavailable ({unavailable})")
+                    }
+                },
+            );
+        }
+    }
+    match &risk.delta_presence {
+        Some(Measured::Value(d)) => {
+            let bounds = match d.within_bounds {
+                Some(true) => ", within the bounds".to_string(),
+                Some(false) => format!(
+                    ", {} classes outside the bounds",
+                    d.classes_outside.unwrap_or(0)
+                ),
+                None => String::new(),
+            };
+            line(
+                "delta-presence",
+                format!(
+                    "min {:.6}, max {:.6}, average {:.6}{bounds}; {} population records match no class",
+                    d.delta_min, d.delta_max, d.delta_average, d.population_unmatched
+                ),
+            );
+        }
+        Some(Measured::Unavailable { unavailable }) => {
+            line("delta-presence", format!("unavailable ({unavailable})"))
+        }
+        None => {}
+    }
+    match &risk.qi_discovery {
+        Some(Measured::Value(d)) => {
+            line(
+                "QI discovery (top 10 of all)",
+                format!(
+                    "{} combinations of at most {}",
+                    d.combinations.len(),
+                    d.max_size
+                ),
+            );
+            for c in d.combinations.iter().take(10) {
+                line(
+                    "",
+                    format!(
+                        "separation {:.6}, distinction {:.6}: {}",
+                        c.separation,
+                        c.distinction,
+                        c.attributes.join(", ")
+                    ),
+                );
+            }
+        }
+        Some(Measured::Unavailable { unavailable }) => {
+            line("QI discovery", format!("unavailable ({unavailable})"))
+        }
+        None => {}
     }
     out
 }

@@ -15,4 +15,5 @@ mod kaca;
 mod ola;
 mod risk;
 mod risk_bounds;
+mod risk_population;
 mod workload;
