@@ -304,7 +304,9 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "measures" => vec!["relational", "learning", "text", "budget"],
         "risk" => vec!["relational", "text", "budget"],
         "text" | "lines" | "budget" | "atomic_file" => vec![],
-        "workload" => vec!["lines", "location"],
+        // Reading the data files: traces (the location engine's point type), road networks (the POI
+        // generator's road type).
+        "workload" => vec!["lines", "text", "location", "poi"],
         // Drawing into memory: the charts of the measures (frontier, Brickell & Shmatikov's figures).
         "plots" => vec!["measures", "text", "budget"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),
