@@ -5,7 +5,7 @@
 use std::hint::black_box;
 use std::path::Path;
 
-use cloakd::cli::table::load_table;
+use cloakd::jobs::files::load_table;
 use cloakd::measures::evaluate::{Baseline, EvaluationOptions, evaluate};
 use cloakd::relational::anonymize;
 use cloakd::relational::job::JobSpec;

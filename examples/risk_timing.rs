@@ -5,8 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use cloakd::cli::table::evaluate::read_job;
-use cloakd::cli::table::input::load_table;
+use cloakd::jobs::files::{load_table, read_job};
 use cloakd::risk::classes::of_table;
 use cloakd::risk::{Population, RiskOptions, profile};
 

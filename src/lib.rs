@@ -33,6 +33,7 @@ pub mod location;
 pub mod measures;
 pub mod plots;
 pub mod poi;
+pub mod provider;
 pub mod relational;
 pub mod reload;
 pub mod risk;

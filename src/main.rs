@@ -5,11 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 // The load tools name the library's modules as `crate::...`.
-use cloakd::{location, plots, poi, proto, workload};
+use cloakd::{location, plots, poi, proto, provider, workload};
 
 /// The binary's own commands, beside the library's (`cloakd::cli`).
 mod cli {
-    pub use cloakd::cli::provider;
     pub mod publish_load;
     pub mod simulate;
     pub mod soak;

@@ -1,5 +1,8 @@
 //! Reading mobility traces (`user_id,timestamp_unix,lat,lon[,...]` CSV, optionally gzip-compressed), the
-//! workload of `cloakd simulate`, the engine benchmark and the realistic tests.
+//! workload of `cloakd simulate`, the engine benchmark and the realistic tests; and, in [`roads`], the
+//! road networks POIs are generated along.
+pub mod roads;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 

@@ -11,6 +11,7 @@
 //! frees its place then; a job's budget is new for every job and holds nothing once the job's work
 //! has returned (its reservations are dropped with it); [`anonymize_job`] is the anonymization of a job (its timing in
 //! `report.seconds`), the same for the CLI, gRPC and HTTP.
+pub mod files;
 pub mod report;
 pub mod sweep;
 

@@ -304,7 +304,9 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "measures" => vec!["relational", "learning", "text", "budget"],
         "risk" => vec!["relational", "text", "budget"],
         "text" | "lines" | "budget" | "atomic_file" => vec![],
-        "workload" => vec!["lines", "location"],
+        // Reading the data files: traces (the location engine's point type), road networks (the POI
+        // generator's road type).
+        "workload" => vec!["lines", "text", "location", "poi"],
         // Drawing into memory: the charts of the measures (frontier, Brickell & Shmatikov's figures).
         "plots" => vec!["measures", "text", "budget"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),
@@ -316,6 +318,9 @@ fn may_import(module: &str) -> Vec<&'static str> {
         // The table jobs: the runner, its limiter and budget, and the frontier's sweep, called by
         // the gRPC adapters, the workbench and the CLI.
         "jobs" => all(&[&ENGINES, &SHARED, &CROSS_CUTTING]),
+        // The reference POI provider: a client of the daemon's LbsGateway (over `proto`) answering
+        // with the POI engine; `cloakd provider`, `cloakd simulate` and the tests run it.
+        "provider" => all(&[&ENGINES, &SHARED]),
         // Adapters: gRPC (service) and the workbench's HTTP application, side by side.
         "service" | "workbench" => all(&[
             &ENGINES,

@@ -1,6 +1,6 @@
 //! `cloakd simulate --pois FILE`: every simulated client asks a POI query (`--poi-query`), the
 //! simulated provider answers with the reference provider's candidate list
-//! ([`crate::cli::provider::PoiProvider`]), and each client refines it with its true point
+//! ([`crate::provider::PoiProvider`]), and each client refines it with its true point
 //! ([`crate::poi::refine`]); the refined answer is checked against the exact answer of that point
 //! over the whole POI file ([`crate::poi::PoiIndex::answer_at`]). Reported: answers, exact answers,
 //! refused queries and candidate-list sizes.
@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use prost::Message;
 
-use crate::cli::provider::{PoiProvider, load_pois};
 use crate::poi::{Limits, PoiIndex, Query};
 use crate::proto::poi::{Nearest, PoiCandidates, PoiQuery, Range, poi_query};
+use crate::provider::{PoiProvider, load_pois};
 
 pub struct PoiCheck {
     pub provider: Arc<PoiProvider>,

@@ -9,17 +9,17 @@
 //! ([`crate::risk::profile`], without SUDA). The report is JSON, on stdout unless `--report` names
 //! a file.
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
-use super::input::{load_table, open_maybe_gzip};
+use super::input::load_table;
+use crate::jobs::files::{open_input, read_job};
 use crate::measures::evaluate::{Baseline, Evaluation, EvaluationOptions, evaluate};
 use crate::measures::released::read_release;
 use crate::measures::workload::{
     DEFAULT_MAX_MODEL_CELLS, WorkloadEvaluation, WorkloadOptions, measure_workload_unless,
 };
-use crate::relational::job::JobSpec;
 
 /// Options of the utility measures, shared by `evaluate` and `frontier`.
 #[derive(Debug, Clone, clap::Args)]
@@ -133,22 +133,15 @@ struct Report {
     workload: Option<WorkloadEvaluation>,
 }
 
-/// Reads and parses a job file.
-pub fn read_job(path: &Path) -> anyhow::Result<JobSpec> {
-    let text = crate::lines::read_text_file(path)
-        .with_context(|| format!("{}: cannot read the job file", path.display()))?;
-    Ok(JobSpec::parse(&path.display().to_string(), &text)?)
-}
-
 pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     let options = args.measures.options();
     options.validate()?;
     let workload_options = args.workload.options()?;
     let job = read_job(&args.job)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
-    let release_reader = open_maybe_gzip(&args.release, None)?;
+    let release_reader = open_input(&args.release, None)?;
     let mut sensitive_reader: Option<Box<dyn Read>> = match &args.sensitive_table {
-        Some(path) => Some(open_maybe_gzip(path, None)?),
+        Some(path) => Some(open_input(path, None)?),
         None => None,
     };
     let sensitive_name = args

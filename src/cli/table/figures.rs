@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 
-use super::evaluate::read_job;
 use super::frontier::{formats, write_plot};
 use super::input::load_table;
+use crate::jobs::files::read_job;
 use crate::measures::figures::{
     Dataset, Figure, FigureSpec, Measured, PAPER_DELTA, PAPER_K, PAPER_L, PAPER_T, Researcher,
     figure, measure, sanitizations,

@@ -15,9 +15,10 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Deserialize;
 
-use super::evaluate::{LearningArgs, MeasureArgs, read_job};
+use super::evaluate::{LearningArgs, MeasureArgs};
 use super::input::load_table;
 use crate::budget::MemoryBudget;
+use crate::jobs::files::read_job;
 use crate::jobs::sweep::{SweepLimits, SweepOptions, SweepPlan, default_threads, run_sweep};
 use crate::measures::evaluate::Baseline;
 use crate::measures::frontier::{charts, mark_efficient, write_csv};

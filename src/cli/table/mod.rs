@@ -25,7 +25,7 @@ use crate::atomic_file::AtomicFile;
 use crate::relational::job::{AlgorithmField, AlgorithmOverrides, JobSpec};
 use crate::relational::models::{LDiversity, TCloseness};
 use crate::relational::release::{self, Release, ReleaseMethod};
-pub use input::{load_table, open_maybe_gzip};
+use input::load_table;
 
 #[derive(Debug, clap::Args)]
 pub struct TableArgs {

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use super::evaluate::read_job;
-use super::input::{load_table, open_maybe_gzip};
+use super::input::load_table;
+use crate::jobs::files::{open_input, read_job};
 use crate::measures::released::read_release;
 use crate::relational::release::Release;
 use crate::risk::classes::{QuasiColumns, of_release, of_table};
@@ -119,7 +119,7 @@ pub fn run(args: RiskArgs) -> anyhow::Result<()> {
     let release = match &args.release {
         None => None,
         Some(path) => {
-            let reader = open_maybe_gzip(path, None)?;
+            let reader = open_input(path, None)?;
             Some(read_release(
                 &table,
                 reader,

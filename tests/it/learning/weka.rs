@@ -194,8 +194,7 @@ fn paper_table2() {
 /// ("Occupation").
 #[test]
 fn sanitized_releases_agree_with_weka() {
-    use cloakd::cli::table::evaluate::read_job;
-    use cloakd::cli::table::input::load_table;
+    use cloakd::jobs::files::{load_table, read_job};
     use cloakd::measures::figures::{measure, sanitizations};
     use cloakd::measures::workload::release_dataset;
     use std::io::{BufRead, BufReader, Write};

@@ -10,12 +10,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cloakd::cli::provider::PoiProvider;
 use cloakd::poi::sphere::haversine_m;
 use cloakd::poi::{Limits, Poi, PoiIndex, Query};
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::poi::{Nearest, PoiCandidates, PoiQuery, poi_query};
 use cloakd::proto::{LbsAnswer, LocationRequest};
+use cloakd::provider::PoiProvider;
 use prost::Message;
 use rand::{Rng, SeedableRng};
 

@@ -1,33 +1,17 @@
-//! `cloakd provider`: the reference LBS provider of points of interest. It subscribes to one service
-//! of a running broker's `LbsGateway` (with its own credentials, like any provider), decodes each
-//! cloaked request's payload as a `cloakd.v1.poi.PoiQuery` and answers with a `PoiCandidates` list that
-//! holds the exact answer for every point of the cloaking box ([`crate::poi`]). It never sees a point:
-//! only the box, the interval and the payload.
+//! `cloakd provider`: the flags and the process of the reference LBS provider of points of interest
+//! ([`crate::provider`], docs/provider.md): it loads and indexes the POI file, starts the worker pool
+//! and serves the broker until SIGINT/SIGTERM.
 //!
-//! Split by job: `answer.rs` (the answer to one request, [`PoiProvider`], and the POI file),
-//! `pool.rs` (the bounded worker pool that computes answers), `session.rs` (the connection to the
-//! broker: acknowledgements, shedding, reconnection). This file holds the flags and the process.
-//!
-//! A query that does not decode, breaks a limit, asks for an unknown category, or whose list would not
-//! fit the broker's payload limit is answered with `PoiCandidates.error` naming the field and the rule
-//! (and no POIs); a request that finds the worker queue full is answered with the overloaded answer.
-//! The provider keeps serving, reconnects when it loses the broker, and exits only on SIGINT/SIGTERM
-//! (0) or an error retrying cannot cure: a bad POI file or flag, the broker refusing the credential or
-//! the service.
+//! The process exits only on SIGINT/SIGTERM (0) or an error retrying cannot cure: a bad POI file or
+//! flag, the broker refusing the credential or the service.
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
-pub mod answer;
-pub mod pool;
-pub mod session;
-
-pub use answer::{PoiProvider, load_pois, overloaded, to_proto};
-pub use session::{Bearer, Tally, Target};
-
 use crate::poi::{Limits, PoiIndex};
+use crate::provider::{Bearer, PoiProvider, Target, load_pois, pool, session};
 
 #[derive(Debug, clap::Args)]
 pub struct ProviderArgs {
