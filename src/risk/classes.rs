@@ -169,6 +169,17 @@ pub fn group(q: &QuasiColumns, columns: &[usize], include: impl Fn(usize) -> boo
     }
 }
 
+/// Quasi-identifier columns `q0`, `q1`, ... of `width` codes per row, no wildcard: the random tables
+/// of the risk models' property tests.
+#[cfg(test)]
+pub(crate) fn test_columns(rows: &[Vec<u32>], width: usize) -> QuasiColumns {
+    QuasiColumns::new(
+        rows.len(),
+        (0..width).map(|c| (format!("q{c}"), rows.iter().map(|r| r[c]).collect(), None)),
+    )
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

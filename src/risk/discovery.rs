@@ -148,16 +148,9 @@ pub fn discover(q: &QuasiColumns, max_size: usize) -> Result<Discovery, Discover
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::risk::classes::test_columns as columns;
     use proptest::prelude::*;
     use std::collections::HashMap;
-
-    fn columns(rows: &[Vec<u32>], width: usize) -> QuasiColumns {
-        QuasiColumns::new(
-            rows.len(),
-            (0..width).map(|c| (format!("q{c}"), rows.iter().map(|r| r[c]).collect(), None)),
-        )
-        .unwrap()
-    }
 
     /// Distinction by counting distinct projections, separation by comparing every pair of records.
     fn brute_force(rows: &[Vec<u32>], attributes: &[usize]) -> (f64, f64) {

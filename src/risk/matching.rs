@@ -354,15 +354,8 @@ pub fn match_population(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::risk::classes::test_columns as columns;
     use proptest::prelude::*;
-
-    fn columns(rows: &[Vec<u32>], width: usize) -> QuasiColumns {
-        QuasiColumns::new(
-            rows.len(),
-            (0..width).map(|c| (format!("q{c}"), rows.iter().map(|r| r[c]).collect(), None)),
-        )
-        .unwrap()
-    }
 
     /// For every sample class, every population row whose every value the class's value covers.
     /// And the population rows matching no sample class.
