@@ -10,16 +10,8 @@ use cloakd::proto::table_evaluator_client::TableEvaluatorClient;
 use cloakd::proto::{EvaluateRequest, HierarchyFile};
 use tonic::Code;
 
+use super::ADULT_SAMPLE_QIS as QIS;
 use crate::support::{TestDaemon, cloakd, repo};
-
-const QIS: [&str; 6] = [
-    "age",
-    "workclass",
-    "education",
-    "marital-status",
-    "race",
-    "sex",
-];
 
 fn request() -> EvaluateRequest {
     let dir = repo().join("tests/data/adult-sample");

@@ -3,20 +3,9 @@
 //! independently of the engine), checking the JSON report's names and figures, and the same risk
 //! in `cloakd table evaluate`'s report; and a refused option naming itself.
 use std::collections::HashMap;
-use std::path::Path;
 
-use crate::support::{cloakd, repo};
-
-fn job() -> String {
-    repo()
-        .join("tests/data/adult-sample/job.toml")
-        .display()
-        .to_string()
-}
-
-fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use super::{adult_sample_job as job, read_report as report};
+use crate::support::cloakd;
 
 #[test]
 fn risk_of_the_adult_sample_has_every_model_under_its_name() {

@@ -6,23 +6,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::{ADULT_SAMPLE_QIS as QIS, adult_sample_job as job};
 use crate::support::{cloakd, repo};
-
-const QIS: [&str; 6] = [
-    "age",
-    "workclass",
-    "education",
-    "marital-status",
-    "race",
-    "sex",
-];
-
-fn job() -> String {
-    repo()
-        .join("tests/data/adult-sample/job.toml")
-        .display()
-        .to_string()
-}
 
 /// The class sizes of a released CSV on the six QIs (rows whose every QI is `*` left out).
 fn classes(path: &Path) -> Vec<u64> {

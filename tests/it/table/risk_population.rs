@@ -5,29 +5,12 @@
 //! records by reading its ranges and the hierarchy files, pairs compared one by one for separation.
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::Path;
 
+use super::{ADULT_SAMPLE_QIS as QIS, adult_sample_job as job, read_report as report};
 use crate::support::{cloakd, repo};
-
-const QIS: [&str; 6] = [
-    "age",
-    "workclass",
-    "education",
-    "marital-status",
-    "race",
-    "sex",
-];
 
 fn sample_dir() -> std::path::PathBuf {
     repo().join("tests/data/adult-sample")
-}
-
-fn job() -> String {
-    sample_dir().join("job.toml").display().to_string()
-}
-
-fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// The header and the rows of a CSV (plain text).
