@@ -350,7 +350,8 @@ pub struct Chart {
     pub series: Vec<Series>,
 }
 
-/// The three charts, and the workload chart when the points carry a workload. With more than one
+/// The three charts of Li & Li, the workload chart when the points carry a workload, and the risk chart
+/// (Uloss against average prosecutor risk) when they carry a risk. With more than one
 /// algorithm among the points, each series is split by algorithm and named `<series> (<algorithm>)`;
 /// a series without points is left out.
 pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
@@ -452,6 +453,35 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
             title: "Researcher's gain vs adversary's gain (Brickell & Shmatikov)",
             x_label: "Adversary's gain A_acc",
             y_label: format!("U_san − U_base learning {attribute} (best classifier)"),
+            series,
+        });
+    }
+    if points.iter().any(|p| p.risk.is_some()) {
+        let mut series = Vec::new();
+        for model in SweptModel::ALL {
+            for method in [ReleaseMethod::Generalization, ReleaseMethod::Bucketization] {
+                for &algorithm in &algorithms {
+                    let s = xy_series(
+                        points,
+                        &named(&format!("{} ({method})", model.name()), algorithm),
+                        |p| {
+                            p.item.model == model
+                                && p.item.method == method
+                                && p.item.algorithm == algorithm
+                        },
+                        |p| p.risk.zip(p.evaluation.uloss).map(|(r, u)| (r.average, u)),
+                    );
+                    if !s.points.is_empty() {
+                        series.push(s);
+                    }
+                }
+            }
+        }
+        out.push(Chart {
+            stem: "fig5-risk-uloss",
+            title: "Utility loss vs re-identification risk",
+            x_label: "Average prosecutor risk (mean of 1/|class| over records)",
+            y_label: ULOSS.into(),
             series,
         });
     }

@@ -94,6 +94,7 @@ fn frontier_writes_csv_and_plots() {
         "fig2a-uloss-ploss.svg",
         "fig2b-methods.svg",
         "fig3-query-error.svg",
+        "fig5-risk-uloss.svg",
     ] {
         let svg = std::fs::read_to_string(dir.path().join(plot)).unwrap();
         assert!(
@@ -104,6 +105,13 @@ fn frontier_writes_csv_and_plots() {
     }
     let fig2a = std::fs::read_to_string(dir.path().join("fig2a-uloss-ploss.svg")).unwrap();
     assert!(fig2a.contains("k-anonymity") && fig2a.contains("t-closeness"));
+    let fig5 = std::fs::read_to_string(dir.path().join("fig5-risk-uloss.svg")).unwrap();
+    assert!(
+        fig5.contains("re-identification risk")
+            && fig5.contains("k-anonymity (generalization)")
+            && fig5.contains("k-anonymity (bucketization)"),
+        "the risk chart, one series per model and method"
+    );
     assert!(rows.iter().all(|r| r[11..15].iter().all(String::is_empty)));
     assert!(!dir.path().join("fig4-workload-gain.svg").exists());
 }
