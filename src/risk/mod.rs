@@ -1,6 +1,7 @@
 //! The re-identification risk engine: pure functions over the equivalence classes of a table's (or
 //! a release's) quasi-identifiers, the measures analysts decide a release by (ARX, sdcMicro):
-//! sample-based prosecutor, journalist and marketer risk and sample uniqueness ([`sample`]),
+//! sample-based prosecutor, journalist and marketer risk and sample uniqueness ([`sample`]), the
+//! prosecutor risk under wildcard matching of suppressed cells ([`wildcard`]),
 //! population uniqueness under the Pitman, Zayatz and SNB models and Dankar et al.'s rule
 //! ([`population`]), SUDA's minimal sample uniques and scores ([`suda`]), k-map ([`kmap`]),
 //! δ-presence against a population table ([`presence`], the table matched by [`matching`]) and QI
@@ -21,6 +22,7 @@ pub mod matching;
 pub mod presence;
 pub mod sample;
 pub mod suda;
+pub mod wildcard;
 
 /// The population models and the class-size histogram live in the relational engine (its
 /// risk-bounded releases measure them); re-exported here, where the risk profile uses them.
@@ -140,6 +142,9 @@ pub struct RiskProfile {
     pub classes: u64,
     pub threshold: f64,
     pub prosecutor: Measured<RecordRisk>,
+    /// The prosecutor risk when a suppressed cell matches any value ([`wildcard`], ARX's
+    /// `RiskModelSampleWildcard`); equal to `prosecutor` when no record is partly suppressed.
+    pub prosecutor_wildcard: Measured<RecordRisk>,
     pub journalist: Measured<JournalistRisk>,
     pub marketer: Measured<MarketerRisk>,
     pub sample_uniqueness: Measured<SampleUniqueness>,
@@ -220,10 +225,18 @@ impl RiskOptions {
     }
 }
 
+/// The classes of all quasi-identifiers (outliers left out).
+pub fn classes_of(q: &QuasiColumns) -> classes::Grouping {
+    let all: Vec<usize> = (0..q.len()).collect();
+    group(q, &all, |r| !q.is_outlier(r))
+}
+
 /// The histogram of the classes of all quasi-identifiers (outliers left out).
 pub fn histogram(q: &QuasiColumns) -> Histogram {
-    let all: Vec<usize> = (0..q.len()).collect();
-    let grouping = group(q, &all, |r| !q.is_outlier(r));
+    histogram_of(&classes_of(q))
+}
+
+fn histogram_of(grouping: &classes::Grouping) -> Histogram {
     Histogram::from_sizes(grouping.sizes.iter().map(|&s| s as u64))
 }
 
@@ -266,7 +279,8 @@ pub fn profile(
     if let Some(max) = options.qi_discovery {
         discovery::check_size(q.len(), q.rows, max)?;
     }
-    let h = histogram(q);
+    let grouping = classes_of(q);
+    let h = histogram_of(&grouping);
     let outliers = q.rows as u64 - h.records();
     let mut p = RiskProfile {
         quasi_identifiers: q.names.clone(),
@@ -275,6 +289,7 @@ pub fn profile(
         classes: h.classes(),
         threshold: options.threshold,
         prosecutor: Measured::unavailable("no records"),
+        prosecutor_wildcard: Measured::unavailable("no records"),
         journalist: Measured::unavailable("no records"),
         marketer: Measured::unavailable("no records"),
         sample_uniqueness: Measured::unavailable("no records"),
@@ -309,6 +324,11 @@ pub fn profile(
         return Ok(p);
     }
     p.prosecutor = Measured::Value(sample::prosecutor(&h, options.threshold));
+    p.prosecutor_wildcard = match wildcard::prosecutor(q, &grouping, options.threshold) {
+        Ok(risk) => Measured::Value(risk),
+        Err(e) => Measured::unavailable(e.to_string()),
+    };
+    drop(grouping);
     let own: Vec<(u64, u64)>;
     let (pairs, against) = match population_table {
         Some(table) => (table.pairs.as_slice(), "population table"),

@@ -196,6 +196,13 @@ pub fn render(risk: &RiskProfile) -> String {
         Measured::Unavailable { unavailable } => format!("{name}: unavailable ({unavailable})"),
     };
     line("sample risk", record("prosecutor", &risk.prosecutor));
+    if risk.prosecutor_wildcard != risk.prosecutor {
+        // Only partly suppressed records make the two differ.
+        line(
+            "",
+            record("prosecutor, * any value", &risk.prosecutor_wildcard),
+        );
+    }
     let journalist = match &risk.journalist {
         Measured::Value(j) => Measured::Value(j.risk.clone()),
         Measured::Unavailable { unavailable } => Measured::Unavailable {
