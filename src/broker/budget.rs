@@ -21,7 +21,9 @@ use super::message::{ClientId, Command, Rejection};
 use super::{Broker, Delivery};
 use crate::ledger::{Charge, Charged, Ledger, LedgerError, Paid, UserHash};
 use crate::location::geo_ind::Reported;
-use crate::location::geo_ind::predictive::{self, LastReport, Plan, PredictiveParams};
+use crate::location::geo_ind::predictive::{
+    self, LastReport, Plan, PredictiveParams, reused_radius_m,
+};
 use crate::proto::location_event;
 use crate::telemetry::catalog;
 
@@ -183,17 +185,21 @@ impl Broker {
             return;
         };
         let policy = budget.ledger.policy();
-        let threshold_m = budget.params.threshold_m;
+        let params = budget.params;
         let last = budget.last.get(&user).map(|(r, _)| *r);
         match (plan, charged.paid, last) {
             (Plan::Reuse { .. }, Paid::Amount, Some(last)) => {
                 metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => "reused").increment(1);
-                // The true position lies about the threshold away from the reused point at most.
+                // Wide enough that a position outside it passes the test with at most 1 − confidence.
                 let reported = Reported {
                     lat: last.lat,
                     lon: last.lon,
                 };
-                let radius = last.retrieval_radius_m + threshold_m;
+                let radius = reused_radius_m(
+                    params,
+                    last.retrieval_radius_m,
+                    self.cfg.geo_ind.params.confidence,
+                );
                 self.send_geo_ind(to, reported, radius, Some(charged.left));
             }
             (Plan::Fresh { .. } | Plan::TestThenFresh { .. }, Paid::Amount, _) => {

@@ -189,3 +189,43 @@ async fn default_model_geo_ind_serves_requests_without_a_model() {
     check_answer(&cloaked(&mut a, 1).await, truth);
     daemon.shutdown().await.unwrap();
 }
+
+/// A second request from the same spot is answered with the first report (the reuse test passes
+/// unless its noise exceeds the 20 km threshold: probability e^(-20)/2), charged only the test's
+/// epsilon, and its area of retrieval is wide enough that a reuse is answered for a position
+/// outside it with probability at most 1 − confidence: 20 km + 1 km · ln(0.5 / 0.05).
+#[tokio::test]
+async fn a_reused_answer_keeps_the_confidence_of_its_area_of_retrieval() {
+    let daemon = TestDaemon::start(config_with(|c| {
+        let budget = c
+            .location
+            .geo_ind
+            .budget
+            .as_mut()
+            .expect("a budget by default");
+        budget.predictive.test_epsilon_per_km = 1.0;
+        budget.predictive.threshold_m = 20_000.0;
+    }))
+    .await;
+    let mut a = MobileClient::connect(daemon.channel().await).await;
+    let request = geo_ind("a", 1, Some(5.0));
+    let truth = (request.lat, request.lon);
+    a.send(request).await;
+    let first = cloaked(&mut a, 1).await;
+    check_answer(&first, truth);
+    a.send(geo_ind("a", 2, Some(5.0))).await;
+    let second = cloaked(&mut a, 2).await;
+    assert_eq!(second.reported, first.reported, "the last report reused");
+    let expected = 20_000.0 + 1_000.0 * 10f64.ln();
+    assert!(
+        (second.retrieval_radius_m - expected).abs() < 1e-6,
+        "{} against {expected}",
+        second.retrieval_radius_m
+    );
+    let spent = first.budget_left.unwrap() - second.budget_left.unwrap();
+    assert!(
+        (spent - 1.0).abs() < 1e-9,
+        "the test's epsilon only: {spent}"
+    );
+    daemon.shutdown().await.unwrap();
+}
