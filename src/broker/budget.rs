@@ -190,16 +190,13 @@ impl Broker {
         match (plan, charged.paid, last) {
             (Plan::Reuse { .. }, Paid::Amount, Some(last)) => {
                 metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => "reused").increment(1);
-                // Wide enough that a position outside it passes the test with at most 1 − confidence.
+                // Wide enough that a position outside it passes the test with at most α_r.
                 let reported = Reported {
                     lat: last.lat,
                     lon: last.lon,
                 };
-                let radius = reused_radius_m(
-                    params,
-                    last.retrieval_radius_m,
-                    self.cfg.geo_ind.params.confidence,
-                );
+                let radius =
+                    reused_radius_m(params, last.retrieval_radius_m, self.answer_confidence());
                 self.send_geo_ind(to, reported, radius, Some(charged.left));
             }
             (Plan::Fresh { .. } | Plan::TestThenFresh { .. }, Paid::Amount, _) => {

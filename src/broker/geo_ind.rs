@@ -147,6 +147,19 @@ impl Broker {
 
     /// Every GEO_IND draw goes through here. A privacy budget per user is charged here, before the
     /// draw (`user` is the broker's key of the user; the position is only passed to the mechanism).
+    /// The confidence of each answer's area of retrieval: the configured one, or with a privacy
+    /// budget (so that answers may be reused) its square root, so that every answer, fresh or reused,
+    /// holds the true position with at least the configured confidence
+    /// ([`crate::location::geo_ind::predictive::per_answer_confidence`]).
+    pub(super) fn answer_confidence(&self) -> f64 {
+        let confidence = self.cfg.geo_ind.params.confidence;
+        if self.budget.is_some() {
+            crate::location::geo_ind::predictive::per_answer_confidence(confidence)
+        } else {
+            confidence
+        }
+    }
+
     pub(super) fn draw_geo_ind(
         &mut self,
         _user: UserKey,
@@ -154,7 +167,11 @@ impl Broker {
         lon: f64,
         epsilon_per_km: f64,
     ) -> Result<GeoIndDraw, Rejection> {
-        let mechanism = Mechanism::new(epsilon_per_km / 1000.0, &self.cfg.geo_ind.params)
+        let params = crate::location::geo_ind::GeoIndParams {
+            confidence: self.answer_confidence(),
+            ..self.cfg.geo_ind.params
+        };
+        let mechanism = Mechanism::new(epsilon_per_km / 1000.0, &params)
             .map_err(|err| Rejection::invalid(err.field, err.rule))?;
         let reported = mechanism.draw(&mut self.geo_rng, lat, lon);
         Ok(GeoIndDraw {

@@ -98,6 +98,17 @@ pub fn reuse_test(
     d + laplace(scale_m, rng) <= params.threshold_m
 }
 
+/// The confidence each area of retrieval is drawn at when answers may be reused, so that every
+/// answer holds the true position with probability at least `confidence`: √confidence.
+///
+/// A request is answered either by a reuse, sent for a position outside its circle with probability
+/// at most α_r ([`reused_radius_m`]), or by a fresh draw whose circle misses with probability α_f; a
+/// position beyond the reuse radius can be failed both ways in turn, with probability at most
+/// α_r + (1 − α_r)·α_f = 1 − (1 − α_r)(1 − α_f). With both at 1 − √confidence that is 1 − confidence.
+pub fn per_answer_confidence(confidence: f64) -> f64 {
+    confidence.sqrt()
+}
+
 /// The radius (m) of a reused answer's area of retrieval around the reused point: at least the
 /// reused answer's own, and at least `l + b·ln(0.5/α)` (`l` the threshold, `b` the test's noise
 /// scale, `α = 1 − confidence`; `l` when α ≥ 0.5). For a true position `D > l` away, the test passes
@@ -204,6 +215,16 @@ mod tests {
     fn distances_are_great_circle_metres() {
         let d = distance_m(0.0, 0.0, 1.0, 0.0);
         assert!((d - 111_195.0).abs() < 5.0, "{d}");
+    }
+
+    #[test]
+    fn a_position_beyond_the_reuse_radius_keeps_the_confidence_over_both_answers() {
+        for confidence in [0.5, 0.9, 0.95, 0.99] {
+            let each = per_answer_confidence(confidence);
+            let (alpha_r, alpha_f) = (1.0 - each, 1.0 - each);
+            let worst = alpha_r + (1.0 - alpha_r) * alpha_f;
+            assert!((worst - (1.0 - confidence)).abs() < 1e-12, "{confidence}");
+        }
     }
 
     #[test]

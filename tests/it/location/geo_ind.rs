@@ -40,9 +40,11 @@ fn check_answer(c: &Cloaked, truth: (f64, f64)) {
         truth,
         "the true point reported"
     );
-    // 95 % radius of Gamma(2, 1/eps) at eps = 5/km: 4.7439 / 5 km = 948.8 m, plus the grid diagonal.
+    // With a privacy budget (the default) answers may be reused, so each circle is drawn at
+    // √0.95 = 0.97468: the radius of Gamma(2, 1/eps) there at eps = 5/km is 5.5566 / 5 km = 1111.3 m,
+    // plus the grid diagonal (1.4 m).
     assert!(
-        (c.retrieval_radius_m - 950.2).abs() < 5.0,
+        (c.retrieval_radius_m - 1112.7).abs() < 5.0,
         "{}",
         c.retrieval_radius_m
     );
@@ -193,7 +195,7 @@ async fn default_model_geo_ind_serves_requests_without_a_model() {
 /// A second request from the same spot is answered with the first report (the reuse test passes
 /// unless its noise exceeds the 20 km threshold: probability e^(-20)/2), charged only the test's
 /// epsilon, and its area of retrieval is wide enough that a reuse is answered for a position
-/// outside it with probability at most 1 − confidence: 20 km + 1 km · ln(0.5 / 0.05).
+/// outside it with probability at most α_r = 1 − √0.95: 20 km + 1 km · ln(0.5 / α_r).
 #[tokio::test]
 async fn a_reused_answer_keeps_the_confidence_of_its_area_of_retrieval() {
     let daemon = TestDaemon::start(config_with(|c| {
@@ -216,7 +218,7 @@ async fn a_reused_answer_keeps_the_confidence_of_its_area_of_retrieval() {
     a.send(geo_ind("a", 2, Some(5.0))).await;
     let second = cloaked(&mut a, 2).await;
     assert_eq!(second.reported, first.reported, "the last report reused");
-    let expected = 20_000.0 + 1_000.0 * 10f64.ln();
+    let expected = 20_000.0 + 1_000.0 * (0.5 / (1.0 - 0.95f64.sqrt())).ln();
     assert!(
         (second.retrieval_radius_m - expected).abs() < 1e-6,
         "{} against {expected}",
