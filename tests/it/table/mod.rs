@@ -11,6 +11,7 @@ mod figures;
 mod frontier;
 mod grpc;
 mod grpc_algorithms;
+mod grpc_jobs;
 mod kaca;
 mod ola;
 mod risk;
