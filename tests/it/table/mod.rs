@@ -12,6 +12,7 @@ mod frontier;
 mod grpc;
 mod grpc_algorithms;
 mod grpc_jobs;
+mod grpc_risk_bounds;
 mod kaca;
 mod ola;
 mod risk;
