@@ -154,7 +154,7 @@ pub enum JobFailure {
     /// Bad input: a field, a file, a row or a value breaks a rule.
     Invalid,
     /// The model cannot be met on this table (an unsatisfiable model, OLA without an anonymous
-    /// node).
+    /// node, a release whose measured risk exceeds a risk bound).
     Unsatisfiable,
     /// A limit refused it: the job places, a size, the job's memory budget.
     Exhausted,
@@ -171,6 +171,7 @@ impl JobFailure {
     pub fn of_anonymize(e: &AnonymizeError) -> JobFailure {
         match e {
             AnonymizeError::Unsatisfiable(_)
+            | AnonymizeError::RiskBound(_)
             | AnonymizeError::Ola(crate::relational::ola::OlaError::NoAnonymousNode { .. }) => {
                 JobFailure::Unsatisfiable
             }
@@ -319,5 +320,15 @@ mod tests {
             Outcome::Invalid
         );
         assert_eq!(Outcome::of(Ok::<_, JobFailure>(())), Outcome::Ok);
+        // A release refused by a risk bound is the table's, not a failure of the daemon.
+        let refused = AnonymizeError::RiskBound(crate::relational::models::ReleaseViolation {
+            criterion: "average prosecutor risk (max_risk_average=0.01)".into(),
+            bound: 0.01,
+            measured: Ok(0.5),
+        });
+        assert_eq!(
+            JobFailure::of_anonymize(&refused),
+            JobFailure::Unsatisfiable
+        );
     }
 }

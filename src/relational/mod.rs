@@ -232,6 +232,18 @@ pub fn anonymize_with(
     Ok((released, report))
 }
 
+/// Refuses risk bounds on a bucketized release (its QI table publishes the exact quasi-identifiers,
+/// so no bound could hold by construction); the rule, for the engine and the adapters that check a
+/// job before its rows arrive.
+pub fn check_risk_release(privacy: &PrivacySpec, method: ReleaseMethod) -> Result<(), String> {
+    if method == ReleaseMethod::Bucketization && !privacy.risk.is_empty() {
+        return Err(
+            "max_risk_highest, max_risk_average and population_uniqueness bound generalization and trivial releases (rule: bucketization publishes the exact quasi-identifiers)".into(),
+        );
+    }
+    Ok(())
+}
+
 /// Forms the classes with the chosen algorithm and releases them (rows in [`release::release_order`]
 /// drawn from a ChaCha8 seeded with `seed`).
 fn form_release(
@@ -243,11 +255,7 @@ fn form_release(
     cancelled: &AtomicBool,
 ) -> Result<(Release, Report), AnonymizeError> {
     options.validate(method).map_err(AnonymizeError::Options)?;
-    if method == ReleaseMethod::Bucketization && !privacy.risk.is_empty() {
-        return Err(AnonymizeError::Options(
-            "max_risk_highest, max_risk_average and population_uniqueness bound generalization and trivial releases (rule: bucketization publishes the exact quasi-identifiers)".into(),
-        ));
-    }
+    check_risk_release(privacy, method).map_err(AnonymizeError::Options)?;
     match options.algorithm {
         Algorithm::Mondrian => {}
         Algorithm::Ola => {

@@ -88,6 +88,16 @@ pub fn msu_score(attributes: usize, max_size: usize, size: usize) -> f64 {
     (size..upper).map(|i| (attributes - i) as f64).product()
 }
 
+/// The bytes of uniqueness bitsets of the widest level of a search of `attributes` (< 64)
+/// quasi-identifiers and `rows` records up to `max_size` (the search holds two levels at once).
+pub fn level_bytes(attributes: usize, rows: usize, max_size: usize) -> u64 {
+    let widest = (1..=max_size.min(attributes) as u64)
+        .map(|k| binomial(attributes as u64, k))
+        .max()
+        .unwrap_or(0);
+    widest.saturating_mul((rows as u64).div_ceil(64) * 8)
+}
+
 /// Checks the search's size before any allocation.
 pub fn check_size(attributes: usize, rows: usize, max_size: usize) -> Result<usize, SudaError> {
     if max_size == 0 {
@@ -100,11 +110,7 @@ pub fn check_size(attributes: usize, rows: usize, max_size: usize) -> Result<usi
     let subsets: u64 = (1..=m as u64)
         .map(|k| binomial(attributes as u64, k))
         .fold(0u64, u64::saturating_add);
-    let widest = (1..=m as u64)
-        .map(|k| binomial(attributes as u64, k))
-        .max()
-        .unwrap_or(0);
-    let level_bytes = widest.saturating_mul((rows as u64).div_ceil(64) * 8);
+    let level_bytes = level_bytes(attributes, rows, m);
     if subsets > MAX_SUBSETS || level_bytes > MAX_LEVEL_BYTES {
         return Err(SudaError::TooLarge {
             max_size,

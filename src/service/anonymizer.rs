@@ -29,15 +29,15 @@ use crate::proto::{
     AnonymizeRequest, AnonymizeResponse, ReleasedHeader, Row, RowChunk, SensitiveChunk,
     SensitiveRow, TableJob, TableReport,
 };
-use crate::relational::AnonymizeError;
 use crate::relational::hierarchy::{Hierarchy, HierarchyError};
 use crate::relational::job::{
     AlgorithmField, AlgorithmOverrides, ColumnSpec, JobError, JobSpec, RoleSpec,
 };
-use crate::relational::models::{LDiversity, PrivacySpec, TCloseness};
+use crate::relational::models::{LDiversity, PrivacySpec, RiskBounds, TCloseness, UniquenessBound};
 use crate::relational::release::{Release, ReleaseMethod};
 use crate::relational::report::Report;
 use crate::relational::table::{TableBuilder, TableError, Unlisted};
+use crate::relational::{AnonymizeError, check_risk_release};
 use crate::service::{InboundError, drain, job_status};
 
 /// Why a table job was refused.
@@ -143,8 +143,15 @@ async fn next_message(
     }
 }
 
-/// The job of a request: from TOML text or from the structured fields.
+/// The job of a request: from TOML text or from the structured fields, refused before its rows
+/// arrive when its release method cannot honour its risk bounds.
 fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
+    let spec = parse_job(job)?;
+    check_risk_release(&spec.privacy, spec.release).map_err(|rule| invalid("job.release", rule))?;
+    Ok(spec)
+}
+
+fn parse_job(job: &TableJob) -> Result<JobSpec, TableServiceError> {
     if !job.job_toml.trim().is_empty() {
         let mut spec = JobSpec::parse("job.job_toml", &job.job_toml)?;
         if job.seed != 0 {
@@ -218,8 +225,25 @@ fn job_spec(job: &TableJob) -> Result<JobSpec, TableServiceError> {
             )
         },
         delta: if p.delta == 0.0 { None } else { Some(p.delta) },
-        risk: Default::default(),
+        risk: RiskBounds {
+            highest: p.max_risk_highest,
+            average: p.max_risk_average,
+            population_uniqueness: p
+                .population_uniqueness
+                .as_ref()
+                .map(|u| {
+                    Ok::<_, TableServiceError>(UniquenessBound {
+                        model: u.model.parse().map_err(|e: String| {
+                            invalid("job.privacy.population_uniqueness.model", e)
+                        })?,
+                        population: u.population,
+                        max: u.max,
+                    })
+                })
+                .transpose()?,
+        },
     };
+    // The ranges' rules are the job files' ([`PrivacySpec::validate`]), named by the proto field.
     privacy
         .validate()
         .map_err(|e| invalid(&format!("job.privacy.{}", e.spec), e.rule))?;
@@ -712,5 +736,97 @@ mod tests {
         );
         toml_job.job_toml = toml_job.job_toml.replace("k = 0", "k = 2");
         assert!(call(&endpoint, with_job(toml_job, rows(8))).await.is_ok());
+    }
+
+    #[test]
+    fn risk_bounds_are_converted_and_checked_by_the_job_files_rules() {
+        use crate::proto::PopulationUniquenessBound;
+        use crate::relational::models::UniquenessModel;
+        let bounded = |edit: fn(&mut ProtoPrivacy)| {
+            let mut j = job(0, "");
+            edit(j.privacy.as_mut().unwrap());
+            j
+        };
+        let spec = job_spec(&bounded(|p| {
+            p.max_risk_highest = Some(0.5);
+            p.max_risk_average = Some(0.25);
+            p.population_uniqueness = Some(PopulationUniquenessBound {
+                model: "dankar".into(),
+                population: 1e6,
+                max: 0.01,
+            });
+        }))
+        .unwrap();
+        assert_eq!(spec.privacy.k, None);
+        assert_eq!(
+            spec.privacy.risk,
+            RiskBounds {
+                highest: Some(0.5),
+                average: Some(0.25),
+                population_uniqueness: Some(UniquenessBound {
+                    model: UniquenessModel::Dankar,
+                    population: 1e6,
+                    max: 0.01,
+                }),
+            }
+        );
+        let refused = |j: TableJob| job_spec(&j).unwrap_err().to_string();
+        for (edit, message) in [
+            (
+                (|p: &mut ProtoPrivacy| p.max_risk_highest = Some(0.0)) as fn(&mut ProtoPrivacy),
+                "job.privacy.max_risk_highest: max_risk_highest must lie in (0, 1]",
+            ),
+            (
+                |p| p.max_risk_average = Some(1.5),
+                "job.privacy.max_risk_average: max_risk_average must lie in (0, 1]",
+            ),
+            (
+                |p| p.max_risk_average = Some(f64::NAN),
+                "job.privacy.max_risk_average: max_risk_average must lie in (0, 1]",
+            ),
+            (
+                |p| {
+                    p.population_uniqueness = Some(PopulationUniquenessBound {
+                        model: "poisson".into(),
+                        population: 10.0,
+                        max: 0.1,
+                    })
+                },
+                "job.privacy.population_uniqueness.model: unknown population model \"poisson\"",
+            ),
+            (
+                |p| {
+                    p.population_uniqueness = Some(PopulationUniquenessBound {
+                        model: "snb".into(),
+                        population: 0.0,
+                        max: 0.1,
+                    })
+                },
+                "job.privacy.population_uniqueness.population: population must be a finite number >= 1",
+            ),
+            (
+                |p| {
+                    p.population_uniqueness = Some(PopulationUniquenessBound {
+                        model: "snb".into(),
+                        population: 10.0,
+                        max: -0.1,
+                    })
+                },
+                "job.privacy.population_uniqueness.max: max must lie in [0, 1]",
+            ),
+        ] {
+            let m = refused(bounded(edit));
+            assert!(m.starts_with(message), "{m}");
+        }
+        // Bucketization publishes the exact QIs: refused before any row, as the engine refuses it.
+        let mut bucket = bounded(|p| p.max_risk_highest = Some(0.5));
+        bucket.release = "bucketization".into();
+        let e = job_spec(&bucket).unwrap_err();
+        assert_eq!(Status::from(e).code(), tonic::Code::InvalidArgument);
+        let m = refused(bucket);
+        assert!(
+            m.starts_with("job.release: max_risk_highest, max_risk_average and population_uniqueness bound generalization and trivial releases"),
+            "{m}"
+        );
     }
 }

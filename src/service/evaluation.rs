@@ -43,7 +43,9 @@ use crate::relational::job::JobSpec;
 use crate::relational::release::{Release, ReleasedRole};
 use crate::relational::table::read_csv;
 use crate::risk::RiskOptions;
-use crate::service::evaluation_risk::{risk_bytes, risk_options, risk_response};
+use crate::service::evaluation_risk::{
+    SudaCheck, check_suda, risk_bytes, risk_options, risk_response, suda_bytes,
+};
 use crate::service::job_status;
 use crate::text::quote;
 
@@ -72,6 +74,9 @@ pub enum EvaluationError {
     /// The learning workload refused its options, its attribute or a model's size.
     #[error("workload: {0}")]
     Workload(WorkloadError),
+    /// SUDA's size refused: above the release's quasi-identifiers, or past the search's limits.
+    #[error(transparent)]
+    Suda(#[from] SudaCheck),
     #[error("evaluation failed: {0}")]
     Internal(String),
 }
@@ -85,7 +90,9 @@ impl EvaluationError {
             EvaluationError::Workload(WorkloadError::TooLarge { .. })
             | EvaluationError::TooLarge { .. }
             | EvaluationError::Busy(_)
+            | EvaluationError::Suda(SudaCheck::Search(_))
             | EvaluationError::Memory(_) => JobFailure::Exhausted,
+            EvaluationError::Suda(SudaCheck::AboveQuasi { .. }) => JobFailure::Invalid,
             EvaluationError::Workload(
                 WorkloadError::Option { .. }
                 | WorkloadError::NoAttribute(..)
@@ -384,8 +391,9 @@ impl Evaluator {
     }
 }
 
-/// The release's risk section: its memory charged to the job's budget first, the cancellation flag
-/// looked at before and after (the profile is linear in the rows and not interrupted).
+/// The release's risk section: SUDA's size checked and the memory charged to the job's budget first,
+/// the cancellation flag looked at before and after (the profile is linear in the rows, SUDA's search
+/// bounded by its checked size; neither is interrupted).
 fn release_risk(
     release: &Release,
     options: &RiskOptions,
@@ -398,10 +406,18 @@ fn release_risk(
         .iter()
         .filter(|c| c.role == ReleasedRole::Quasi)
         .count();
+    check_suda(options, quasi.rows, qis)?;
     let _held = budget.try_reserve(
         risk_bytes(quasi.rows, qis),
         "the risk profile (the release's quasi-identifier codes and classes)",
     )?;
+    let _suda = match options.suda_max_size.filter(|_| options.suda) {
+        Some(max) => Some(budget.try_reserve(
+            suda_bytes(quasi.rows, qis, max),
+            "SUDA (the uniqueness bitsets of two levels of its search, the records' scores)",
+        )?),
+        None => None,
+    };
     if cancelled.load(Ordering::Relaxed) {
         return Err(EvaluationError::Cancelled);
     }
@@ -410,7 +426,7 @@ fn release_risk(
     if cancelled.load(Ordering::Relaxed) {
         return Err(EvaluationError::Cancelled);
     }
-    Ok(risk_response(&profile))
+    Ok(risk_response(&profile, options))
 }
 
 #[tonic::async_trait]

@@ -4,14 +4,17 @@
 //! `Risk` message under the JSON report's names.
 //!
 //! Invariants: no option reaches the engine unchecked; a measure the engine cannot compute carries
-//! its reason in `unavailable` and zero figures, never a made-up number; SUDA is not computed (as
-//! `cloakd table evaluate`).
+//! its reason in `unavailable` and zero figures, never a made-up number; SUDA is computed only when
+//! the request sets `suda_max_size` (its search grows with the subsets of the quasi-identifiers),
+//! its size checked against the release's quasi-identifiers and the search's limits, and its memory
+//! estimated ([`suda_bytes`]), before it runs.
 use crate::proto::{
     EvaluateRequest, MarketerRisk, PopulationEstimate, PopulationUniqueness, RecordRisk, Risk,
-    SampleUniqueness,
+    SampleUniqueness, Suda, SudaContribution,
 };
 use crate::risk::classes::DENSE_LIMIT;
 use crate::risk::population::Estimate;
+use crate::risk::suda::{self, SudaError};
 use crate::risk::{Measured, Population, RiskOptions, RiskProfile};
 
 /// The request's risk options, or the field and rule that refuse them.
@@ -39,12 +42,52 @@ pub fn risk_options(request: &EvaluateRequest) -> Result<RiskOptions, String> {
         (None, Some(f)) => Some(Population::SamplingFraction(f)),
         (None, None) => None,
     };
+    if request.suda_max_size == Some(0) {
+        return Err("suda_max_size = 0: it must be at least 1 (rule: 1 <= suda_max_size <= the release's quasi-identifiers)".into());
+    }
     Ok(RiskOptions {
         threshold,
         population,
-        suda: false,
+        suda: request.suda_max_size.is_some(),
+        suda_max_size: request.suda_max_size.map(|m| m as usize),
         ..defaults
     })
+}
+
+/// SUDA's size checked once the release's quasi-identifiers are known, before anything is allocated:
+/// at most `quasi` (a field error), within the search's limits ([`suda::check_size`]).
+pub fn check_suda(options: &RiskOptions, rows: usize, quasi: usize) -> Result<(), SudaCheck> {
+    let Some(max) = options.suda_max_size.filter(|_| options.suda) else {
+        return Ok(());
+    };
+    if max > quasi {
+        return Err(SudaCheck::AboveQuasi { max, quasi });
+    }
+    suda::check_size(quasi, rows, max)
+        .map(|_| ())
+        .map_err(SudaCheck::Search)
+}
+
+/// Why SUDA's size was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SudaCheck {
+    #[error(
+        "suda_max_size = {max}: more than the release's {quasi} quasi-identifiers (rule: 1 <= suda_max_size <= the release's quasi-identifiers)"
+    )]
+    AboveQuasi { max: usize, quasi: usize },
+    /// Past the search's limits (subsets, bitsets per level, quasi-identifiers).
+    #[error("suda_max_size: {0}")]
+    Search(SudaError),
+}
+
+/// The bytes SUDA up to `max_size` over `rows` rows and `quasi` quasi-identifiers may hold at once,
+/// beside the profile's ([`risk_bytes`]): two levels of uniqueness bitsets, a score and a DIS score
+/// per row, and one grouping (a class id per row, the class sizes and the dense table).
+pub fn suda_bytes(rows: usize, quasi: usize, max_size: usize) -> u64 {
+    let levels = suda::level_bytes(quasi, rows, max_size).saturating_mul(2);
+    risk_bytes(rows, 0)
+        .saturating_add((rows as u64).saturating_mul(16))
+        .saturating_add(levels)
 }
 
 /// The bytes the profile of a release of `rows` rows and `quasi` quasi-identifiers may hold at
@@ -91,8 +134,37 @@ fn estimate(e: &Estimate) -> PopulationEstimate {
     }
 }
 
-/// The profile as the proto `Risk` message.
-pub fn risk_response(p: &RiskProfile) -> Risk {
+fn suda_response(m: &Measured<suda::Suda>) -> Suda {
+    match m {
+        Measured::Value(s) => Suda {
+            max_size: s.max_size as u64,
+            msus_by_size: s.msus_by_size.clone(),
+            msus: s.msus,
+            records_with_msu: s.records_with_msu,
+            highest_score: s.highest_score,
+            average_score: s.average_score,
+            dis_fraction: s.dis_fraction,
+            highest_dis_score: s.highest_dis_score,
+            average_dis_score: s.average_dis_score,
+            attribute_contributions: s
+                .attribute_contributions
+                .iter()
+                .map(|c| SudaContribution {
+                    attribute: c.attribute.clone(),
+                    contribution: c.contribution,
+                })
+                .collect(),
+            unavailable: None,
+        },
+        m => Suda {
+            unavailable: reason(m),
+            ..Suda::default()
+        },
+    }
+}
+
+/// The profile as the proto `Risk` message; `suda` set when the options asked for it.
+pub fn risk_response(p: &RiskProfile, options: &RiskOptions) -> Risk {
     let prosecutor = match &p.prosecutor {
         Measured::Value(r) => record(r, ""),
         m => RecordRisk {
@@ -155,6 +227,7 @@ pub fn risk_response(p: &RiskProfile) -> Risk {
         marketer: Some(marketer),
         sample_uniqueness: Some(sample_uniqueness),
         population_uniqueness: Some(population_uniqueness),
+        suda: options.suda.then(|| suda_response(&p.suda)),
     }
 }
 
@@ -201,6 +274,90 @@ mod tests {
         .unwrap();
         assert_eq!(ok.population, Some(Population::SamplingFraction(0.5)));
         assert!(!ok.suda);
+        assert!(
+            bad(EvaluateRequest {
+                suda_max_size: Some(0),
+                ..Default::default()
+            })
+            .starts_with("suda_max_size = 0: it must be at least 1")
+        );
+        let with_suda = risk_options(&EvaluateRequest {
+            suda_max_size: Some(3),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(with_suda.suda);
+        assert_eq!(with_suda.suda_max_size, Some(3));
+        // Its size against the release's quasi-identifiers and the search's limits.
+        assert_eq!(check_suda(&ok, 100, 2), Ok(()));
+        assert_eq!(check_suda(&with_suda, 100, 3), Ok(()));
+        let above = check_suda(&with_suda, 100, 2).unwrap_err().to_string();
+        assert!(
+            above.starts_with("suda_max_size = 3: more than the release's 2 quasi-identifiers"),
+            "{above}"
+        );
+        let wide = RiskOptions {
+            suda_max_size: Some(30),
+            ..with_suda
+        };
+        let past = check_suda(&wide, 1000, 60).unwrap_err().to_string();
+        assert!(
+            past.starts_with("suda_max_size: suda_max_size = 30:") && past.contains("lower"),
+            "{past}"
+        );
+        let many = check_suda(&wide, 10, 64).unwrap_err().to_string();
+        assert!(
+            many.starts_with("suda_max_size: 64 quasi-identifiers"),
+            "{many}"
+        );
+    }
+
+    #[test]
+    fn suda_bytes_count_two_levels_of_bitsets() {
+        // 6 QIs up to size 3: the widest level has C(6, 3) = 20 subsets of 2 words each (100 rows).
+        let levels = 2 * 20 * 2 * 8;
+        assert_eq!(
+            suda_bytes(100, 6, 3),
+            risk_bytes(100, 0) + 100 * 16 + levels
+        );
+        assert!(suda_bytes(1000, 6, 6) > suda_bytes(1000, 6, 2));
+    }
+
+    #[test]
+    fn suda_is_in_the_message_only_when_asked_for() {
+        let q = crate::risk::classes::QuasiColumns::new(
+            4,
+            (0..2).map(|c| {
+                (
+                    format!("q{c}"),
+                    [[0, 0], [0, 1], [1, 1], [1, 1]]
+                        .iter()
+                        .map(|r| r[c])
+                        .collect(),
+                    None,
+                )
+            }),
+        )
+        .unwrap();
+        let without = risk_options(&EvaluateRequest::default()).unwrap();
+        let p = crate::risk::profile(&q, &without, None).unwrap();
+        assert_eq!(risk_response(&p, &without).suda, None);
+        let with = risk_options(&EvaluateRequest {
+            suda_max_size: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+        let p = crate::risk::profile(&q, &with, None).unwrap();
+        let Measured::Value(engine) = &p.suda else {
+            panic!("{:?}", p.suda)
+        };
+        let s = risk_response(&p, &with).suda.unwrap();
+        assert_eq!(s.unavailable, None);
+        assert_eq!(s.max_size, 2);
+        assert_eq!(s.msus_by_size, engine.msus_by_size);
+        assert_eq!(s.records_with_msu, engine.records_with_msu);
+        assert_eq!(s.attribute_contributions.len(), 2);
+        assert_eq!(s.attribute_contributions[1].attribute, "q1");
     }
 
     #[test]

@@ -159,3 +159,93 @@ async fn the_risk_section_matches_the_classes_and_the_cli() {
     }
     daemon.shutdown().await.unwrap();
 }
+
+/// SUDA over gRPC (`suda_max_size`) is the `suda` object of `cloakd table risk --suda-max-size M`'s
+/// JSON report, under its names; it is absent unless asked for, and a size of 0 or above the
+/// release's quasi-identifiers is refused naming the field.
+#[tokio::test]
+async fn suda_matches_the_cli() {
+    let daemon = TestDaemon::start_default().await;
+    let mut client = TableEvaluatorClient::new(daemon.channel().await)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    let without = client.evaluate(request()).await.unwrap().into_inner();
+    assert_eq!(
+        without.risk.unwrap().suda,
+        None,
+        "not computed unless asked"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let job = repo().join("tests/data/adult-sample/job.toml");
+    for m in [2u32, 4] {
+        let mut asked = request();
+        asked.suda_max_size = Some(m);
+        asked.sampling_fraction = Some(0.05);
+        let s = client
+            .evaluate(asked)
+            .await
+            .unwrap()
+            .into_inner()
+            .risk
+            .unwrap()
+            .suda
+            .expect("asked for");
+        let report = dir.path().join(format!("risk-{m}.json"));
+        let o = cloakd(&[
+            "table",
+            "risk",
+            job.to_str().unwrap(),
+            "--suda-max-size",
+            &m.to_string(),
+            "--sampling-fraction",
+            "0.05",
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let cli = &super::read_report(&report)["risk"]["suda"];
+        assert_eq!(s.unavailable, None);
+        assert_eq!(cli["max_size"], s.max_size);
+        assert_eq!(s.max_size, u64::from(m));
+        assert_eq!(cli["msus_by_size"], serde_json::json!(s.msus_by_size));
+        assert_eq!(cli["msus"], s.msus);
+        assert_eq!(cli["records_with_msu"], s.records_with_msu);
+        assert!(s.records_with_msu > 0);
+        for (name, value) in [
+            ("highest_score", s.highest_score),
+            ("average_score", s.average_score),
+            ("dis_fraction", s.dis_fraction),
+            ("highest_dis_score", s.highest_dis_score),
+            ("average_dis_score", s.average_dis_score),
+        ] {
+            assert_eq!(cli[name], value, "{name}");
+        }
+        let contributions: Vec<serde_json::Value> = s
+            .attribute_contributions
+            .iter()
+            .map(|c| serde_json::json!({"attribute": c.attribute, "contribution": c.contribution}))
+            .collect();
+        assert_eq!(
+            cli["attribute_contributions"],
+            serde_json::json!(contributions)
+        );
+    }
+    for (m, message) in [
+        (0, "suda_max_size = 0: it must be at least 1"),
+        (
+            QIS.len() as u32 + 1,
+            "suda_max_size = 7: more than the release's 6 quasi-identifiers",
+        ),
+    ] {
+        let mut bad = request();
+        bad.suda_max_size = Some(m);
+        let status = client.evaluate(bad).await.expect_err("refused");
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(
+            status.message().starts_with(message),
+            "{}",
+            status.message()
+        );
+    }
+    daemon.shutdown().await.unwrap();
+}

@@ -11,6 +11,8 @@ mod figures;
 mod frontier;
 mod grpc;
 mod grpc_algorithms;
+mod grpc_jobs;
+mod grpc_risk_bounds;
 mod kaca;
 mod ola;
 mod risk;
