@@ -97,14 +97,7 @@ pub fn check_size(attributes: usize, rows: usize, max_size: usize) -> Result<usi
         return Err(SudaError::TooManyAttributes(attributes));
     }
     let m = max_size.min(attributes);
-    let subsets: u64 = (1..=m as u64)
-        .map(|k| binomial(attributes as u64, k))
-        .fold(0u64, u64::saturating_add);
-    let widest = (1..=m as u64)
-        .map(|k| binomial(attributes as u64, k))
-        .max()
-        .unwrap_or(0);
-    let level_bytes = widest.saturating_mul((rows as u64).div_ceil(64) * 8);
+    let (subsets, level_bytes) = search_size(attributes, rows, m);
     if subsets > MAX_SUBSETS || level_bytes > MAX_LEVEL_BYTES {
         return Err(SudaError::TooLarge {
             max_size,
@@ -115,6 +108,31 @@ pub fn check_size(attributes: usize, rows: usize, max_size: usize) -> Result<usi
         });
     }
     Ok(m)
+}
+
+/// The number of subsets searched up to size `m` and the bytes of the widest level's bitsets.
+fn search_size(attributes: usize, rows: usize, m: usize) -> (u64, u64) {
+    let subsets: u64 = (1..=m as u64)
+        .map(|k| binomial(attributes as u64, k))
+        .fold(0u64, u64::saturating_add);
+    let widest = (1..=m as u64)
+        .map(|k| binomial(attributes as u64, k))
+        .max()
+        .unwrap_or(0);
+    (
+        subsets,
+        widest.saturating_mul((rows as u64).div_ceil(64) * 8),
+    )
+}
+
+/// The bytes [`suda`] may hold at once for `attributes` quasi-identifiers, `rows` records and
+/// maximum size `max_size` (beside the grouping of [`crate::risk::profile_bytes`]): two levels of
+/// uniqueness bitsets and two scores per record.
+pub fn suda_bytes(attributes: usize, rows: usize, max_size: usize) -> u64 {
+    let (_, level_bytes) = search_size(attributes, rows, max_size.min(attributes));
+    level_bytes
+        .saturating_mul(2)
+        .saturating_add((rows as u64).saturating_mul(16))
 }
 
 /// The subsets of {0..n} of size k (n < 64), as bit masks in increasing order (Gosper's hack).
