@@ -409,9 +409,14 @@ function clearTableRisk() {
   delete document.body.dataset.tableRisk;
 }
 
-/** Says when the roles changed since the risk shown was measured. */
+/** Says when the roles changed since the risk shown was measured (or what it still waits for). */
 function markTableRisk() {
-  if (!state.tableRisk) return;
+  if (!state.tableRisk) {
+    if (document.body.dataset.tableRisk !== "waiting") return;
+    const problem = checkChoices(state.table, state.choices);
+    $("table-risk-note").textContent = problem ? `To measure the table's risk, ${problem}.` : "Measure the table's risk on these roles (the button above).";
+    return;
+  }
   const stale = state.tableRisk.key !== riskKey();
   $("table-risk").classList.toggle("stale", stale);
   document.body.dataset.tableRisk = stale ? "stale" : "measured";
