@@ -231,6 +231,19 @@ pub fn classes_of(q: &QuasiColumns) -> classes::Grouping {
     group(q, &all, |r| !q.is_outlier(r))
 }
 
+/// The bytes the profile (without SUDA, [`suda::suda_bytes`]) of `rows` rows and `quasi`
+/// quasi-identifiers may hold at once: a copy of the codes, a class id per row, the grouping's dense
+/// table (at most [`classes::DENSE_LIMIT`] cells, and no more than rows × (rows + 1)) and the class
+/// sizes. What a caller with a memory budget reserves before it builds the columns.
+pub fn profile_bytes(rows: usize, quasi: usize) -> u64 {
+    let rows = rows as u64;
+    let dense = rows
+        .saturating_mul(rows.saturating_add(1))
+        .min(classes::DENSE_LIMIT as u64);
+    rows.saturating_mul(4 * quasi as u64 + 4 + 16)
+        .saturating_add(dense.saturating_mul(4))
+}
+
 /// The histogram of the classes of all quasi-identifiers (outliers left out).
 pub fn histogram(q: &QuasiColumns) -> Histogram {
     histogram_of(&classes_of(q))

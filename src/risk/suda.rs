@@ -88,16 +88,6 @@ pub fn msu_score(attributes: usize, max_size: usize, size: usize) -> f64 {
     (size..upper).map(|i| (attributes - i) as f64).product()
 }
 
-/// The bytes of uniqueness bitsets of the widest level of a search of `attributes` (< 64)
-/// quasi-identifiers and `rows` records up to `max_size` (the search holds two levels at once).
-pub fn level_bytes(attributes: usize, rows: usize, max_size: usize) -> u64 {
-    let widest = (1..=max_size.min(attributes) as u64)
-        .map(|k| binomial(attributes as u64, k))
-        .max()
-        .unwrap_or(0);
-    widest.saturating_mul((rows as u64).div_ceil(64) * 8)
-}
-
 /// Checks the search's size before any allocation.
 pub fn check_size(attributes: usize, rows: usize, max_size: usize) -> Result<usize, SudaError> {
     if max_size == 0 {
@@ -107,10 +97,7 @@ pub fn check_size(attributes: usize, rows: usize, max_size: usize) -> Result<usi
         return Err(SudaError::TooManyAttributes(attributes));
     }
     let m = max_size.min(attributes);
-    let subsets: u64 = (1..=m as u64)
-        .map(|k| binomial(attributes as u64, k))
-        .fold(0u64, u64::saturating_add);
-    let level_bytes = level_bytes(attributes, rows, m);
+    let (subsets, level_bytes) = search_size(attributes, rows, m);
     if subsets > MAX_SUBSETS || level_bytes > MAX_LEVEL_BYTES {
         return Err(SudaError::TooLarge {
             max_size,
@@ -121,6 +108,31 @@ pub fn check_size(attributes: usize, rows: usize, max_size: usize) -> Result<usi
         });
     }
     Ok(m)
+}
+
+/// The number of subsets searched up to size `m` and the bytes of the widest level's bitsets.
+fn search_size(attributes: usize, rows: usize, m: usize) -> (u64, u64) {
+    let subsets: u64 = (1..=m as u64)
+        .map(|k| binomial(attributes as u64, k))
+        .fold(0u64, u64::saturating_add);
+    let widest = (1..=m as u64)
+        .map(|k| binomial(attributes as u64, k))
+        .max()
+        .unwrap_or(0);
+    (
+        subsets,
+        widest.saturating_mul((rows as u64).div_ceil(64) * 8),
+    )
+}
+
+/// The bytes [`suda`] may hold at once for `attributes` quasi-identifiers, `rows` records and
+/// maximum size `max_size` (beside the grouping of [`crate::risk::profile_bytes`]): two levels of
+/// uniqueness bitsets and two scores per record.
+pub fn suda_bytes(attributes: usize, rows: usize, max_size: usize) -> u64 {
+    let (_, level_bytes) = search_size(attributes, rows, max_size.min(attributes));
+    level_bytes
+        .saturating_mul(2)
+        .saturating_add((rows as u64).saturating_mul(16))
 }
 
 /// The subsets of {0..n} of size k (n < 64), as bit masks in increasing order (Gosper's hack).

@@ -12,7 +12,6 @@ use crate::proto::{
     EvaluateRequest, MarketerRisk, PopulationEstimate, PopulationUniqueness, RecordRisk, Risk,
     SampleUniqueness, Suda, SudaContribution,
 };
-use crate::risk::classes::DENSE_LIMIT;
 use crate::risk::population::Estimate;
 use crate::risk::suda::{self, SudaError};
 use crate::risk::{Measured, Population, RiskOptions, RiskProfile};
@@ -84,23 +83,12 @@ pub enum SudaCheck {
 /// beside the profile's ([`risk_bytes`]): two levels of uniqueness bitsets, a score and a DIS score
 /// per row, and one grouping (a class id per row, the class sizes and the dense table).
 pub fn suda_bytes(rows: usize, quasi: usize, max_size: usize) -> u64 {
-    let levels = suda::level_bytes(quasi, rows, max_size).saturating_mul(2);
-    risk_bytes(rows, 0)
-        .saturating_add((rows as u64).saturating_mul(16))
-        .saturating_add(levels)
+    risk_bytes(rows, 0).saturating_add(suda::suda_bytes(quasi, rows, max_size))
 }
 
 /// The bytes the profile of a release of `rows` rows and `quasi` quasi-identifiers may hold at
-/// once: a copy of the codes, a class id per row, the grouping's dense table (at most
-/// [`DENSE_LIMIT`] cells, and no more than rows × (rows + 1)) and the class sizes.
-pub fn risk_bytes(rows: usize, quasi: usize) -> u64 {
-    let rows = rows as u64;
-    let dense = rows
-        .saturating_mul(rows.saturating_add(1))
-        .min(DENSE_LIMIT as u64);
-    rows.saturating_mul(4 * quasi as u64 + 4 + 16)
-        .saturating_add(dense.saturating_mul(4))
-}
+/// once (the risk engine's estimate, [`crate::risk::profile_bytes`]).
+pub use crate::risk::profile_bytes as risk_bytes;
 
 fn reason<T>(m: &Measured<T>) -> Option<String> {
     match m {

@@ -356,7 +356,7 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         TABLE_JOBS,
         &["kind", "outcome"],
-        "Table jobs (kind anonymize or evaluate over gRPC; upload, sweep or release from the workbench) by outcome: ok, invalid, exhausted, cancelled (the caller went away, its deadline or tables.max_job_ms passed), failed.",
+        "Table jobs (kind anonymize or evaluate over gRPC; upload, risk, sweep or release from the workbench) by outcome: ok, invalid, exhausted, cancelled (the caller went away, its deadline or tables.max_job_ms passed), failed.",
     ),
     gauge(
         TABLE_JOBS_RUNNING,

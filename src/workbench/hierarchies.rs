@@ -26,7 +26,12 @@ pub const MAX_VALUES: usize = 10_000;
 /// The most bytes of a hierarchy added through the API.
 const MAX_HIERARCHY_BYTES: usize = 4 << 20;
 
-fn table(workbench: &Workbench, owner: &str, id: &str) -> Result<Arc<StoredTable>, ApiError> {
+/// The kept table `id` of `owner` (404 naming `table` otherwise).
+pub(super) fn table(
+    workbench: &Workbench,
+    owner: &str,
+    id: &str,
+) -> Result<Arc<StoredTable>, ApiError> {
     workbench
         .tables
         .lock()

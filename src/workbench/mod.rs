@@ -1,6 +1,7 @@
 //! The analyst's workbench in the browser (docs/workbench.md): an HTTP listener of its own
 //! (`[ui] listen`) serving the page's embedded assets ([`assets`]) and a JSON API under `/api/v1/`:
-//! tables ([`tables`]), sweeps of the frontier ([`sweeps`]) and their releases ([`releases`]). An
+//! tables ([`tables`]) and their risk before anonymization ([`risk`]), sweeps of the frontier
+//! ([`sweeps`]) and their releases ([`releases`]). An
 //! HTTP adapter like the gRPC services: the table work runs through the same
 //! [`crate::jobs::TableJobs`] (places, budget, metrics) and the same sweep
 //! ([`crate::jobs::sweep`]) as `cloakd table frontier`.
@@ -24,6 +25,7 @@ pub mod guard;
 pub mod hierarchies;
 pub mod listener;
 pub mod releases;
+pub mod risk;
 pub mod sweeps;
 pub mod tables;
 
@@ -242,6 +244,7 @@ const ROUTES: &[&str] = &[
     "/api/v1/tables",
     "/api/v1/tables/{id}/columns/{name}/values",
     "/api/v1/tables/{id}/hierarchies",
+    "/api/v1/tables/{id}/risk",
     "/api/v1/sweeps",
     "/api/v1/sweeps/{id}",
     "/api/v1/sweeps/{id}/releases/{n}",
@@ -320,6 +323,7 @@ pub fn router(workbench: Arc<Workbench>) -> Router {
             get(hierarchies::values),
         )
         .route("/api/v1/tables/{id}/hierarchies", post(hierarchies::add))
+        .route("/api/v1/tables/{id}/risk", post(risk::table_risk))
         .route("/api/v1/sweeps", post(sweeps::create))
         .route(
             "/api/v1/sweeps/{id}",

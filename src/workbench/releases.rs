@@ -298,6 +298,10 @@ pub async fn release(
             "report": report,
             "class_sizes": done.report.class_sizes.iter().map(|c| serde_json::json!({"size": c.size, "count": c.classes})).collect::<Vec<_>>(),
             "classes": classes,
+            "record_risk": super::risk::record_risk(
+                &crate::risk::classes::of_release(table),
+                crate::risk::RiskOptions::default().threshold,
+            ),
             "preview": {"columns": table.header(), "rows": rows},
             "sensitive_preview": sensitive_preview,
         }))

@@ -1,10 +1,11 @@
-// The cloakd workbench: one page, five steps (load a table and assign roles; sweep models and
-// parameters; the frontier; one release; two releases side by side). Talks only to the daemon's /api/v1 (same origin, bearer
+// The cloakd workbench: one page, five steps (load a table, assign roles and see its
+// re-identification risk; sweep models and parameters; the frontier; one release with its record-risk
+// histogram; two releases side by side). Talks only to the daemon's /api/v1 (same origin, bearer
 // token in a header); builds every element through the DOM (no innerHTML of server data, no inline
 // styles or scripts: the CSP forbids them). Performance marks (`wb-interactive`, `wb-sweep-start`,
 // `wb-first-point`, `wb-sweep-done`) let a test read the page's own timings.
 import { api, ApiError, download, hasToken, saveBlob, setToken } from "./api.js";
-import { BrickellShmatikovChart, DistributionChart, FIELD_LABELS, FrontierChart, HistogramChart, LiLiChart, fmt } from "./charts.js";
+import { BrickellShmatikovChart, DistributionChart, FIELD_LABELS, FrontierChart, HistogramChart, LiLiChart, RiskChart, fmt } from "./charts.js";
 import { $, el, show } from "./dom.js";
 import { Comparison } from "./compare.js";
 import { findings } from "./findings.js";
@@ -35,12 +36,15 @@ const state = {
   sweeps: [], // every sweep started since the page was opened: { id, table, request, state, total, done, points }
   release: null,
   poll: null,
+  tableRisk: null, // { key, table }: the quasi-identifiers and table version the shown risk was measured on
 };
 
 let frontierChart;
 let liliChart;
 let bsChart;
 let histogramChart;
+let riskChart;
+let tableRiskChart;
 let classChart;
 let comparison;
 
@@ -178,6 +182,7 @@ async function loadTable(body) {
     const table = await api("/api/v1/tables", { method: "POST", body });
     setTable(table);
     status(`Loaded ${table.name}. Check the roles, then run a sweep.`);
+    await measureTableRisk();
   } catch (e) {
     showError("load-error", e);
     status(`The table was not loaded: ${errorText(e)}`);
@@ -259,6 +264,7 @@ function setTable(table, restored = null) {
   show("step-sweep");
   show("step-frontier", false);
   show("step-release", false);
+  if (!state.tableRisk || state.tableRisk.table !== table.table) clearTableRisk();
   refreshJob();
 }
 
@@ -379,6 +385,123 @@ function downloadHierarchy() {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Step 1: the table's re-identification risk, before anonymization
+// ------------------------------------------------------------------------------------------------
+
+/** The sweep settings of the job the risk is measured with (the risk reads its roles only). */
+const RISK_SWEEP = { k: [10], l: [], t: [], delta: [], t_distance: "js", methods: ["generalization"], algorithms: ["mondrian"], metric: "dm", max_suppression: 0, seed: 7, workload: null };
+
+/** What the table's risk depends on: the quasi-identifiers chosen. */
+function riskKey() {
+  return state.table.columns
+    .filter((c) => (state.choices.columns.get(c.name) || {}).role === "quasi")
+    .map((c) => c.name)
+    .join("\u0000");
+}
+
+function clearTableRisk() {
+  state.tableRisk = null;
+  showError("table-risk-error", null);
+  show("table-risk-result", false);
+  $("table-risk-figures").querySelector("tbody").replaceChildren();
+  $("table-risk-note").textContent = "";
+  $("table-risk").classList.remove("stale");
+  delete document.body.dataset.tableRisk;
+}
+
+/** Says when the roles changed since the risk shown was measured (or what it still waits for). */
+function markTableRisk() {
+  if (!state.tableRisk) {
+    if (document.body.dataset.tableRisk !== "waiting") return;
+    const problem = checkChoices(state.table, state.choices);
+    $("table-risk-note").textContent = problem ? `To measure the table's risk, ${problem}.` : "Measure the table's risk on these roles (the button above).";
+    return;
+  }
+  const stale = state.tableRisk.key !== riskKey();
+  $("table-risk").classList.toggle("stale", stale);
+  document.body.dataset.tableRisk = stale ? "stale" : "measured";
+  $("table-risk-note").textContent = stale
+    ? "The quasi-identifiers changed since this was measured: measure again."
+    : `Measured on ${state.tableRisk.quasi.join(", ")}.`;
+}
+
+/** Measures the loaded table's risk on the chosen quasi-identifiers (POST /api/v1/tables/{id}/risk). */
+async function measureTableRisk(event) {
+  if (event) event.preventDefault();
+  if (!state.table) return;
+  showError("table-risk-error", null);
+  const problem = checkChoices(state.table, state.choices);
+  if (problem) {
+    $("table-risk-note").textContent = `To measure the table's risk, ${problem}.`;
+    document.body.dataset.tableRisk = "waiting";
+    return;
+  }
+  const body = { job: buildJob(state.table, state.choices, RISK_SWEEP) };
+  const population = $("risk-population").value.trim();
+  if (population) body.population = Number(population);
+  if ($("risk-suda").value) body.suda_max_size = Number($("risk-suda").value);
+  const key = riskKey();
+  const table = state.table;
+  $("risk-measure").disabled = true;
+  $("table-risk-note").textContent = "Measuring the table's risk…";
+  document.body.dataset.tableRisk = "measuring";
+  try {
+    const r = await api(`/api/v1/tables/${table.table}/risk`, { method: "POST", body });
+    if (state.table !== table) return;
+    state.tableRisk = { key, table: table.table, quasi: r.risk.quasi_identifiers };
+    renderTableRisk(r);
+    markTableRisk();
+  } catch (e) {
+    showError("table-risk-error", e);
+    $("table-risk-note").textContent = "";
+    document.body.dataset.tableRisk = "failed";
+  } finally {
+    $("risk-measure").disabled = false;
+  }
+}
+
+/** A measure's value, or why there is none. */
+function measured(m, pick) {
+  if (!m) return "–";
+  if (typeof m.unavailable === "string") return `unavailable: ${m.unavailable}`;
+  return pick(m);
+}
+
+function pct(v) {
+  return `${(100 * v).toFixed(2)} %`;
+}
+
+function renderTableRisk(r) {
+  const risk = r.risk;
+  const rows = [
+    ["records", "records (outliers apart)", String(risk.records), risk.records],
+    ["classes", "equivalence classes", String(risk.classes), risk.classes],
+    ["highest", "prosecutor risk, highest", measured(risk.prosecutor, (p) => fmt(p.highest)), risk.prosecutor.highest],
+    ["average", "prosecutor risk, average", measured(risk.prosecutor, (p) => fmt(p.average)), risk.prosecutor.average],
+    ["at-risk", `records above the risk threshold ${fmt(risk.threshold)}`, measured(risk.prosecutor, (p) => pct(p.records_at_risk)), risk.prosecutor.records_at_risk],
+    ["uniques", "sample uniques (records alone in their class)", measured(risk.sample_uniqueness, (u) => `${u.unique_records} (${pct(u.share)})`), risk.sample_uniqueness.unique_records],
+    [
+      "population",
+      "population uniques (Dankar et al.'s model)",
+      measured(risk.population_uniqueness, (u) =>
+        u.dankar && typeof u.dankar.uniques === "number" ? `${fmt(u.dankar.uniques)} (${pct(u.dankar.share)}, ${u.dankar.model}) of ${fmt(u.population_size)}` : `unavailable: ${(u.dankar && u.dankar.unavailable) || "no model converged"}`,
+      ),
+      risk.population_uniqueness.population_size,
+    ],
+    ["suda", "SUDA: records with a minimal sample unique", measured(risk.suda, (s) => `${s.records_with_msu} (MSUs by size: ${s.msus_by_size.join(", ")})`), risk.suda.records_with_msu],
+  ];
+  $("table-risk-figures")
+    .querySelector("tbody")
+    .replaceChildren(
+      ...rows.map(([key, label, text, value]) =>
+        el("tr", { dataset: { key, value: typeof value === "number" ? String(value) : "" } }, el("th", { scope: "row" }, label), el("td", { class: "num" }, text)),
+      ),
+    );
+  tableRiskChart.update(r.record_risk);
+  show("table-risk-result");
+}
+
+// ------------------------------------------------------------------------------------------------
 // Step 2: the sweep
 // ------------------------------------------------------------------------------------------------
 
@@ -417,6 +540,7 @@ function sweepRequest() {
 /** Rebuilds the job and the CLI command from the current choices; returns the job or null. */
 function refreshJob() {
   if (!state.table) return null;
+  markTableRisk();
   const problem = checkChoices(state.table, state.choices);
   showError("roles-error", problem ? new Error(problem) : null);
   $("run").disabled = Boolean(problem) || Boolean(state.sweep && state.sweep.state === "running");
@@ -812,6 +936,7 @@ async function openRelease(n) {
   const sensitiveColumn = state.table && state.table.columns.find((c) => (state.choices.columns.get(c.name) || {}).role === "sensitive");
   renderReport(r.report, { sensitive: sensitiveColumn ? sensitiveColumn.name : undefined, rows: state.table ? state.table.rows : null, classSizes: r.class_sizes });
   histogramChart.update(r.class_sizes || []);
+  renderRecordRisk(r.record_risk);
   $("class-pick").max = String(Math.max(0, r.classes - 1));
   $("class-pick").value = "0";
   renderPreview("preview", r.preview);
@@ -824,6 +949,26 @@ async function openRelease(n) {
   $("step-release").scrollIntoView({ block: "start" });
   status(`Release #${n} open.`);
   if (r.classes > 0) showClass(0);
+}
+
+/** The release's record-risk histogram and its riskiest classes (sizes only, never values). */
+function renderRecordRisk(recordRisk) {
+  riskChart.update(recordRisk);
+  const rows = (recordRisk && recordRisk.riskiest_classes) || [];
+  $("riskiest")
+    .querySelector("tbody")
+    .replaceChildren(
+      ...rows.map((c) =>
+        el(
+          "tr",
+          { dataset: { size: String(c.size), classes: String(c.classes), records: String(c.records) }, class: recordRisk && c.risk > recordRisk.threshold ? "at-risk" : "" },
+          el("td", { class: "num" }, String(c.size)),
+          el("td", { class: "num" }, String(c.classes)),
+          el("td", { class: "num" }, String(c.records)),
+          el("td", { class: "num" }, `${fmt(c.risk)} (1/${c.size})`),
+        ),
+      ),
+    );
 }
 
 function scalar(v) {
@@ -917,6 +1062,8 @@ function init() {
   liliChart = new LiLiChart($("lili-chart"), openRelease);
   bsChart = new BrickellShmatikovChart($("bs-chart"));
   histogramChart = new HistogramChart($("histogram-chart"));
+  riskChart = new RiskChart($("risk-chart"));
+  tableRiskChart = new RiskChart($("table-risk-chart"));
   classChart = new DistributionChart($("class-chart"));
   comparison = new Comparison(
     (n) => releasePath(n),
@@ -930,6 +1077,7 @@ function init() {
     startSession();
   });
   $("upload-form").addEventListener("submit", uploadTable);
+  $("risk-form").addEventListener("submit", measureTableRisk);
   $("sweep-form").addEventListener("submit", runSweep);
   $("sweep-form").addEventListener("input", refreshJob);
   $("sweep-form").addEventListener("change", refreshJob);

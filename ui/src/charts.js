@@ -1,6 +1,6 @@
 // The workbench's charts, all drawn by Chart.js (bundled from npm): the frontier scatter, Li & Li's
-// Uloss-against-Ploss view, Brickell & Shmatikov's A_acc beside U_san − U_base, the class-size histogram
-// and a class's sensitive distribution against the table's. Pure presentation: the points come from
+// Uloss-against-Ploss view, Brickell & Shmatikov's A_acc beside U_san − U_base, the class-size histogram,
+// the record-risk histogram and a class's sensitive distribution against the table's. Pure presentation: the points come from
 // the API; only the Pareto set of the chosen axes is computed here (what the chart marks).
 import {
   BarController,
@@ -291,6 +291,44 @@ export class HistogramChart {
     const lo = bins.length ? bins[0].lo : 0;
     const hi = bins.length ? bins[bins.length - 1].hi : 1;
     this.chart.options.scales.x = { type: "linear", min: lo, max: hi, offset: false, title: { display: true, text: "class size (rows)" } };
+    this.chart.update("none");
+  }
+}
+
+/** A record-risk bin's label: its class sizes and the risk of its records (`1/3–1/4`). */
+export function riskBinLabel(b) {
+  const sizes = b.max_size === null ? `${b.min_size}+` : b.max_size === b.min_size ? `${b.min_size}` : `${b.min_size}–${b.max_size}`;
+  const risk = b.max_size === null ? `≤1/${b.min_size}` : b.max_size === b.min_size ? `1/${b.min_size}` : `1/${b.min_size}–1/${b.max_size}`;
+  return `${sizes} (${risk})`;
+}
+
+/**
+ * The record-risk histogram (the API's `record_risk.bins`, computed by the daemon from the class
+ * sizes): records per class-size bin, the bins whose records are above the risk threshold in red.
+ */
+export class RiskChart {
+  constructor(canvas) {
+    this.chart = bars(canvas);
+    this.chart.options.scales.x.title.text = "class size (risk of each record = 1 / class size)";
+    this.chart.options.scales.y.title.text = "records";
+    this.chart.options.plugins.legend.display = false;
+    this.canvas = canvas;
+  }
+
+  update(recordRisk) {
+    const bins = (recordRisk && recordRisk.bins) || [];
+    const threshold = recordRisk ? recordRisk.threshold : 0.2;
+    this.chart.data.labels = bins.map(riskBinLabel);
+    this.chart.data.datasets = [
+      {
+        label: "records",
+        data: bins.map((b) => b.records),
+        backgroundColor: bins.map((b) => (b.highest_risk > threshold ? "#a51d2d" : color(0))),
+      },
+    ];
+    // What the chart shows, for a test or an assistive reader: records per bin.
+    this.canvas.dataset.records = bins.map((b) => b.records).join(",");
+    this.canvas.dataset.classes = bins.map((b) => b.classes).join(",");
     this.chart.update("none");
   }
 }

@@ -4,8 +4,10 @@
 //! anonymize` writes from the exported job.toml and pass the independent relational checker
 //! (`tests/it/support/relational_checker.rs`: classes recomputed from the released CSV), cancelling
 //! frees the job place, bad input gets the error shape naming the field (a body past
-//! tables.max_bytes is 413 before it is read), auth and the security headers hold, and a
-//! non-loopback ui.listen is refused.
+//! tables.max_bytes is 413 before it is read), auth and the security headers hold, a
+//! non-loopback ui.listen is refused, and the risk of a table and of a release (its record-risk
+//! histogram and riskiest classes) equal a brute-force count of the CSV's rows grouped by their
+//! quasi-identifier values, without a value of those in the answer, within the limits.
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -904,6 +906,368 @@ async fn auth_roles_scopes_and_security_headers() {
     )
     .await
     .error(404, "not_found", Some("id"));
+    daemon.shutdown().await;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Risk: the table's before anonymization, a release's record-risk histogram
+// ------------------------------------------------------------------------------------------------
+
+/// A table of 400 rows: quasi-identifiers age (numeric), zip and sex (with hierarchies), sensitive
+/// disease; classes of many sizes (skewed zips). Zips and sexes are words no figure can spell.
+fn risk_table() -> (String, Value, String) {
+    let mut csv = String::from("age,zip,sex,disease\n");
+    for i in 0u64..400 {
+        let x = (i * 7919 + 13) % 401;
+        let zip = format!("Z1{:04}", (x * x) % 97 % 12);
+        let age = 20 + (x % 9) * (1 + i % 3);
+        let sex = if (x / 3) % 2 == 0 { "Male" } else { "Female" };
+        let disease = ["flu", "cold", "cough", "asthma"][(i % 4) as usize];
+        csv.push_str(&format!("{age},{zip},{sex},{disease}\n"));
+    }
+    let zips: String = (0..12)
+        .map(|z| format!("Z1{z:04};Z1{:03}*;Z1{:02}**;*\n", z / 10, z / 100))
+        .collect();
+    let hierarchies =
+        json!({"hierarchies/zip.csv": zips, "hierarchies/sex.csv": "Male;*\nFemale;*\n"});
+    let job = "input = \"r.csv\"\n[columns]\nage = { role = \"quasi\", kind = \"numeric\" }\nzip = { role = \"quasi\", hierarchy = \"hierarchies/zip.csv\" }\nsex = { role = \"quasi\", hierarchy = \"hierarchies/sex.csv\" }\ndisease = { role = \"sensitive\" }\n[privacy]\nk = 2\n".to_string();
+    (csv, hierarchies, job)
+}
+
+/// Class sizes of `rows` grouped by the values of `columns`, rows whose every such value is `*`
+/// left out (suppressed records count nowhere).
+fn class_sizes(rows: &[Vec<String>], columns: &[usize]) -> Vec<u64> {
+    let mut classes: HashMap<Vec<&str>, u64> = HashMap::new();
+    for row in rows {
+        let key: Vec<&str> = columns.iter().map(|&c| row[c].as_str()).collect();
+        if key.iter().all(|v| *v == "*") {
+            continue;
+        }
+        *classes.entry(key).or_default() += 1;
+    }
+    classes.into_values().collect()
+}
+
+/// (classes, records) per bin, or (size, classes) per class size.
+type Counts = Vec<(u64, u64)>;
+
+/// The record-risk histogram and the riskiest class sizes of `sizes`, counted here: classes of
+/// 1, 2, 3-4, 5-9, 10-19, 20-49, 50-99 and 100+ records; the 10 smallest sizes.
+fn expected_record_risk(sizes: &[u64]) -> (Counts, Counts) {
+    let bounds = [
+        (1, 1),
+        (2, 2),
+        (3, 4),
+        (5, 9),
+        (10, 19),
+        (20, 49),
+        (50, 99),
+        (100, u64::MAX),
+    ];
+    let bins = bounds
+        .iter()
+        .map(|&(lo, hi)| {
+            let inside: Vec<u64> = sizes
+                .iter()
+                .copied()
+                .filter(|&s| lo <= s && s <= hi)
+                .collect();
+            (inside.len() as u64, inside.iter().sum())
+        })
+        .collect();
+    let mut distinct = sizes.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let riskiest = distinct
+        .iter()
+        .take(10)
+        .map(|&size| (size, sizes.iter().filter(|&&s| s == size).count() as u64))
+        .collect();
+    (bins, riskiest)
+}
+
+/// Asserts that `record_risk` holds the expected bins and riskiest classes of `sizes`, and only
+/// numbers (no value of any column can be in it).
+fn assert_record_risk(record_risk: &Value, sizes: &[u64]) {
+    let (bins, riskiest) = expected_record_risk(sizes);
+    let got: Vec<(u64, u64)> = record_risk["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["classes"].as_u64().unwrap(),
+                b["records"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, bins, "{record_risk}");
+    let got: Vec<(u64, u64)> = record_risk["riskiest_classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let size = c["size"].as_u64().unwrap();
+            assert_eq!(
+                c["records"].as_u64().unwrap(),
+                size * c["classes"].as_u64().unwrap()
+            );
+            // serde_json's parser may be off in the last bit.
+            assert!(
+                (c["risk"].as_f64().unwrap() - 1.0 / size as f64).abs() < 1e-15,
+                "{c}"
+            );
+            (size, c["classes"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(got, riskiest, "{record_risk}");
+    assert_eq!(
+        record_risk["records"].as_u64().unwrap(),
+        sizes.iter().sum::<u64>()
+    );
+    assert_eq!(record_risk["classes"].as_u64().unwrap(), sizes.len() as u64);
+    fn only_numbers(v: &Value) -> bool {
+        match v {
+            Value::String(_) | Value::Bool(_) => false,
+            Value::Array(a) => a.iter().all(only_numbers),
+            Value::Object(o) => o.values().all(only_numbers),
+            Value::Null | Value::Number(_) => true,
+        }
+    }
+    assert!(only_numbers(record_risk), "{record_risk}");
+}
+
+/// SUDA's MSUs of sizes 1 and 2 by brute force: a record's set S of columns is an MSU when its
+/// values on S occur in no other row while on each one-column part of S they do.
+fn brute_force_msus(rows: &[Vec<String>], columns: &[usize]) -> (Vec<u64>, u64) {
+    let unique = |r: usize, set: &[usize]| {
+        rows.iter()
+            .filter(|other| set.iter().all(|&c| other[c] == rows[r][c]))
+            .count()
+            == 1
+    };
+    let mut by_size = vec![0u64; 2];
+    let mut records = 0;
+    for r in 0..rows.len() {
+        let mut any = false;
+        for (i, &a) in columns.iter().enumerate() {
+            if unique(r, &[a]) {
+                by_size[0] += 1;
+                any = true;
+            }
+            for &b in &columns[i + 1..] {
+                if unique(r, &[a, b]) && !unique(r, &[a]) && !unique(r, &[b]) {
+                    by_size[1] += 1;
+                    any = true;
+                }
+            }
+        }
+        records += u64::from(any);
+    }
+    (by_size, records)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_and_release_risk_equal_a_brute_force_count_and_show_no_value() {
+    let daemon = Workbench::start(Config::embedded_defaults()).await;
+    let ui = daemon.ui;
+    let (csv, hierarchies, job) = risk_table();
+    let table = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "r.csv", "csv": csv, "hierarchies": hierarchies}),
+    )
+    .await;
+    table.status_is(200);
+    let id = table.json()["table"].as_str().unwrap().to_string();
+    let (header, rows) = parse_csv(csv.as_bytes());
+    let qi: Vec<usize> = ["age", "zip", "sex"]
+        .iter()
+        .map(|n| header.iter().position(|h| h == n).unwrap())
+        .collect();
+    let sizes = class_sizes(&rows, &qi);
+    let n = rows.len() as f64;
+    let words: Vec<&str> = rows
+        .iter()
+        .flat_map(|r| [r[qi[1]].as_str(), r[qi[2]].as_str()])
+        .collect();
+
+    // The table before anonymization, with a population and SUDA up to size 2.
+    let reply = post(
+        ui,
+        &format!("/api/v1/tables/{id}/risk"),
+        &json!({"job": job, "population": 100000, "suda_max_size": 2}),
+    )
+    .await;
+    reply.status_is(200);
+    let body = String::from_utf8(reply.body.clone()).unwrap();
+    for word in &words {
+        assert!(!body.contains(word), "{word} in {body}");
+    }
+    let answer = reply.json();
+    let risk = &answer["risk"];
+    assert_eq!(risk["records"], rows.len());
+    assert_eq!(risk["outliers"], 0);
+    assert_eq!(risk["classes"], sizes.len());
+    let p = &risk["prosecutor"];
+    let smallest = *sizes.iter().min().unwrap() as f64;
+    assert!(
+        (p["highest"].as_f64().unwrap() - 1.0 / smallest).abs() < 1e-15,
+        "{p}"
+    );
+    assert!(
+        (p["average"].as_f64().unwrap() - sizes.len() as f64 / n).abs() < 1e-12,
+        "{p}"
+    );
+    let at_risk: u64 = sizes.iter().filter(|&&s| 1.0 / s as f64 > 0.2).sum();
+    assert!(
+        (p["records_at_risk"].as_f64().unwrap() - at_risk as f64 / n).abs() < 1e-12,
+        "{p}"
+    );
+    let uniques = sizes.iter().filter(|&&s| s == 1).count();
+    assert!(uniques > 0 && sizes.iter().any(|&s| s >= 5), "{sizes:?}");
+    assert_eq!(risk["sample_uniqueness"]["unique_records"], uniques);
+    let population = &risk["population_uniqueness"];
+    assert_eq!(population["population_size"], 100000.0, "{population}");
+    assert!(
+        population["pitman"].is_object() && population["dankar"]["model"].is_string(),
+        "{population}"
+    );
+    let (msus, with_msu) = brute_force_msus(&rows, &qi);
+    assert_eq!(
+        risk["suda"]["msus_by_size"],
+        json!(msus),
+        "{}",
+        risk["suda"]
+    );
+    assert_eq!(risk["suda"]["records_with_msu"], with_msu);
+    assert_record_risk(&answer["record_risk"], &sizes);
+
+    // Without a population or SUDA: unavailable, saying why; a sampling fraction stands for the size.
+    let plain = post(
+        ui,
+        &format!("/api/v1/tables/{id}/risk"),
+        &json!({"job": job}),
+    )
+    .await;
+    plain.status_is(200);
+    let plain = plain.json();
+    assert!(
+        plain["risk"]["population_uniqueness"]["unavailable"].is_string(),
+        "{plain}"
+    );
+    assert!(plain["risk"]["suda"]["unavailable"].is_string(), "{plain}");
+    let fraction = post(
+        ui,
+        &format!("/api/v1/tables/{id}/risk"),
+        &json!({"job": job, "sampling_fraction": 0.004}),
+    )
+    .await
+    .json();
+    assert_eq!(
+        fraction["risk"]["population_uniqueness"]["population_size"],
+        100000.0
+    );
+
+    // A release: its record-risk histogram equals the classes of its released CSV.
+    let started = post(
+        ui,
+        "/api/v1/sweeps",
+        &json!({"table": id, "job": job, "k": [3], "l": [], "t": [], "delta": [],
+                "methods": ["generalization"], "algorithms": ["mondrian"], "queries": 10}),
+    )
+    .await;
+    started.status_is(202);
+    let sid = started.json()["sweep"].as_str().unwrap().to_string();
+    let status = wait_done(ui, &sid).await;
+    assert_eq!(status["state"], "done", "{status}");
+    let release = get(ui, &format!("/api/v1/sweeps/{sid}/releases/0")).await;
+    release.status_is(200);
+    let release = release.json();
+    let released = get(ui, &format!("/api/v1/sweeps/{sid}/releases/0/release.csv")).await;
+    released.status_is(200);
+    let (header, rows) = parse_csv(&released.body);
+    let qi: Vec<usize> = ["age", "zip", "sex"]
+        .iter()
+        .map(|n| header.iter().position(|h| h == n).unwrap())
+        .collect();
+    let released_sizes = class_sizes(&rows, &qi);
+    assert!(released_sizes.iter().all(|&s| s >= 3), "{released_sizes:?}");
+    let record_risk = &release["record_risk"];
+    assert_record_risk(record_risk, &released_sizes);
+    assert_eq!(record_risk["records"], release["report"]["risk"]["records"]);
+    for word in &words {
+        assert!(
+            !record_risk.to_string().contains(word),
+            "{word} in {record_risk}"
+        );
+    }
+    daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_risk_is_refused_past_its_limits_naming_them() {
+    let mut config = Config::embedded_defaults();
+    // Room for the upload, not for the risk profile's grouping (400 rows: 640 kB).
+    config.tables.max_job_bytes = 200_000;
+    let daemon = Workbench::start(config).await;
+    let ui = daemon.ui;
+    let (csv, hierarchies, job) = risk_table();
+    let table = post(
+        ui,
+        "/api/v1/tables",
+        &json!({"name": "r.csv", "csv": csv, "hierarchies": hierarchies}),
+    )
+    .await;
+    table.status_is(200);
+    let id = table.json()["table"].as_str().unwrap().to_string();
+    let path = format!("/api/v1/tables/{id}/risk");
+    let message =
+        post(ui, &path, &json!({"job": job}))
+            .await
+            .error(413, "resource_exhausted", None);
+    assert!(
+        message.contains("tables.max_job_bytes") && message.contains("risk profile"),
+        "{message}"
+    );
+    for (body, field) in [
+        (json!({"job": job, "suda_max_size": 4}), "suda_max_size"),
+        (json!({"job": job, "suda_max_size": 0}), "suda_max_size"),
+        (
+            json!({"job": job, "population": 10, "sampling_fraction": 0.5}),
+            "sampling_fraction",
+        ),
+        (json!({"job": job, "population": -1}), "population"),
+        (json!({"job": job, "threshold": 1.5}), "threshold"),
+        (json!({"job": "[columns]\n"}), "job"),
+        (json!({"job": job, "bogus": 1}), "body"),
+    ] {
+        post(ui, &path, &body)
+            .await
+            .error(400, "invalid_argument", Some(field));
+    }
+    let message = post(
+        ui,
+        &path,
+        &json!({"job": job.replace("hierarchies/zip.csv", "zip.csv")}),
+    )
+    .await
+    .error(400, "invalid_argument", Some("job"));
+    assert!(message.contains("not a file of this table"), "{message}");
+    post(ui, "/api/v1/tables/0123/risk", &json!({"job": job}))
+        .await
+        .error(404, "not_found", Some("table"));
+    // A body past the request's bound (1 MiB) is refused by its declared length before it is sent.
+    let mut stream = tokio::net::TcpStream::connect(ui).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {ui}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        2 << 20
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    read_reply(&mut stream)
+        .await
+        .error(413, "resource_exhausted", Some("body"));
+    get(ui, "/api/v1/session").await.status_is(200);
     daemon.shutdown().await;
 }
 

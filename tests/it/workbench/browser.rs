@@ -10,7 +10,9 @@
 //! release's job.toml downloaded from the page. With `auth.required`: no token → the token prompt
 //! and the API refuses, a consumer's token → refused in the page, an analyst's token → works. Keyboard only:
 //! the main path with Tab/Enter/Space presses, visible focus, and an accessible label on every
-//! control. Screenshots of each step go to `target/workbench-screenshots/`.
+//! control. The table's re-identification risk shown after load equals `cloakd table risk`'s, and a
+//! release's record-risk histogram and riskiest classes equal the classes of its downloaded CSV.
+//! Screenshots of each step go to `target/workbench-screenshots/`.
 //!
 //! Without `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium`, `chromium-driver`;
 //! `CLOAKD_CHROMIUM` / `CLOAKD_CHROMEDRIVER` override the paths) each test prints a SKIP line and
@@ -621,6 +623,192 @@ async fn adult_sweep_matches_the_cli_and_the_download_passes_the_checker() {
         "cloakd table anonymize on the page's job.toml"
     );
 
+    browser.close().await;
+    workbench.shutdown().await;
+}
+
+/// A figure of the page's table-risk list (its `data-value`).
+async fn table_risk_figure(browser: &Browser, key: &str) -> f64 {
+    browser
+        .js(&format!(
+            "return document.querySelector('#table-risk-figures tr[data-key=\"{key}\"]').dataset.value;"
+        ))
+        .await
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+/// A comma-separated list of counts the page keeps on an element's `data-` attribute.
+async fn counts(browser: &Browser, css: &str, attribute: &str) -> Vec<u64> {
+    browser
+        .js(&format!(
+            "return document.querySelector({css:?}).dataset.{attribute};"
+        ))
+        .await
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(|c| c.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_tables_risk_after_load_and_a_releases_risk_histogram() {
+    let Some((workbench, browser)) = open(
+        "the_page_shows_the_tables_risk_after_load_and_a_releases_risk_histogram",
+        Config::embedded_defaults(),
+    )
+    .await
+    else {
+        return;
+    };
+    wait_ready(&browser).await;
+    browser.click("#example-adult").await;
+    wait_columns(&browser).await;
+
+    // Step 1: the table's risk is measured on load, on the proposed roles (examples/adult.toml's
+    // six quasi-identifiers), with SUDA up to size 2: the figures of `cloakd table risk`.
+    browser
+        .wait_until("document.body.dataset.tableRisk === 'measured'", 120)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("risk.json");
+    let output = crate::support::bin()
+        .args(["table", "risk"])
+        .arg(repo().join("examples/adult.toml"))
+        .args(["--suda-max-size", "2", "--report"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cloakd table risk: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let cli = &cli["risk"];
+    assert_eq!(table_risk_figure(&browser, "records").await, 45_222.0);
+    for (key, figure) in [
+        ("classes", &cli["classes"]),
+        ("highest", &cli["prosecutor"]["highest"]),
+        ("average", &cli["prosecutor"]["average"]),
+        ("at-risk", &cli["prosecutor"]["records_at_risk"]),
+        ("uniques", &cli["sample_uniqueness"]["unique_records"]),
+        ("suda", &cli["suda"]["records_with_msu"]),
+    ] {
+        let page = table_risk_figure(&browser, key).await;
+        let cli = figure.as_f64().unwrap();
+        assert!(
+            (page - cli).abs() <= 1e-12 * cli.abs().max(1.0),
+            "{key}: page {page}, CLI {cli}"
+        );
+    }
+    let bins = counts(&browser, "#table-risk-chart", "records").await;
+    assert_eq!(bins.iter().sum::<u64>(), 45_222);
+    assert_eq!(bins[0], cli["sample_uniqueness"]["unique_records"]);
+    browser
+        .screenshot("risk-1-table", Some("#table-risk"))
+        .await;
+
+    // Changing the quasi-identifiers marks the figures stale until they are measured again.
+    let race = browser
+        .js("return [...document.querySelectorAll('#columns tbody tr')].findIndex(r => r.dataset.column === 'race');")
+        .await;
+    browser
+        .select(&format!("#role-{}", race.as_i64().unwrap()), "insensitive")
+        .await;
+    browser
+        .wait_until("document.body.dataset.tableRisk === 'stale'", 10)
+        .await;
+    browser.click("#risk-measure").await;
+    browser
+        .wait_until("document.body.dataset.tableRisk === 'measured'", 120)
+        .await;
+    assert!(table_risk_figure(&browser, "classes").await <= cli["classes"].as_f64().unwrap());
+
+    // Step 4: a release's record-risk histogram and riskiest classes equal the classes of its
+    // released CSV, downloaded through the page.
+    browser.fill("#sweep-k", "50").await;
+    browser.fill("#sweep-l", "").await;
+    browser.fill("#sweep-t", "").await;
+    browser.fill("#sweep-delta", "").await;
+    browser.click("#method-bucketization").await;
+    browser.click("#run").await;
+    wait_sweep_done(&browser).await;
+    browser.click("#releases tr[data-release='0'] button").await;
+    browser
+        .wait_until("document.body.dataset.release === '0'", 60)
+        .await;
+    browser
+        .wait_until("document.getElementById('risk-chart').dataset.records", 30)
+        .await;
+    browser.click("#download-csv").await;
+    let csv = browser.downloaded("release.csv").await;
+    let (header, rows) = crate::support::relational_checker::parse_csv(&csv);
+    let quasi: Vec<usize> = ["age", "workclass", "education", "marital-status", "sex"]
+        .iter()
+        .map(|name| header.iter().position(|h| h == name).unwrap())
+        .collect();
+    let mut classes: HashMap<Vec<&str>, u64> = HashMap::new();
+    for row in &rows {
+        let key: Vec<&str> = quasi.iter().map(|&c| row[c].as_str()).collect();
+        if !key.iter().all(|v| *v == "*") {
+            *classes.entry(key.clone()).or_default() += 1;
+        }
+    }
+    let sizes: Vec<u64> = classes.values().copied().collect();
+    let bounds = [
+        (1, 1),
+        (2, 2),
+        (3, 4),
+        (5, 9),
+        (10, 19),
+        (20, 49),
+        (50, 99),
+        (100, u64::MAX),
+    ];
+    let inside = |lo: u64, hi: u64| sizes.iter().filter(move |&&s| lo <= s && s <= hi);
+    let records: Vec<u64> = bounds
+        .iter()
+        .map(|&(lo, hi)| inside(lo, hi).sum())
+        .collect();
+    let class_counts: Vec<u64> = bounds
+        .iter()
+        .map(|&(lo, hi)| inside(lo, hi).count() as u64)
+        .collect();
+    assert_eq!(counts(&browser, "#risk-chart", "records").await, records);
+    assert_eq!(
+        counts(&browser, "#risk-chart", "classes").await,
+        class_counts
+    );
+    let mut distinct = sizes.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let riskiest = browser
+        .js("return [...document.querySelectorAll('#riskiest tbody tr')].map(r => [Number(r.dataset.size), Number(r.dataset.classes)]);")
+        .await;
+    let expected: Vec<(u64, u64)> = distinct
+        .iter()
+        .take(10)
+        .map(|&size| (size, sizes.iter().filter(|&&s| s == size).count() as u64))
+        .collect();
+    assert_eq!(riskiest, json!(expected));
+    // The riskiest classes are sizes and risks only: no released value of a quasi-identifier.
+    let text = browser
+        .js("return document.getElementById('riskiest').textContent;")
+        .await;
+    for key in classes.keys() {
+        for value in key {
+            if value.parse::<f64>().is_err() && *value != "*" {
+                assert!(!text.as_str().unwrap().contains(value), "{value} in {text}");
+            }
+        }
+    }
+    browser
+        .screenshot("risk-2-release", Some("#step-release"))
+        .await;
     browser.close().await;
     workbench.shutdown().await;
 }

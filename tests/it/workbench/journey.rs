@@ -441,6 +441,13 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     browser
         .wait_until("!document.getElementById('step-compare').hidden", 30)
         .await;
+    // The step shows before both releases are read; its attributes are listed once they are.
+    browser
+        .wait_until(
+            "document.querySelector(\"#compare-attribute option[value='age']\")",
+            60,
+        )
+        .await;
     browser.select("#compare-attribute", "age").await;
     browser
         .wait_until(

@@ -1,5 +1,5 @@
 //! A property of the workbench's JSON surface: random and mutated JSON bodies (and bytes that are
-//! not JSON) for the table, sweep and session endpoints, sent through the real router
+//! not JSON) for the table, table-risk, sweep and session endpoints, sent through the real router
 //! (`workbench::router` with `tower::ServiceExt::oneshot`: the guard, authentication,
 //! deserialization and validation the listener runs), never panic and are always answered with a
 //! 2xx or a 4xx carrying the JSON error shape (`error.code`, `error.message`).
@@ -127,6 +127,10 @@ fn field() -> impl Strategy<Value = String> {
             "attribute",
             "classifiers",
             "folds",
+            "population",
+            "sampling_fraction",
+            "suda_max_size",
+            "threshold",
         ])
         .prop_map(str::to_string),
         "[a-z_]{1,8}",
@@ -162,6 +166,7 @@ fn valid_sweep(table: &str) -> Value {
 /// A request: the endpoint and its body bytes.
 fn request() -> impl Strategy<Value = (&'static str, &'static str, Vec<u8>)> {
     let table = fixture().2.clone();
+    let risk: &'static str = Box::leak(format!("/api/v1/tables/{table}/risk").into_boxed_str());
     let bytes = |v: Value| v.to_string().into_bytes();
     prop_oneof![
         any_json().prop_map(move |v| ("POST", "/api/v1/tables", bytes(v))),
@@ -173,6 +178,9 @@ fn request() -> impl Strategy<Value = (&'static str, &'static str, Vec<u8>)> {
         prop::collection::vec(any::<u8>(), 0..64).prop_map(|b| ("POST", "/api/v1/sweeps", b)),
         prop::collection::vec(any::<u8>(), 0..64).prop_map(|b| ("POST", "/api/v1/tables", b)),
         any_json().prop_map(move |v| ("GET", "/api/v1/session", bytes(v))),
+        any_json().prop_map(move |v| ("POST", risk, bytes(v))),
+        mutated(json!({"job": SMALL_JOB, "population": 1000, "sampling_fraction": null, "suda_max_size": 2, "threshold": 0.2}))
+            .prop_map(move |v| ("POST", risk, bytes(v))),
     ]
 }
 
