@@ -160,6 +160,13 @@ pub fn risk_response(p: &RiskProfile, options: &RiskOptions) -> Risk {
             ..RecordRisk::default()
         },
     };
+    let prosecutor_wildcard = match &p.prosecutor_wildcard {
+        Measured::Value(r) => record(r, ""),
+        m => RecordRisk {
+            unavailable: reason(m),
+            ..RecordRisk::default()
+        },
+    };
     let journalist = match &p.journalist {
         Measured::Value(j) => record(&j.risk, j.against),
         m => RecordRisk {
@@ -211,6 +218,7 @@ pub fn risk_response(p: &RiskProfile, options: &RiskOptions) -> Risk {
         classes: p.classes,
         threshold: p.threshold,
         prosecutor: Some(prosecutor),
+        prosecutor_wildcard: Some(prosecutor_wildcard),
         journalist: Some(journalist),
         marketer: Some(marketer),
         sample_uniqueness: Some(sample_uniqueness),

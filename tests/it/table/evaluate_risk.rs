@@ -121,6 +121,15 @@ async fn the_risk_section_matches_the_classes_and_the_cli() {
     let cli = &json["risk"];
     let p = r.prosecutor.unwrap();
     assert_eq!(cli["prosecutor"]["records_at_risk"], p.records_at_risk);
+    let w = r.prosecutor_wildcard.unwrap();
+    for (field, value) in [
+        ("highest", w.highest),
+        ("lowest", w.lowest),
+        ("average", w.average),
+        ("records_at_risk", w.records_at_risk),
+    ] {
+        assert_eq!(cli["prosecutor_wildcard"][field], value, "{field}");
+    }
     assert_eq!(cli["marketer"]["average"], r.marketer.unwrap().average);
     let u = r.population_uniqueness.unwrap();
     assert_eq!(
