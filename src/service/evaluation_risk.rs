@@ -9,8 +9,8 @@
 //! its size checked against the release's quasi-identifiers and the search's limits, and its memory
 //! estimated ([`suda_bytes`]), before it runs.
 use crate::proto::{
-    EvaluateRequest, MarketerRisk, PopulationEstimate, PopulationUniqueness, RecordRisk, Risk,
-    SampleUniqueness, Suda, SudaContribution,
+    EvaluateRequest, KMap, KMapEstimate, MarketerRisk, PopulationEstimate, PopulationUniqueness,
+    RecordRisk, Risk, SampleUniqueness, Suda, SudaContribution,
 };
 use crate::risk::population::Estimate;
 use crate::risk::suda::{self, SudaError};
@@ -41,6 +41,15 @@ pub fn risk_options(request: &EvaluateRequest) -> Result<RiskOptions, String> {
         (None, Some(f)) => Some(Population::SamplingFraction(f)),
         (None, None) => None,
     };
+    let significance = request.k_map_significance.unwrap_or(0.01);
+    if !(0.0..=1.0).contains(&significance) {
+        return Err(format!(
+            "k_map_significance = {significance}: it must lie in [0, 1]"
+        ));
+    }
+    if request.k_map == Some(0) {
+        return Err("k_map = 0: k must be at least 1".into());
+    }
     if request.suda_max_size == Some(0) {
         return Err("suda_max_size = 0: it must be at least 1 (rule: 1 <= suda_max_size <= the release's quasi-identifiers)".into());
     }
@@ -49,6 +58,9 @@ pub fn risk_options(request: &EvaluateRequest) -> Result<RiskOptions, String> {
         population,
         suda: request.suda_max_size.is_some(),
         suda_max_size: request.suda_max_size.map(|m| m as usize),
+        k_map: request
+            .k_map
+            .map(|k| crate::risk::kmap::KMapOptions { k, significance }),
         ..defaults
     })
 }
@@ -119,6 +131,34 @@ fn estimate(e: &Estimate) -> PopulationEstimate {
             unavailable: Some(unavailable.clone()),
             ..PopulationEstimate::default()
         },
+    }
+}
+
+fn k_map_estimate(m: &Measured<crate::risk::kmap::KMapEstimate>) -> KMapEstimate {
+    match m {
+        Measured::Value(e) => KMapEstimate {
+            derived_k: e.derived_k,
+            type1_error: e.type1_error,
+            satisfied: e.satisfied,
+            classes_violating: e.classes_violating,
+            records_violating: e.records_violating,
+            smallest_estimated_population_class: e.smallest_estimated_population_class,
+            unavailable: None,
+        },
+        m => KMapEstimate {
+            unavailable: reason(m),
+            ..KMapEstimate::default()
+        },
+    }
+}
+
+fn k_map_response(k: &crate::risk::KMap) -> KMap {
+    KMap {
+        k: k.k,
+        significance: k.significance,
+        sampling_fraction: k.sampling_fraction,
+        d3: Some(k_map_estimate(&k.d3)),
+        d4: Some(k_map_estimate(&k.d4)),
     }
 }
 
@@ -224,6 +264,7 @@ pub fn risk_response(p: &RiskProfile, options: &RiskOptions) -> Risk {
         sample_uniqueness: Some(sample_uniqueness),
         population_uniqueness: Some(population_uniqueness),
         suda: options.suda.then(|| suda_response(&p.suda)),
+        k_map: p.k_map.as_ref().map(k_map_response),
     }
 }
 
@@ -254,6 +295,21 @@ mod tests {
                 ..Default::default()
             })
             .starts_with("sampling_fraction = 0")
+        );
+        assert!(
+            bad(EvaluateRequest {
+                k_map: Some(0),
+                ..Default::default()
+            })
+            .starts_with("k_map = 0")
+        );
+        assert!(
+            bad(EvaluateRequest {
+                k_map: Some(5),
+                k_map_significance: Some(1.5),
+                ..Default::default()
+            })
+            .starts_with("k_map_significance = 1.5")
         );
         assert!(
             bad(EvaluateRequest {

@@ -94,6 +94,8 @@ async fn the_risk_section_matches_the_classes_and_the_cli() {
     let mut with_population = request();
     with_population.sampling_fraction = Some(0.01);
     with_population.risk_threshold = Some(0.05);
+    // The job's k (10) is `table risk`'s default k-map.
+    with_population.k_map = Some(10);
     let r = client
         .evaluate(with_population)
         .await
@@ -121,6 +123,26 @@ async fn the_risk_section_matches_the_classes_and_the_cli() {
     let cli = &json["risk"];
     let p = r.prosecutor.unwrap();
     assert_eq!(cli["prosecutor"]["records_at_risk"], p.records_at_risk);
+    let k = r.k_map.clone().expect("k_map asked for");
+    assert_eq!(cli["k_map"]["k"], k.k);
+    assert_eq!(cli["k_map"]["significance"], k.significance);
+    assert_eq!(
+        cli["k_map"]["sampling_fraction"],
+        k.sampling_fraction.unwrap()
+    );
+    for (name, e) in [("d3", k.d3.unwrap()), ("d4", k.d4.unwrap())] {
+        let c = &cli["k_map"][name];
+        assert_eq!(c["derived_k"], e.derived_k, "{name}");
+        assert_eq!(c["type1_error"], e.type1_error, "{name}");
+        assert_eq!(c["satisfied"], e.satisfied, "{name}");
+        assert_eq!(c["classes_violating"], e.classes_violating, "{name}");
+        assert_eq!(c["records_violating"], e.records_violating, "{name}");
+        assert_eq!(
+            c["smallest_estimated_population_class"], e.smallest_estimated_population_class,
+            "{name}"
+        );
+        assert_eq!(e.unavailable, None);
+    }
     let w = r.prosecutor_wildcard.unwrap();
     for (field, value) in [
         ("highest", w.highest),
