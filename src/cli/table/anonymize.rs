@@ -1,6 +1,7 @@
 //! `cloakd table anonymize`: the batch relational anonymizer on files. Reads the job (TOML), its
 //! hierarchies and the input CSV (gzip detected by content), applies the command line overrides, runs
-//! [`crate::relational::anonymize`] and writes the release and the report. Output files are written
+//! [`crate::relational::anonymize`] and writes the release and the report (with the release's
+//! re-identification risk under `table risk`'s options, [`super::risk_options::RiskOptionArgs`]). Output files are written
 //! to a temporary file beside the target and renamed into place, so an error never leaves a partial
 //! output behind. A progress bar on stderr shows the reading of the input (hidden when stderr is not a
 //! terminal).
@@ -12,10 +13,14 @@ use std::time::Instant;
 use anyhow::{Context, anyhow, bail};
 
 use super::input::load_table;
+use super::risk_options::{Defaults, RiskOptionArgs, risk_error};
 use crate::atomic_file::AtomicFile;
 use crate::relational::job::{AlgorithmField, AlgorithmOverrides, JobSpec};
 use crate::relational::models::{LDiversity, TCloseness};
 use crate::relational::release::{self, Release, ReleaseMethod};
+use crate::risk::classes::of_release;
+use crate::risk::matching::Sample;
+use crate::risk::profile;
 
 #[derive(Debug, clap::Args)]
 pub struct AnonymizeArgs {
@@ -69,6 +74,9 @@ pub struct AnonymizeArgs {
     /// `[release] formulas`.
     #[arg(long, value_name = "neutralize|keep")]
     pub formulas: Option<String>,
+    /// The risk options of the report's `risk` object (with --report).
+    #[command(flatten)]
+    pub risk: RiskOptionArgs,
 }
 
 /// Reads a job file and applies the command line overrides; errors name the file or the flag.
@@ -188,12 +196,27 @@ pub fn sensitive_path(output: &Path) -> PathBuf {
 pub(super) fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let job = load_job(&args)?;
+    if args.report.is_none()
+        && let Some(flag) = args.risk.given().first()
+    {
+        bail!("{flag}: a risk option of the report (rule: give --report with it)");
+    }
+    let risk_options = args.risk.options(Defaults::Report, &job)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
     let read_seconds = started.elapsed().as_secs_f64();
     let (released, report) =
         crate::jobs::anonymize_job(&table, &job, &std::sync::atomic::AtomicBool::new(false))?;
     drop(table);
-    let risk = crate::jobs::report::release_risk(&released)?;
+    let population = args.risk.load_population(&job, &args.job)?;
+    let columns = of_release(released.quasi_table());
+    let (risk_options, population_table) = args.risk.match_population(
+        risk_options,
+        &columns,
+        Sample::Release(released.quasi_table()),
+        population,
+    )?;
+    let risk = profile(&columns, &risk_options, population_table.as_ref()).map_err(risk_error)?;
+    drop(columns);
     let write_started = Instant::now();
     write_release(
         &released,

@@ -6,6 +6,7 @@ pub mod figures;
 pub mod frontier;
 pub mod input;
 pub mod risk;
+pub mod risk_options;
 pub mod synth;
 
 use clap::Subcommand;
