@@ -163,6 +163,19 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 impl JobSpec {
+    /// The number of quasi-identifier columns.
+    pub fn quasi_count(&self) -> usize {
+        self.columns
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.role,
+                    RoleSpec::QuasiNumeric | RoleSpec::QuasiCategorical { .. }
+                )
+            })
+            .count()
+    }
+
     /// Parses and validates a job's TOML text; `source_name` names it in errors.
     pub fn parse(source_name: &str, text: &str) -> Result<JobSpec, JobError> {
         let error = |span: Range<usize>, rule: String| {

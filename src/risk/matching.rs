@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use crate::relational::hierarchy::NodeId;
 use crate::relational::release::ReleasedTable;
 use crate::relational::table::{QuasiAttribute, Table};
-use crate::risk::classes::{QuasiColumns, group};
+use crate::risk::classes::{QuasiColumns, group, of_table};
 use crate::risk::{PopulationTable, RiskError};
 
 /// At most this many (population value, covering sample value) entries over all columns.
@@ -236,6 +236,30 @@ pub fn release_covers(
         columns.push(column);
     }
     Ok(Covers { columns })
+}
+
+/// What a population table is matched against: the job's table itself, or a release of it (its
+/// released quasi-identifiers; bucketization: its QI table).
+#[derive(Debug, Clone, Copy)]
+pub enum Sample<'a> {
+    Table(&'a Table),
+    Release(&'a ReleasedTable),
+}
+
+/// A population table of the sample's job matched against the sample's classes `q` (from
+/// [`crate::risk::classes::of_table`] or [`crate::risk::classes::of_release`] of `sample`): the covers
+/// of [`table_covers`] or [`release_covers`], then [`match_population`]. The one path every command
+/// taking a population table goes through.
+pub fn match_sample(
+    q: &QuasiColumns,
+    sample: Sample<'_>,
+    population: &Table,
+) -> Result<PopulationTable, RiskError> {
+    let covers = match sample {
+        Sample::Table(table) => table_covers(table, population)?,
+        Sample::Release(release) => release_covers(q, release, population)?,
+    };
+    match_population(q, &of_table(population), &covers)
 }
 
 /// Per sample class (outliers left out), its size and the number of population records it stands

@@ -185,6 +185,15 @@ pub struct PopulationTable {
 }
 
 impl RiskOptions {
+    /// With a population table: its records are the population's size, for the models that need
+    /// one, unless a size or a sampling fraction was given.
+    pub fn with_population_table(mut self, table: &PopulationTable) -> RiskOptions {
+        if self.population.is_none() {
+            self.population = Some(Population::Size(table.records as f64));
+        }
+        self
+    }
+
     pub fn validate(&self) -> Result<(), RiskError> {
         if !(0.0..=1.0).contains(&self.threshold) {
             return Err(RiskError::Threshold(self.threshold));

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use super::error::{ApiError, Code};
 use super::{Caller, Workbench, json_response, parse_json, read_body};
 use crate::jobs::{JobFailure, JobRecord, Outcome};
-use crate::relational::job::{JobSpec, RoleSpec};
+use crate::relational::job::JobSpec;
 use crate::risk::classes::{QuasiColumns, of_table};
 use crate::risk::sample::{risk_bins, riskiest};
 use crate::risk::{Population, RiskError, RiskOptions, histogram, profile, profile_bytes, suda};
@@ -96,23 +96,11 @@ fn validate(request: &TableRiskRequest, rows: usize) -> Result<(RiskOptions, Job
     };
     options.validate().map_err(|e| risk_error(&e))?;
     let job = JobSpec::parse("job", &request.job).map_err(|e| ApiError::invalid("job", e))?;
-    let quasi = quasi_count(&job);
+    let quasi = job.quasi_count();
     if let Some(m) = options.suda_max_size {
         suda::check_size(quasi, rows, m).map_err(|e| risk_error(&e.into()))?;
     }
     Ok((options, job))
-}
-
-fn quasi_count(job: &JobSpec) -> usize {
-    job.columns
-        .iter()
-        .filter(|c| {
-            matches!(
-                c.role,
-                RoleSpec::QuasiNumeric | RoleSpec::QuasiCategorical { .. }
-            )
-        })
-        .count()
 }
 
 /// The record-risk histogram and the riskiest classes of `q` (a table's or a release's

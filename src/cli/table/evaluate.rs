@@ -5,21 +5,27 @@
 //! ([`crate::measures::evaluate`]); with `--workload ATTR [--classifiers j48,rf,nb] [--folds 10]
 //! [--seed N]` also Brickell & Shmatikov's learning workload ([`crate::measures::workload`]: U_max,
 //! U_base with its sanitization and classifier, U_san and U_san - U_base per classifier) under
-//! `workload`. Beside them the release's sample-based re-identification risk under `risk`
-//! ([`crate::risk::profile`], without SUDA). The report is JSON, on stdout unless `--report` names
-//! a file.
+//! `workload`. Beside them the release's re-identification risk under `risk`
+//! ([`crate::risk::profile`]): without risk options the sample-based models (no SUDA, no k-map);
+//! `table risk`'s options ([`super::risk_options::RiskOptionArgs`]: a population, a population
+//! table, SUDA with `--suda-max-size`, k-map with `--k-map`, ...) measure more. The report is JSON,
+//! on stdout unless `--report` names a file.
 use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
 use super::input::load_table;
+use super::risk_options::{Defaults, RiskOptionArgs, risk_error};
 use crate::jobs::files::{open_input, read_job};
 use crate::measures::evaluate::{Baseline, Evaluation, EvaluationOptions, evaluate};
 use crate::measures::released::read_release;
 use crate::measures::workload::{
     DEFAULT_MAX_MODEL_CELLS, WorkloadEvaluation, WorkloadOptions, measure_workload_unless,
 };
+use crate::risk::classes::of_release;
+use crate::risk::matching::Sample;
+use crate::risk::profile;
 
 /// Options of the utility measures, shared by `evaluate` and `frontier`.
 #[derive(Debug, Clone, clap::Args)]
@@ -73,6 +79,8 @@ pub struct EvaluateArgs {
     pub measures: MeasureArgs,
     #[command(flatten)]
     pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub risk: RiskOptionArgs,
 }
 
 /// The learning workload's attribute, classifiers and folds, shared by `table evaluate` and
@@ -122,8 +130,8 @@ impl WorkloadArgs {
     }
 }
 
-/// The JSON report: the evaluation, the release's re-identification risk (without SUDA and
-/// population uniqueness: `cloakd table risk` has them), and the workload when asked for.
+/// The JSON report: the evaluation, the release's re-identification risk (under the risk options:
+/// without them, no SUDA, k-map or population uniqueness), and the workload when asked for.
 #[derive(Debug, serde::Serialize)]
 struct Report {
     #[serde(flatten)]
@@ -138,6 +146,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     options.validate()?;
     let workload_options = args.workload.options()?;
     let job = read_job(&args.job)?;
+    let risk_options = args.risk.options(Defaults::Report, &job)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
     let release_reader = open_input(&args.release, None)?;
     let mut sensitive_reader: Option<Box<dyn Read>> = match &args.sensitive_table {
@@ -168,7 +177,6 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     }
     let baseline = Baseline::new(&table, options)?;
     let evaluation = evaluate(&table, &baseline, &release)?;
-    let risk = crate::jobs::report::release_risk(&release)?;
     let workload = match workload_options {
         Some(options) => {
             let never = std::sync::atomic::AtomicBool::new(false);
@@ -185,6 +193,17 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    drop(baseline);
+    drop(table);
+    let population = args.risk.load_population(&job, &args.job)?;
+    let columns = of_release(release.quasi_table());
+    let (risk_options, population_table) = args.risk.match_population(
+        risk_options,
+        &columns,
+        Sample::Release(release.quasi_table()),
+        population,
+    )?;
+    let risk = profile(&columns, &risk_options, population_table.as_ref()).map_err(risk_error)?;
     let json = serde_json::to_string_pretty(&Report {
         evaluation,
         risk,

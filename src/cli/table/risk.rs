@@ -6,22 +6,22 @@
 //! and population uniqueness, SUDA, k-map, δ-presence against a population table, QI discovery.
 //! Prints a readable table on stdout and writes the JSON report (a top-level `risk` object) to
 //! `--report`. The population table is read like the table (the job's schema, delimiter and
-//! hierarchies, plain or gzip) and matched by [`crate::risk::matching`].
+//! hierarchies, plain or gzip) and matched by [`crate::risk::matching`]. The risk options are
+//! [`super::risk_options::RiskOptionArgs`], shared with `table evaluate` and `table anonymize`.
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 
 use super::input::load_table;
+use super::risk_options::{Defaults, RiskOptionArgs, risk_error};
 use crate::jobs::files::{open_input, read_job};
 use crate::measures::released::read_release;
 use crate::relational::release::Release;
 use crate::risk::classes::{QuasiColumns, of_release, of_table};
-use crate::risk::kmap::KMapOptions;
-use crate::risk::matching::{match_population, release_covers, table_covers};
+use crate::risk::matching::Sample;
 use crate::risk::population::Estimate;
-use crate::risk::presence::PresenceBounds;
-use crate::risk::{Measured, Population, RiskOptions, RiskProfile, profile};
+use crate::risk::{Measured, RiskProfile, profile};
 
 #[derive(Debug, clap::Args)]
 pub struct RiskArgs {
@@ -34,40 +34,8 @@ pub struct RiskArgs {
     /// Original table (plain or gzip CSV), overriding the job's `input`.
     #[arg(long, value_name = "FILE")]
     pub input: Option<PathBuf>,
-    /// The population's size, for population uniqueness and DIS-SUDA.
-    #[arg(long, value_name = "N", conflicts_with = "sampling_fraction")]
-    pub population: Option<f64>,
-    /// The sample's share of the population, in (0, 1] (population = records / F).
-    #[arg(long, value_name = "F")]
-    pub sampling_fraction: Option<f64>,
-    /// SUDA's largest MSU size (default: all quasi-identifiers).
-    #[arg(long, value_name = "M")]
-    pub suda_max_size: Option<usize>,
-    /// Skip SUDA.
-    #[arg(long, conflicts_with = "suda_max_size")]
-    pub no_suda: bool,
-    /// The population as a CSV with the table's quasi-identifier columns (read like the table): the
-    /// journalist and marketer risk, k-map and δ-presence are measured against it.
-    #[arg(long, value_name = "CSV")]
-    pub population_table: Option<PathBuf>,
-    /// k-map's k (default: the job's k, if any).
-    #[arg(long, value_name = "K")]
-    pub k_map: Option<u64>,
-    /// The significance level of k-map's D3 and D4 estimators.
-    #[arg(long, value_name = "A", default_value_t = 0.01)]
-    pub k_map_significance: f64,
-    /// δ-presence's lower bound (needs --population-table).
-    #[arg(long, value_name = "D", requires = "population_table")]
-    pub delta_min: Option<f64>,
-    /// δ-presence's upper bound (needs --population-table).
-    #[arg(long, value_name = "D", requires = "population_table")]
-    pub delta_max: Option<f64>,
-    /// α-distinction and α-separation of every QI combination of at most this many QIs.
-    #[arg(long, value_name = "MAX_SIZE")]
-    pub qi_discovery: Option<usize>,
-    /// A record is at risk when its risk is above this.
-    #[arg(long, value_name = "T", default_value_t = 0.2)]
-    pub threshold: f64,
+    #[command(flatten)]
+    pub risk: RiskOptionArgs,
     /// Where to write the JSON report.
     #[arg(long, value_name = "RISK.json")]
     pub report: Option<PathBuf>,
@@ -79,43 +47,10 @@ struct Report<'a> {
 }
 
 pub fn run(args: RiskArgs) -> anyhow::Result<()> {
-    let mut options = RiskOptions {
-        threshold: args.threshold,
-        population: match (args.population, args.sampling_fraction) {
-            (Some(n), _) => Some(Population::Size(n)),
-            (None, Some(f)) => Some(Population::SamplingFraction(f)),
-            (None, None) => None,
-        },
-        suda_max_size: args.suda_max_size,
-        suda: !args.no_suda,
-        k_map: args.k_map.map(|k| KMapOptions {
-            k,
-            significance: args.k_map_significance,
-        }),
-        presence: PresenceBounds {
-            min: args.delta_min,
-            max: args.delta_max,
-        },
-        qi_discovery: args.qi_discovery,
-    };
-    options.validate()?;
     let job = read_job(&args.job)?;
-    if options.k_map.is_none()
-        && let Some(k) = job.privacy.k
-    {
-        options.k_map = Some(KMapOptions {
-            k,
-            significance: args.k_map_significance,
-        });
-    }
+    let options = args.risk.options(Defaults::Profile, &job)?;
     let table = load_table(&job, &args.job, args.input.as_deref())?;
-    let population = match &args.population_table {
-        None => None,
-        Some(path) => Some(
-            load_table(&job, &args.job, Some(path))
-                .with_context(|| format!("--population-table {}", path.display()))?,
-        ),
-    };
+    let population = args.risk.load_population(&job, &args.job)?;
     let release = match &args.release {
         None => None,
         Some(path) => {
@@ -129,35 +64,21 @@ pub fn run(args: RiskArgs) -> anyhow::Result<()> {
             )?)
         }
     };
-    let released = release.as_ref().map(|r| match r {
-        Release::Generalized(t) => t,
-        Release::Bucketized { quasi_table, .. } => quasi_table,
-    });
+    let released = release.as_ref().map(Release::quasi_table);
     let columns: QuasiColumns = match released {
         None => of_table(&table),
         Some(t) => of_release(t),
     };
     let started = Instant::now();
-    let population_table = match (&population, &args.population_table) {
-        (Some(p), Some(path)) => {
-            let covers = match released {
-                None => table_covers(&table, p),
-                Some(t) => release_covers(&columns, t, p),
-            };
-            let matched = covers
-                .and_then(|covers| match_population(&columns, &of_table(p), &covers))
-                .map_err(|e| anyhow::anyhow!("--population-table {}: {e}", path.display()))?;
-            if options.population.is_none() {
-                // The population table's size is the population's, for the models that need one.
-                options.population = Some(Population::Size(matched.records as f64));
-            }
-            Some(matched)
-        }
-        _ => None,
+    let sample = match released {
+        None => Sample::Table(&table),
+        Some(t) => Sample::Release(t),
     };
+    let (options, population_table) = args
+        .risk
+        .match_population(options, &columns, sample, population)?;
     drop(table);
-    drop(population);
-    let risk = profile(&columns, &options, population_table.as_ref())?;
+    let risk = profile(&columns, &options, population_table.as_ref()).map_err(risk_error)?;
     let seconds = started.elapsed().as_secs_f64();
     print!("{}", render(&risk));
     eprintln!(

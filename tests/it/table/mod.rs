@@ -17,6 +17,7 @@ mod kaca;
 mod ola;
 mod risk;
 mod risk_bounds;
+mod risk_options;
 mod risk_population;
 mod workload;
 

@@ -24,7 +24,7 @@ fn rows_of(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
     (header, rows)
 }
 
-fn sample_text() -> String {
+pub(super) fn sample_text() -> String {
     let mut text = String::new();
     flate2::read::GzDecoder::new(
         std::fs::File::open(sample_dir().join("adult-2000.csv.gz")).unwrap(),
@@ -47,7 +47,7 @@ fn qi_rows(text: &str) -> Vec<Vec<String>> {
 }
 
 /// The population: the sample, its first 300 rows twice more, and 50 rows aged 95 (no sample row is).
-fn population_text(sample: &str) -> String {
+pub(super) fn population_text(sample: &str) -> String {
     let mut lines: Vec<&str> = sample.lines().collect();
     let body: Vec<&str> = lines[1..].to_vec();
     for _ in 0..2 {
