@@ -424,10 +424,8 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
         y_label: "Mean relative error of COUNT queries".into(),
         series: per_model(ReleaseMethod::Bucketization, |e| Some(e.query_error)),
     });
-    if let Some(attribute) = points
-        .iter()
-        .find_map(|p| p.workload.as_ref().map(|w| w.attribute.clone()))
-    {
+    // One series per model, method and algorithm, on the axes `xy` gives.
+    let per_model_and_method = |xy: fn(&FrontierPoint) -> Option<(f64, f64)>| -> Vec<Series> {
         let mut series = Vec::new();
         for model in SweptModel::ALL {
             for method in [ReleaseMethod::Generalization, ReleaseMethod::Bucketization] {
@@ -440,7 +438,7 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
                                 && p.item.method == method
                                 && p.item.algorithm == algorithm
                         },
-                        |p| p.workload_gain().map(|g| (p.evaluation.a_acc, g)),
+                        xy,
                     );
                     if !s.points.is_empty() {
                         series.push(s);
@@ -448,6 +446,13 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
                 }
             }
         }
+        series
+    };
+    if let Some(attribute) = points
+        .iter()
+        .find_map(|p| p.workload.as_ref().map(|w| w.attribute.clone()))
+    {
+        let series = per_model_and_method(|p| p.workload_gain().map(|g| (p.evaluation.a_acc, g)));
         out.push(Chart {
             stem: "fig4-workload-gain",
             title: "Researcher's gain vs adversary's gain (Brickell & Shmatikov)",
@@ -457,26 +462,8 @@ pub fn charts(points: &[FrontierPoint]) -> Vec<Chart> {
         });
     }
     if points.iter().any(|p| p.risk.is_some()) {
-        let mut series = Vec::new();
-        for model in SweptModel::ALL {
-            for method in [ReleaseMethod::Generalization, ReleaseMethod::Bucketization] {
-                for &algorithm in &algorithms {
-                    let s = xy_series(
-                        points,
-                        &named(&format!("{} ({method})", model.name()), algorithm),
-                        |p| {
-                            p.item.model == model
-                                && p.item.method == method
-                                && p.item.algorithm == algorithm
-                        },
-                        |p| p.risk.zip(p.evaluation.uloss).map(|(r, u)| (r.average, u)),
-                    );
-                    if !s.points.is_empty() {
-                        series.push(s);
-                    }
-                }
-            }
-        }
+        let series =
+            per_model_and_method(|p| p.risk.zip(p.evaluation.uloss).map(|(r, u)| (r.average, u)));
         out.push(Chart {
             stem: "fig5-risk-uloss",
             title: "Utility loss vs re-identification risk",
