@@ -28,15 +28,15 @@
 //! # Repair
 //! [`plan_repair`] turns every problem into a fix or says it has none; [`apply_repair`] applies a
 //! plan only if every problem has a fix, first copying each file it changes into
-//! `repair-backup-<unix seconds>/` of the data directory (each copy written atomically and fsynced,
-//! [`crate::atomic_file`], before the file is changed; a file moved away is renamed into it). Fixes: cut the log at its first bad
-//! frame (everything after it is lost, and said so); remove a seal that does not match; move a
-//! damaged or misplaced outcome file away when the log holds its window whole (it is re-anonymized at start, the
-//! same bytes); append the close marker of a released window whose marker was lost, rebuilt from
-//! the release (its parameters and record count), so that nothing is acknowledged into it again;
-//! cut the journal where the log stops proving it, which is the explicit acceptance of the named
-//! loss (printed as `LOST for good: ...`); cut a damaged journal (the log's batches past the cut are
-//! journaled again at start).
+//! `repair-backup-<unix seconds>/` of the data directory (each copy written atomically and
+//! fsynced, [`crate::atomic_file`], before the file is changed; a file moved away is renamed into
+//! it). Fixes: cut the log at its first bad frame (everything after it is lost, and said so);
+//! remove a seal that does not match; move a damaged or misplaced outcome file away when the log
+//! holds its window whole (it is re-anonymized at start, the same bytes); append the close marker
+//! of a released window whose marker was lost, rebuilt from the release (its parameters and record
+//! count), so that nothing is acknowledged into it again; cut the journal where the log stops
+//! proving it, which is the explicit acceptance of the named loss (printed as `LOST for good:
+//! ...`); cut a damaged journal (the log's batches past the cut are journaled again at start).
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
