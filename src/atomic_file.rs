@@ -32,6 +32,13 @@ pub struct AtomicFile {
 impl AtomicFile {
     /// A new empty temporary file in `target`'s directory (`.NAME.XXXXXX.partial`).
     pub fn create(target: &Path) -> io::Result<AtomicFile> {
+        // As `File::create` would: what the umask allows (tempfile's own default is 0600).
+        AtomicFile::create_with_mode(target, 0o666)
+    }
+
+    /// A temporary file beside `target` as [`AtomicFile::create`] makes it, with the permission
+    /// bits `mode` (before the umask) on Unix; the rename keeps them.
+    fn create_with_mode(target: &Path, mode: u32) -> io::Result<AtomicFile> {
         let name = target
             .file_name()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
@@ -40,9 +47,10 @@ impl AtomicFile {
         prefix.push(".");
         let mut builder = tempfile::Builder::new();
         builder.prefix(&prefix).suffix(".partial");
-        // As `File::create` would: what the umask allows (tempfile's own default is 0600).
         #[cfg(unix)]
-        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(mode));
+        #[cfg(not(unix))]
+        let _ = mode;
         let temporary = builder.tempfile_in(directory_of(target))?;
         Ok(AtomicFile {
             temporary,
@@ -147,12 +155,13 @@ pub fn write_bytes_as(target: &Path, temporary_name: &str, bytes: &[u8]) -> Resu
     write_into(file, bytes)?.commit()
 }
 
-/// Creates `target` holding `bytes`, atomically, unless it exists ([`AtomicFile::create`],
-/// [`AtomicFile::commit_noclobber`]): a target that exists, even one created meanwhile by another
-/// process, is left as it is (a [`Step::Rename`] error of kind [`io::ErrorKind::AlreadyExists`]).
-/// A [`Step::Create`] error names the target (the temporary file has no name yet).
-pub fn create_with_bytes(target: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    let file = AtomicFile::create(target).map_err(|source| WriteError {
+/// Creates the secret `target` holding `bytes`, readable and writable by this user alone (0600 on
+/// Unix), atomically, unless it exists ([`AtomicFile::commit_noclobber`]): a target that exists,
+/// even one created meanwhile by another process, is left as it is (a [`Step::Rename`] error of
+/// kind [`io::ErrorKind::AlreadyExists`]). A [`Step::Create`] error names the target (the
+/// temporary file has no name yet).
+pub fn create_secret(target: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    let file = AtomicFile::create_with_mode(target, 0o600).map_err(|source| WriteError {
         step: Step::Create,
         path: target.to_path_buf(),
         source,
@@ -184,9 +193,9 @@ pub struct WriteError {
 /// A step of an atomic write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// Creating the temporary file ([`write_bytes_as`], [`create_with_bytes`]).
+    /// Creating the temporary file ([`write_bytes_as`], [`create_secret`]).
     Create,
-    /// Writing the content into it ([`write_bytes_as`], [`create_with_bytes`]).
+    /// Writing the content into it ([`write_bytes_as`], [`create_secret`]).
     Write,
     /// The fsync of the content.
     Sync,

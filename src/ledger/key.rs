@@ -10,11 +10,12 @@
 //! length is damage and refused.
 //!
 //! The file is created atomically and never over an existing one ([`crate::atomic_file`]'s
-//! `create_with_bytes`), so the invariant holds by itself, not only under the ledger's lock. Its
+//! `create_secret`), so the invariant holds by itself, not only under the ledger's lock. Its
 //! temporary file has `tempfile`'s own name (`.hash.key.XXXXXX.partial`), not a fixed one: two
 //! processes creating the secret at once then never share a temporary file, the first rename wins
 //! and the other reads the winner's secret. A crash while the file is created can leave such a
-//! temporary file, holding a secret never used; nothing reads it.
+//! temporary file, holding a secret never used; nothing reads it. The file is readable by the
+//! daemon's own user alone (mode 0600).
 use std::io::ErrorKind;
 use std::path::Path;
 
@@ -105,7 +106,7 @@ impl KeyedHash {
     }
 
     /// Reads `dir/hash.key`, or creates it with a fresh secret if it does not exist: atomically
-    /// ([`crate::atomic_file::create_with_bytes`]: a temporary file of its own, synced, renamed only
+    /// ([`crate::atomic_file::create_secret`]: a temporary file of its own, synced, renamed only
     /// if `hash.key` still does not exist, the directory synced). If another process created it
     /// meanwhile, its secret is read and used: the secret never changes once written.
     pub fn load_or_create(dir: &Path) -> Result<KeyedHash, LedgerError> {
@@ -114,7 +115,7 @@ impl KeyedHash {
             return Ok(hash);
         }
         let secret = KeyedHash::random_secret()?;
-        match crate::atomic_file::create_with_bytes(&path, &secret) {
+        match crate::atomic_file::create_secret(&path, &secret) {
             Ok(()) => Ok(KeyedHash::new(secret)),
             Err(e) if e.step == Step::Rename && e.source.kind() == ErrorKind::AlreadyExists => {
                 read_secret(&path)?
@@ -177,6 +178,16 @@ mod tests {
         let b = KeyedHash::load_or_create(dir.path()).unwrap();
         assert_eq!(a.user("alice"), b.user("alice"));
         assert_ne!(a.user("alice"), a.user("bob"));
+        // Only the daemon's own user may read the secret.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join(KEY_FILE))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
         std::fs::write(dir.path().join(KEY_FILE), b"short").unwrap();
         let err = KeyedHash::load_or_create(dir.path()).unwrap_err();
         assert!(err.to_string().contains("must be 32 bytes"), "{err}");
