@@ -230,6 +230,11 @@ pub fn write_atomically(
     Ok(file.commit()?)
 }
 
+/// Writes `bytes` to `target` atomically ([`write_atomically`]).
+pub fn write(target: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically(target, |file| io::Write::write_all(file, bytes))
+}
+
 /// The directory a file path is in (`.` for a bare name).
 fn directory_of(path: &Path) -> &Path {
     match path.parent() {

@@ -224,7 +224,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let report = runtime.block_on(simulate(&args, &points))?;
     print_report(&report);
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+        cloakd::atomic_file::write(path, &serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

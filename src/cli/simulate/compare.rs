@@ -105,7 +105,7 @@ pub(super) async fn run(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::R
     let comparison = compare(args, points).await?;
     print_table(&comparison);
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&comparison)?)
+        cloakd::atomic_file::write(path, &serde_json::to_vec_pretty(&comparison)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.chart {
@@ -272,7 +272,7 @@ fn draw(c: &Comparison, path: &Path) -> anyhow::Result<()> {
         .parse()
         .map_err(|e| anyhow::anyhow!("--chart: {e}"))?;
     let bytes = render(&chart(c), format)?;
-    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+    cloakd::atomic_file::write(path, &bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

@@ -210,7 +210,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
         workload,
     })?;
     match &args.report {
-        Some(path) => std::fs::write(path, format!("{json}\n"))
+        Some(path) => crate::atomic_file::write(path, format!("{json}\n").as_bytes())
             .with_context(|| format!("{}: cannot write the report", path.display()))?,
         None => println!("{json}"),
     }

@@ -383,7 +383,7 @@ pub fn write_plot(
     for &format in formats {
         let bytes = crate::plots::render(chart, format)?;
         let path = dir.join(format!("{stem}.{}", format.extension()));
-        crate::atomic_file::write_atomically(&path, |file| std::io::Write::write_all(file, &bytes))
+        crate::atomic_file::write(&path, &bytes)
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())

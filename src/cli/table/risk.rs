@@ -87,7 +87,7 @@ pub fn run(args: RiskArgs) -> anyhow::Result<()> {
     );
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&Report { risk: &risk })?;
-        std::fs::write(path, format!("{json}\n"))
+        crate::atomic_file::write(path, format!("{json}\n").as_bytes())
             .with_context(|| format!("{}: cannot write the report", path.display()))?;
     }
     Ok(())

@@ -212,8 +212,7 @@ fn run_anonymize(args: &AnonymizeArgs) -> Result<UtilityReport, TransactionsCliE
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TransactionsCliError> {
-    crate::atomic_file::write_atomically(path, |file| std::io::Write::write_all(file, bytes))
-        .map_err(io_error(path))
+    crate::atomic_file::write(path, bytes).map_err(io_error(path))
 }
 
 fn run_constraints(args: &ConstraintsArgs) -> Result<(), TransactionsCliError> {
