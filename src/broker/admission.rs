@@ -2,7 +2,7 @@
 //! `max_requests_per_s_per_principal` (token bucket on tokio's clock), a broker holding
 //! `max_pending` requests, or a stream holding `max_pending_per_stream` gets `Rejected` with
 //! RESOURCE_EXHAUSTED naming the key; a user with the same request number pending gets
-//! ALREADY_EXISTS. An admitted request is cloaked here or at its cell's owner ([`super::remote`]).
+//! ALREADY_EXISTS. An admitted request is cloaked here or at its cell's owner ([`super::replicas`]).
 //!
 //! Invariant: a refused request leaves no state behind (no pending entry, no engine call).
 use std::sync::Arc;

@@ -20,7 +20,7 @@ use crate::telemetry::catalog;
 impl Broker {
     /// Tells the client its request was cloaked and puts it on its service's provider queue under
     /// `pseudonym` (or tells the client it was undelivered when the queue is full); in a cluster
-    /// without a provider of the service here, relays it to another replica's ([`relay`]).
+    /// without a provider of the service here, relays it to another replica's ([`super::replicas`]).
     pub(super) fn deliver(&mut self, to: Delivery, pseudonym: Pseudonym, cloaked: proto::Cloaked) {
         let Delivery {
             client,

@@ -27,7 +27,7 @@
 //! [`message::Command`]s; this actor holds every piece of state of the location path. By job:
 //! [`admission`] (rate and pending limits), [`cloaking`] (engines, dispatch, jitter), [`delivery`]
 //! (provider queues, acknowledgements, answers, client streams), [`metrics`], and across replicas
-//! [`remote`], [`relay`] and [`cluster`]. Arrows point down: handlers -> [`message`] <- actor.
+//! [`replicas`] (the link to the cluster, requests cloaked or served elsewhere, relaying, NATS). Arrows point down: handlers -> [`message`] <- actor.
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -44,9 +44,9 @@ use crate::location::{
 use crate::proto::CloakedRequest;
 use crate::telemetry;
 use admission::already_pending;
-use cluster::ClusterLink;
 use message::{ClientId, Command, EventQueue, ProviderId, ProviderWindow, Rejection, StreamEnd};
 use providers::{ProviderQueue, ProviderQueues};
+use replicas::ClusterLink;
 use rate::RateLimiter;
 use routes::Routes;
 
@@ -54,7 +54,6 @@ mod admission;
 pub(crate) mod budget;
 mod cloaking;
 mod clock;
-pub(crate) mod cluster;
 mod delivery;
 mod geo_ind;
 pub(crate) mod message;
@@ -62,8 +61,7 @@ mod metrics;
 pub(crate) mod provider;
 pub(crate) mod providers;
 mod rate;
-mod relay;
-mod remote;
+pub(crate) mod replicas;
 mod routes;
 #[cfg(test)]
 mod testing;
@@ -181,7 +179,7 @@ pub(crate) struct Broker {
     /// Cluster: cell owners and the way to other replicas (`None`: standalone).
     cluster: Option<ClusterLink>,
     /// Cluster: requests of this replica's clients that another replica cloaks.
-    remote: remote::RemoteRequests,
+    remote: replicas::RemoteRequests,
     /// The privacy budget of GEO_IND answers (`None`: `location.geo_ind.budget = 0`).
     budget: Option<budget::GeoBudget>,
 }
@@ -227,7 +225,7 @@ impl Broker {
             cfg,
             live,
             cluster: None,
-            remote: remote::RemoteRequests::default(),
+            remote: replicas::RemoteRequests::default(),
             budget: None,
         }
     }
@@ -244,7 +242,7 @@ impl Broker {
         self
     }
 
-    /// Cluster mode: requests go to the replica owning their cell ([`cluster`]).
+    /// Cluster mode: requests go to the replica owning their cell ([`replicas`]).
     pub(crate) fn with_cluster(mut self, link: ClusterLink) -> Broker {
         self.cluster = Some(link);
         self

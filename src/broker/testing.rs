@@ -11,7 +11,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Broker;
-use super::cluster::ClusterLink;
+use super::replicas::ClusterLink;
 use super::message::{
     AdmittedRequest, ClientId, Command, EventQueue, Outbound, ProviderId, ProviderWindow,
     RelayRefusal, RemoteClient, StreamEnd,

@@ -1,4 +1,4 @@
-//! The broker's side of location across replicas ([`super::cluster`]): which requests go
+//! The broker's side of location across replicas ([`super`]): which requests go
 //! to another replica, and what the origin keeps of them until their stream may close.
 //!
 //! A request of a local client whose cell another replica owns becomes a *remote request*: its
@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use tonic::Code;
 
-use super::message::{AdmittedRequest, CellOwner, ClientId, EventQueue, Rejection};
-use super::{Broker, ClientState};
+use crate::broker::message::{AdmittedRequest, CellOwner, ClientId, EventQueue, Rejection};
+use crate::broker::{Broker, ClientState};
 use crate::location::UserKey;
 use crate::proto::LocationEvent;
 use crate::proto::location_event::Outcome as EventOutcome;
@@ -54,7 +54,7 @@ struct RemoteEntry {
 /// The remote requests of this replica's clients, by tag (a number unique on this replica that
 /// the owner's events carry back: one stream may use a request number for several users).
 #[derive(Debug, Default)]
-pub(super) struct RemoteRequests {
+pub(in crate::broker) struct RemoteRequests {
     next_tag: u64,
     entries: HashMap<u64, RemoteEntry>,
     /// Each client's tags, and how many of them its stream still waits for.
@@ -65,12 +65,12 @@ pub(super) struct RemoteRequests {
 
 impl RemoteRequests {
     /// How many remote requests `client`'s stream waits for.
-    pub(super) fn awaited(&self, client: ClientId) -> usize {
+    pub(in crate::broker) fn awaited(&self, client: ClientId) -> usize {
         self.by_client.get(&client).map_or(0, |(n, _)| *n)
     }
 
     /// The earliest deadline, if any.
-    pub(super) fn next_expiry(&self) -> Option<i64> {
+    pub(in crate::broker) fn next_expiry(&self) -> Option<i64> {
         self.expiry
             .peek()
             .map(|Reverse((due, _))| due.saturating_add(1))
@@ -145,8 +145,8 @@ impl RemoteRequests {
     }
 
     /// A request of this replica's client that another replica's provider serves (its group was
-    /// formed here, [`super::relay`]): it waits for the answer or `Undelivered`; its tag.
-    pub(super) fn insert_relayed(
+    /// formed here, [`super::relay_broker`]): it waits for the answer or `Undelivered`; its tag.
+    pub(in crate::broker) fn insert_relayed(
         &mut self,
         client: ClientId,
         request_no: u64,
@@ -158,7 +158,7 @@ impl RemoteRequests {
     }
 
     /// Forgets the request `tag`.
-    pub(super) fn forget(&mut self, tag: u64) {
+    pub(in crate::broker) fn forget(&mut self, tag: u64) {
         self.remove(tag);
     }
 
@@ -204,7 +204,7 @@ impl Broker {
     /// Cluster: hands `request` to the replica owning its cell and returns `None`, or returns it
     /// to be cloaked here (standalone, this replica owns the cell, or another replica forwarded
     /// it here).
-    pub(super) fn route_to_owner(
+    pub(in crate::broker) fn route_to_owner(
         &mut self,
         client: ClientId,
         request: AdmittedRequest,
@@ -246,7 +246,7 @@ impl Broker {
         }
         let user = self.user_key(&request.user_id);
         if !self.pending_keys.insert((user, request_no)) {
-            self.reject(client, request_no, &super::already_pending(request_no));
+            self.reject(client, request_no, &crate::broker::already_pending(request_no));
             return None;
         }
         // Its deadline comes with its phase at once (`send_to_owner`): a deadline only grows, so
@@ -309,7 +309,7 @@ impl Broker {
 
     /// The remote request `tag`, whose cell was being contended for, has an owner now (or still
     /// none).
-    pub(super) fn resolved(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
+    pub(in crate::broker) fn resolved(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
         if self.remote.get(tag).map(|e| e.phase) != Some(Phase::Resolving) {
             // The client went away meanwhile, or the request was given up.
             return;
@@ -337,7 +337,7 @@ impl Broker {
     }
 
     /// An event from the replica cloaking the remote request `tag`.
-    pub(super) fn remote_event(&mut self, tag: u64, event: LocationEvent) {
+    pub(in crate::broker) fn remote_event(&mut self, tag: u64, event: LocationEvent) {
         let Some(entry) = self.remote.get(tag) else {
             // Given up, or the client is gone: it has had its outcome already.
             return;
@@ -383,7 +383,7 @@ impl Broker {
     /// How long a cloaked remote request waits for its answer or `Undelivered`: the provider's
     /// replica reports `Undelivered` at `location.answer_ttl_ms`, and its event may take up to
     /// `cluster.request_timeout_ms` more.
-    pub(super) fn answer_window(&self) -> i64 {
+    pub(in crate::broker) fn answer_window(&self) -> i64 {
         i64::try_from(self.cfg.answer_ttl_ms)
             .unwrap_or(i64::MAX)
             .saturating_add(
@@ -396,7 +396,7 @@ impl Broker {
     /// Ends the remote requests whose deadline passed: one still waiting for its owner is Rejected
     /// with UNAVAILABLE; a cloaked one that heard neither an answer nor `Undelivered` gets
     /// `Undelivered`; an answered one is forgotten.
-    pub(super) fn expire_remote(&mut self) {
+    pub(in crate::broker) fn expire_remote(&mut self) {
         let now = self.clock.now_ms();
         for entry in self.remote.take_expired(now) {
             match entry.phase {
@@ -427,7 +427,7 @@ impl Broker {
     }
 
     /// Forgets the remote requests of a client that went away.
-    pub(super) fn forget_remote(&mut self, client: ClientId) {
+    pub(in crate::broker) fn forget_remote(&mut self, client: ClientId) {
         for entry in self.remote.take_client(client) {
             if matches!(entry.phase, Phase::Resolving | Phase::Forwarded) {
                 self.pending_keys.remove(&(entry.user, entry.request_no));
@@ -436,7 +436,7 @@ impl Broker {
     }
 
     /// At shutdown: every remote request without an outcome is told it was not forwarded.
-    pub(super) fn shut_down_remote(&mut self) {
+    pub(in crate::broker) fn shut_down_remote(&mut self) {
         let clients: Vec<ClientId> = self.remote.by_client.keys().copied().collect();
         for client in clients {
             for entry in self.remote.take_client(client) {
@@ -454,7 +454,7 @@ impl Broker {
 
     /// A request another replica forwarded here: a stream of its own, closed once its one request
     /// has its outcome and answer.
-    pub(super) fn submit_forwarded(
+    pub(in crate::broker) fn submit_forwarded(
         &mut self,
         client: ClientId,
         events: EventQueue,
@@ -483,8 +483,8 @@ impl Broker {
 mod tests {
     use std::time::Duration;
 
-    use super::super::message::{Command, Outbound};
-    use super::super::testing::{Events, Fixture, REQUEST_TIMEOUT, Wire, config, drain, request};
+    use crate::broker::message::{Command, Outbound};
+    use crate::broker::testing::{Events, Fixture, REQUEST_TIMEOUT, Wire, config, drain, request};
     use crate::cluster::Owner;
     use crate::proto::location_event::Outcome;
     use crate::proto::{Cloaked, LocationEvent};

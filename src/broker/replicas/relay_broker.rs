@@ -10,27 +10,27 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use super::message::{ClientId, EventQueue, RelayRefusal, RemoteClient};
-use super::{Broker, ClientState};
+use crate::broker::message::{ClientId, EventQueue, RelayRefusal, RemoteClient};
+use crate::broker::{Broker, ClientState};
 use crate::location::{Pseudonym, UserKey};
 use crate::proto::CloakedRequest;
 
 impl Broker {
     /// Whether a provider of `service` is subscribed to this replica.
-    pub(super) fn has_provider(&self, service: usize) -> bool {
+    pub(in crate::broker) fn has_provider(&self, service: usize) -> bool {
         self.providers.values().any(|p| p.service == service)
     }
 
     /// Whether a cloaked request of `service` goes to another replica: in a cluster, when no
     /// provider of the service is subscribed here, or the service's provider queue here is full
     /// (another replica's providers may have room).
-    pub(super) fn relays(&self, service: usize) -> bool {
+    pub(in crate::broker) fn relays(&self, service: usize) -> bool {
         self.cluster.is_some()
             && (self.provider_queues[service].sender.is_full() || !self.has_provider(service))
     }
 
     /// Relays the cloaked request of `client` to a replica with a provider of its service.
-    pub(super) fn relay(
+    pub(in crate::broker) fn relay(
         &mut self,
         client: ClientId,
         request_no: u64,
@@ -74,7 +74,7 @@ impl Broker {
     /// A cloaked request another replica relayed here: a stream of its own, closed once its one
     /// request is answered or undelivered. Refused (and nothing kept) when the service's queue is
     /// full or no provider of it is left here: the relaying replica asks another.
-    pub(super) fn take_relayed(
+    pub(in crate::broker) fn take_relayed(
         &mut self,
         client: ClientId,
         events: EventQueue,
@@ -117,7 +117,7 @@ impl Broker {
     /// Tells the cluster side which services have a provider subscribed here now. (Membership
     /// of a service's queue group does not follow the queue's fill: a subscription that ends loses
     /// the requests on their way to it, so a full queue refuses instead.)
-    pub(super) fn providers_changed(&self) {
+    pub(in crate::broker) fn providers_changed(&self) {
         if let Some(link) = self.cluster.as_ref() {
             let services: BTreeSet<String> = self
                 .providers
@@ -131,8 +131,8 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::message::RelayRefusal;
-    use super::super::testing::{Fixture, config};
+    use crate::broker::message::RelayRefusal;
+    use crate::broker::testing::{Fixture, config};
     use crate::cluster::Owner;
     use crate::location::Pseudonym;
     use crate::proto::CloakedRequest;
