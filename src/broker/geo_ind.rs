@@ -4,7 +4,7 @@
 //! 128-bit pseudonym, like any cloaked request.
 //!
 //! Invariants: every draw goes through [`Broker::draw_geo_ind`]; with a privacy budget, the answer
-//! is charged first and released only once the charge is durable ([`super::budget`]); the draws use the broker's generator seeded from the operating system,
+//! is charged first and released only once the charge is durable ([`super::geo_budget`]); the draws use the broker's generator seeded from the operating system,
 //! never the configurable `location.seed`; the true position appears in no event, log line or error
 //! (providers get the reported point, the area of retrieval and its bounding box).
 use rand::Rng;
@@ -95,7 +95,7 @@ impl Broker {
         epsilon_per_km: f64,
     ) -> bool {
         if let Some(user) = budget_user {
-            // Charged first; answered once the charge is durable ([`super::budget`]).
+            // Charged first; answered once the charge is durable ([`super::geo_budget`]).
             self.charge_geo_ind(to, user, lat, lon, epsilon_per_km);
             return true;
         }

@@ -1,5 +1,5 @@
 //! The location broker's message vocabulary: what the gRPC handlers ([`crate::service::location`]),
-//! the providers' Subscribe streams ([`super::provider`]) and the replica side ([`super::replicas`])
+//! the providers' Subscribe streams ([`super::provider_stream`]) and the replica side ([`super::replicas`])
 //! send the actor, and what they share with it. Nothing here holds actor state; the actor
 //! ([`super`]) and everything that talks to it import this file, so no arrow points back up.
 //!
@@ -212,7 +212,7 @@ pub(crate) enum Command {
     },
     /// Cluster: an event for the remote request `tag` (another replica cloaks it).
     RemoteEvent { tag: u64, event: LocationEvent },
-    /// The budget ledger answered the charge of a GEO_IND answer ([`super::budget`]).
+    /// The budget ledger answered the charge of a GEO_IND answer ([`super::geo_budget`]).
     BudgetCharged {
         /// Which waiting answer (the broker keeps them by this number).
         id: u64,

@@ -45,21 +45,21 @@ use crate::proto::CloakedRequest;
 use crate::telemetry;
 use admission::already_pending;
 use message::{ClientId, Command, EventQueue, ProviderId, ProviderWindow, Rejection, StreamEnd};
-use providers::{ProviderQueue, ProviderQueues};
-use replicas::ClusterLink;
+use provider_queues::{ProviderQueue, ProviderQueues};
 use rate::RateLimiter;
+use replicas::ClusterLink;
 use routes::Routes;
 
 mod admission;
-pub(crate) mod budget;
 mod cloaking;
 mod clock;
 mod delivery;
+mod geo_budget;
 mod geo_ind;
 pub(crate) mod message;
 mod metrics;
-pub(crate) mod provider;
-pub(crate) mod providers;
+pub(crate) mod provider_queues;
+pub(crate) mod provider_stream;
 mod rate;
 pub(crate) mod replicas;
 mod routes;
@@ -181,7 +181,7 @@ pub(crate) struct Broker {
     /// Cluster: requests of this replica's clients that another replica cloaks.
     remote: replicas::RemoteRequests,
     /// The privacy budget of GEO_IND answers (`None`: `location.geo_ind.budget = 0`).
-    budget: Option<budget::GeoBudget>,
+    budget: Option<geo_budget::GeoBudget>,
 }
 
 impl Broker {
@@ -238,7 +238,7 @@ impl Broker {
         commands: mpsc::Sender<Command>,
         params: crate::location::geo_ind::predictive::PredictiveParams,
     ) -> Broker {
-        self.budget = Some(budget::GeoBudget::new(ledger, commands, params));
+        self.budget = Some(geo_budget::GeoBudget::new(ledger, commands, params));
         self
     }
 

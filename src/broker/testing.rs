@@ -11,12 +11,12 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Broker;
-use super::replicas::ClusterLink;
 use super::message::{
     AdmittedRequest, ClientId, Command, EventQueue, Outbound, ProviderId, ProviderWindow,
     RelayRefusal, RemoteClient, StreamEnd,
 };
-use super::providers::ProviderQueues;
+use super::provider_queues::ProviderQueues;
+use super::replicas::ClusterLink;
 use crate::cluster::Owner;
 use crate::config::{CloakModel, Config, LocationConfig};
 use crate::location::Pseudonym;

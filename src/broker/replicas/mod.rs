@@ -53,7 +53,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
 use super::message::{AdmittedRequest, Command, EventQueue, Outbound, Rejection, RemoteClient};
-use super::providers::ProviderQueues;
+use super::provider_queues::ProviderQueues;
 use crate::cluster::{Cluster, ClusterError, LeaseTable, Owner};
 use crate::config::CloakModel;
 use crate::location::cells::CellGrid;

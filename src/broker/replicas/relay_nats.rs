@@ -41,7 +41,7 @@ use tonic::Code;
 use super::wire::{ForwardReply, RelayedRequest};
 use super::{publish_event, refused, subject};
 use crate::broker::message::{Command, EventQueue, Outbound, RelayRefusal, RemoteClient};
-use crate::broker::providers::ProviderQueues;
+use crate::broker::provider_queues::ProviderQueues;
 use crate::cluster::Cluster;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
 use crate::store::stream_dir_name;

@@ -246,7 +246,11 @@ impl Broker {
         }
         let user = self.user_key(&request.user_id);
         if !self.pending_keys.insert((user, request_no)) {
-            self.reject(client, request_no, &crate::broker::already_pending(request_no));
+            self.reject(
+                client,
+                request_no,
+                &crate::broker::already_pending(request_no),
+            );
             return None;
         }
         // Its deadline comes with its phase at once (`send_to_owner`): a deadline only grows, so
@@ -309,7 +313,12 @@ impl Broker {
 
     /// The remote request `tag`, whose cell was being contended for, has an owner now (or still
     /// none).
-    pub(in crate::broker) fn resolved(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
+    pub(in crate::broker) fn resolved(
+        &mut self,
+        tag: u64,
+        request: AdmittedRequest,
+        owner: CellOwner,
+    ) {
         if self.remote.get(tag).map(|e| e.phase) != Some(Phase::Resolving) {
             // The client went away meanwhile, or the request was given up.
             return;

@@ -8,7 +8,7 @@
 //! tokio's clock, feeds the engine, and routes outcomes: `Cloaked`/`Expired`/`Rejected` to the client,
 //! `CloakedRequest` to the service's provider queue (bounded; it also buffers while no provider is
 //! subscribed, and when it is full the client gets `Undelivered`). Providers acknowledge what their
-//! Subscribe stream takes within `provider_ack_ms` (see [`crate::broker::provider`]); a stream that does not is
+//! Subscribe stream takes within `provider_ack_ms` (see [`crate::broker::provider_stream`]); a stream that does not is
 //! closed and its requests are handed to another provider or reported `Undelivered`. Answers come
 //! back by pseudonym through a routing table whose entries live `answer_ttl_ms`.
 //!
@@ -41,7 +41,7 @@ use crate::service::DEFAULT_MAX_MESSAGE_BYTES;
 
 pub use crate::broker::BrokerClock;
 use crate::broker::message::Command;
-pub use crate::broker::providers::{ProviderQueue, ProviderQueues};
+pub use crate::broker::provider_queues::{ProviderQueue, ProviderQueues};
 use crate::broker::{self, Broker, replicas};
 pub use error::LocationError;
 pub use validate::{AdmittedRequest, MAX_USER_ID_BYTES, Rejection, validate};
