@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::message::{AnswerTally, ClientId, ProviderId, StreamEnd};
+use super::message::{AnswerTally, ClientId, EventQueue, ProviderId, StreamEnd};
 use super::{Broker, Delivery, HandOver, Route};
 use crate::location::Pseudonym;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
@@ -66,9 +66,10 @@ impl Broker {
         forwarded: CloakedRequest,
     ) {
         let now = self.clock.now_ms();
+        let forwarded = Arc::new(forwarded);
         match self.provider_queues[service]
             .sender
-            .try_send(forwarded.clone())
+            .try_send(Arc::clone(&forwarded))
         {
             Ok(()) => {
                 self.routes.insert(
@@ -80,7 +81,7 @@ impl Broker {
                         delivered_to: None,
                         service,
                         holder: None,
-                        unacknowledged: Some(Box::new(forwarded)),
+                        unacknowledged: Some(forwarded),
                     },
                 );
                 self.route_expiry.push_back((
@@ -251,7 +252,7 @@ impl Broker {
         let (client, request_no, service) = (route.client, route.request_no, route.service);
         let another = self.has_provider(service);
         let refusal = if another {
-            match self.provider_queues[service].sender.try_send(*forwarded) {
+            match self.provider_queues[service].sender.try_send(forwarded) {
                 Ok(()) => {
                     metrics::counter!(
                         catalog::LOCATION_REHANDED,
@@ -392,28 +393,65 @@ impl Broker {
         }
     }
 
-    /// Sends an event; a client that is gone or reads too slowly loses its stream (the slow one is
-    /// told so with RESOURCE_EXHAUSTED when it reads again).
+    /// Queues an event for the client; it goes out with the client's other events of this wake-up
+    /// ([`Broker::flush_events`]).
     pub(super) fn send(&mut self, client: ClientId, event: LocationEvent) {
-        let Some(state) = self.clients.get(&client) else {
+        let Some(state) = self.clients.get_mut(&client) else {
             return;
         };
-        if state.events.try_event(event) {
-            return;
+        if state.outbox.is_empty() {
+            self.to_flush.push(client);
         }
-        if !state.events.is_closed() {
+        state.outbox.push(event);
+    }
+
+    /// Hands every client stream its events of this wake-up, in order, as one burst: its task is
+    /// woken once per wake-up rather than once per event, and tonic encodes the burst into one write.
+    /// The run loop calls it after each wake-up (as Redis writes its clients' replies before it
+    /// sleeps again); an event therefore waits at most one wake-up. A client that is gone or reads
+    /// too slowly loses its stream (the slow one is told so with RESOURCE_EXHAUSTED when it reads
+    /// again).
+    pub(super) fn flush_events(&mut self) {
+        let mut clients = std::mem::take(&mut self.to_flush);
+        for client in clients.drain(..) {
+            let sent = match self.clients.get_mut(&client) {
+                Some(state) => state.flush(),
+                None => true,
+            };
+            if !sent {
+                self.too_slow(client);
+            }
+        }
+        // Keep the list's allocation for the next wake-up.
+        if self.to_flush.is_empty() {
+            self.to_flush = clients;
+        }
+    }
+
+    /// A client whose events could not be queued: told why when it reads again (unless gone), and
+    /// forgotten.
+    fn too_slow(&mut self, client: ClientId) {
+        if let Some(state) = self.clients.get(&client) {
+            self.end_too_slow(client, &state.events);
+        }
+        self.drop_client(client);
+    }
+
+    fn end_too_slow(&self, client: ClientId, events: &EventQueue) {
+        if !events.is_closed() {
             tracing::warn!(
                 client,
                 limit = self.cfg.client_queue,
                 "client reads too slowly; closing its stream (location.client_queue)"
             );
-            state.events.finish(StreamEnd::ClientTooSlow {
+            events.finish(StreamEnd::ClientTooSlow {
                 limit: self.cfg.client_queue,
             });
         }
-        self.drop_client(client);
     }
 
+    /// Closes a draining stream once nothing more can reach it: its last events go out, then the
+    /// status that ends it (OK when it has none).
     pub(super) fn maybe_close(&mut self, client: ClientId) {
         let done = self.clients.get(&client).is_some_and(|state| {
             state.draining
@@ -421,10 +459,15 @@ impl Broker {
                 && state.awaiting_answer == 0
                 && self.remote.awaited(client) == 0
         });
-        if done
-            && let Some(state) = self.clients.remove(&client)
-            && let Some(end) = state.final_status
-        {
+        if !done {
+            return;
+        }
+        let Some(mut state) = self.clients.remove(&client) else {
+            return;
+        };
+        if !state.flush() {
+            self.end_too_slow(client, &state.events);
+        } else if let Some(end) = state.final_status {
             state.events.finish(end);
         }
     }
@@ -476,7 +519,7 @@ mod tests {
         principal: &str,
     ) -> Arc<AnswerTally> {
         let tally = Arc::new(AnswerTally::default());
-        f.broker.handle(Command::Answers {
+        f.handle(Command::Answers {
             answers: vec![(pseudonym, payload.map(<[u8]>::to_vec))],
             tally: Arc::clone(&tally),
             principal: principal.into(),
@@ -656,7 +699,7 @@ mod tests {
         let ttl_ms = cfg.answer_ttl_ms;
         let mut f = Fixture::new(cfg);
         let (mut a, _b) = cloak_a_pair(&mut f);
-        f.broker.handle(Command::InboundClosed { client: 1 });
+        f.handle(Command::InboundClosed { client: 1 });
         assert!(
             f.broker.clients.contains_key(&1),
             "open while its request awaits an answer"

@@ -41,7 +41,7 @@ use crate::config::LocationConfig;
 use crate::location::{
     CloakedGroup, Engine, Outcome, PresenceEngine, Pseudonym, RequestId, UserKey,
 };
-use crate::proto::CloakedRequest;
+use crate::proto::{self, CloakedRequest};
 use crate::telemetry;
 use admission::already_pending;
 use message::{ClientId, Command, EventQueue, ProviderId, ProviderWindow, Rejection, StreamEnd};
@@ -82,6 +82,8 @@ struct Delivery {
 
 struct ClientState {
     events: EventQueue,
+    /// Events of this wake-up not yet handed to the stream ([`Broker::flush_events`]).
+    outbox: Vec<proto::LocationEvent>,
     /// What ends the stream once it has drained (OK when `None`).
     final_status: Option<StreamEnd>,
     principal: Arc<str>,
@@ -90,6 +92,34 @@ struct ClientState {
     /// Forwarded requests whose pseudonym is still routable and has not been answered yet.
     awaiting_answer: usize,
     draining: bool,
+}
+
+impl ClientState {
+    /// A stream of `principal`; `draining` when it brings one request and ends with its outcome
+    /// (a request another replica forwarded or relayed here).
+    fn new(events: EventQueue, principal: Arc<str>, rate_limited: bool, draining: bool) -> Self {
+        ClientState {
+            events,
+            outbox: Vec::new(),
+            final_status: None,
+            principal,
+            rate_limited,
+            pending: HashSet::new(),
+            awaiting_answer: 0,
+            draining,
+        }
+    }
+
+    /// Hands the stream the events of this wake-up in order; false when one could not be queued
+    /// (the client is gone or reads too slowly), and the rest are dropped with it.
+    fn flush(&mut self) -> bool {
+        for event in self.outbox.drain(..) {
+            if !self.events.try_event(event) {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 struct PendingEntry {
@@ -114,9 +144,9 @@ struct Route {
     service: usize,
     /// The Subscribe stream that took the request and has not acknowledged it yet.
     holder: Option<ProviderId>,
-    /// The request as forwarded, kept until a provider acknowledges it so it can be handed on
-    /// (boxed: most routes live on long after it, and the table holds `answer_ttl_ms` of them).
-    unacknowledged: Option<Box<CloakedRequest>>,
+    /// The request as forwarded (shared with the provider queue), kept until a provider
+    /// acknowledges it so it can be handed on.
+    unacknowledged: Option<Arc<CloakedRequest>>,
 }
 
 /// One provider's Subscribe stream, as the broker tracks it.
@@ -157,6 +187,8 @@ pub(crate) struct Broker {
     pending: HashMap<RequestId, PendingEntry, foldhash::fast::RandomState>,
     pending_keys: HashSet<(UserKey, u64)>,
     clients: HashMap<ClientId, ClientState>,
+    /// Clients with events in their outbox, in the order of their first event this wake-up.
+    to_flush: Vec<ClientId>,
     /// The broker's copy of the provider queues (by service index; grows on reload).
     provider_queues: Vec<ProviderQueue>,
     all_provider_queues: Arc<ProviderQueues>,
@@ -207,6 +239,7 @@ impl Broker {
             pending: HashMap::default(),
             pending_keys: HashSet::new(),
             clients: HashMap::new(),
+            to_flush: Vec::new(),
             provider_queues,
             all_provider_queues,
             routes: Routes::default(),
@@ -258,15 +291,7 @@ impl Broker {
             } => {
                 self.clients.insert(
                     client,
-                    ClientState {
-                        events,
-                        final_status: None,
-                        principal,
-                        rate_limited,
-                        pending: HashSet::new(),
-                        awaiting_answer: 0,
-                        draining: false,
-                    },
+                    ClientState::new(events, principal, rate_limited, false),
                 );
             }
             Command::Submit {
@@ -386,6 +411,7 @@ impl Broker {
             }
         }
         self.shut_down_remote();
+        self.flush_events();
         self.clients.clear();
         self.providers.clear();
         self.all_provider_queues.close();
@@ -462,6 +488,7 @@ impl Broker {
             self.expire_acks();
             self.prune_routes();
             self.expire_remote();
+            self.flush_events();
             self.record_gauges(commands.len());
             telemetry::saturation::record_broker_busy(busy_from.elapsed());
         }

@@ -7,17 +7,18 @@
 //! already admitted for it are still delivered to the providers subscribed to it, while new
 //! requests and subscriptions naming it are refused. [`ProviderQueues::close`] (at shutdown) ends
 //! every Subscribe stream once its queue is drained.
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use crate::proto::CloakedRequest;
 use crate::telemetry::catalog;
 
-/// One service's queue.
+/// One service's queue. A request on it is shared with its route (which keeps it until a provider
+/// acknowledges it), so neither the broker nor a hand-over copies it.
 #[derive(Debug, Clone)]
 pub struct ProviderQueue {
     pub service: String,
-    pub sender: async_channel::Sender<CloakedRequest>,
-    pub receiver: async_channel::Receiver<CloakedRequest>,
+    pub sender: async_channel::Sender<Arc<CloakedRequest>>,
+    pub receiver: async_channel::Receiver<Arc<CloakedRequest>>,
     /// `cloakd_location_provider_queue_depth{service}`.
     pub depth: metrics::Gauge,
 }

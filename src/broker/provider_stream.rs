@@ -57,9 +57,9 @@ pub(crate) struct ProviderStream {
 
 struct State {
     stream: ProviderStream,
-    queue: async_channel::Receiver<CloakedRequest>,
+    queue: async_channel::Receiver<Arc<CloakedRequest>>,
     /// Requests taken (and reported `Delivered`) but not yet handed to the stream.
-    taken: VecDeque<CloakedRequest>,
+    taken: VecDeque<Arc<CloakedRequest>>,
     _guard: ProviderGuard,
     ended: bool,
 }
@@ -71,7 +71,7 @@ impl ProviderStream {
     /// The response stream of Subscribe over the service's `queue`.
     pub(crate) fn into_stream(
         self,
-        queue: async_channel::Receiver<CloakedRequest>,
+        queue: async_channel::Receiver<Arc<CloakedRequest>>,
     ) -> impl Stream<Item = Result<CloakedRequest, StreamEnd>> + Send + 'static {
         let guard = ProviderGuard {
             provider: self.provider,
@@ -91,7 +91,7 @@ impl ProviderStream {
             if let Some(cloaked) = state.taken.pop_front() {
                 // A close from the broker still ends the stream first.
                 return match state.stream.close.try_recv() {
-                    Err(oneshot::error::TryRecvError::Empty) => Some((Ok(cloaked), state)),
+                    Err(oneshot::error::TryRecvError::Empty) => Some((Ok(owned(cloaked)), state)),
                     Ok(end) => {
                         state.ended = true;
                         Some((Err(end), state))
@@ -140,7 +140,13 @@ impl ProviderStream {
                     provider: s.provider,
                 })
                 .await;
-            Some((Ok(cloaked), state))
+            Some((Ok(owned(cloaked)), state))
         })
     }
+}
+
+/// The request to encode: the broker's route still holds it until it is acknowledged, so this is
+/// the one copy of a forwarded request, made on the stream's task rather than on the broker's.
+fn owned(cloaked: Arc<CloakedRequest>) -> CloakedRequest {
+    Arc::unwrap_or_clone(cloaked)
 }

@@ -123,9 +123,15 @@ impl Fixture {
         (f, wire)
     }
 
+    /// One command, then what the run loop does with the events of its wake-up (they go out).
+    pub(super) fn handle(&mut self, command: Command) {
+        self.broker.handle(command);
+        self.broker.flush_events();
+    }
+
     pub(super) fn open(&mut self, client: ClientId, principal: &str, rate_limited: bool) -> Events {
         let (events, receiver) = EventQueue::channel(self.broker.cfg.client_queue);
-        self.broker.handle(Command::Open {
+        self.handle(Command::Open {
             client,
             events,
             principal: principal.into(),
@@ -135,7 +141,7 @@ impl Fixture {
     }
 
     pub(super) fn submit(&mut self, client: ClientId, request: AdmittedRequest) {
-        self.broker.handle(Command::Submit {
+        self.handle(Command::Submit {
             client,
             request,
             received: std::time::Instant::now(),
@@ -145,7 +151,7 @@ impl Fixture {
     pub(super) fn subscribe(&mut self, id: ProviderId) -> Provider {
         let window = Arc::new(ProviderWindow::default());
         let (close, closed) = oneshot::channel();
-        self.broker.handle(Command::ProviderOpen {
+        self.handle(Command::ProviderOpen {
             provider: id,
             service: 0,
             window: Arc::clone(&window),
@@ -156,7 +162,7 @@ impl Fixture {
 
     /// The provider stream `provider` ends.
     pub(super) fn leave(&mut self, provider: &Provider) {
-        self.broker.handle(Command::ProviderGone {
+        self.handle(Command::ProviderGone {
             provider: provider.id,
         });
     }
@@ -175,7 +181,7 @@ impl Fixture {
             node: Arc::from("b"),
             tag,
         };
-        self.broker.handle(Command::Relayed {
+        self.handle(Command::Relayed {
             client,
             events: EventQueue::replica(to, wire.out.clone()),
             service: 0,
@@ -192,10 +198,10 @@ impl Fixture {
         let mut taken = Vec::new();
         while let Ok(request) = queue.try_recv() {
             provider.window.take();
-            taken.push(request);
+            taken.push(Arc::unwrap_or_clone(request));
         }
         let pseudonyms = taken.iter().map(pseudonym).collect();
-        self.broker.handle(Command::Delivered {
+        self.handle(Command::Delivered {
             pseudonyms,
             principal: principal.into(),
             provider: provider.id,
@@ -210,6 +216,7 @@ impl Fixture {
         self.broker.expire_acks();
         self.broker.prune_routes();
         self.broker.expire_remote();
+        self.broker.flush_events();
         self.broker.record_gauges(0);
     }
 

@@ -7,7 +7,7 @@
 //! here is relayed with that replica's tag, so its answer goes straight to the client's replica.
 //! On the replica that takes it, a relayed request is a one-request client stream (its events go
 //! to the client's replica) put on the local provider queue like any other.
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::broker::message::{ClientId, EventQueue, RelayRefusal, RemoteClient};
@@ -95,18 +95,10 @@ impl Broker {
         if self.provider_queues[service].sender.is_full() {
             return Err(RelayRefusal::QueueFull);
         }
+        // The client's replica holds its principal to the rate limit.
         self.clients.insert(
             client,
-            ClientState {
-                events,
-                final_status: None,
-                principal: Arc::from("relayed"),
-                // The client's replica holds its principal to the rate limit.
-                rate_limited: false,
-                pending: HashSet::new(),
-                awaiting_answer: 0,
-                draining: true,
-            },
+            ClientState::new(events, Arc::from("relayed"), false, true),
         );
         // The client's replica puts the request's own number in every event.
         self.enqueue(client, 0, service, pseudonym, request);

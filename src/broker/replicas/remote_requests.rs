@@ -470,19 +470,9 @@ impl Broker {
         principal: Arc<str>,
         request: AdmittedRequest,
     ) {
-        self.clients.insert(
-            client,
-            ClientState {
-                events,
-                final_status: None,
-                principal,
-                // The origin holds its principal to the rate limit.
-                rate_limited: false,
-                pending: HashSet::new(),
-                awaiting_answer: 0,
-                draining: true,
-            },
-        );
+        // The origin holds its principal to the rate limit.
+        self.clients
+            .insert(client, ClientState::new(events, principal, false, true));
         self.submit(client, request);
         self.maybe_close(client);
     }
@@ -551,7 +541,7 @@ mod tests {
         let _b = f.open(2, "app", false);
         f.submit(1, request("alice", 1, 2));
         f.submit(2, request("bob", 1, 2));
-        f.broker.handle(Command::InboundClosed { client: 1 });
+        f.handle(Command::InboundClosed { client: 1 });
         assert_eq!(only_relays(&mut wire), 2);
         assert!(matches!(drain(&mut a).0.as_slice(), [Outcome::Cloaked(_)]));
 
@@ -605,7 +595,7 @@ mod tests {
         let (mut f, mut wire) = Fixture::clustered(cfg, Owner::Remote("b".into()));
         let mut a = f.open(1, "app", false);
         f.submit(1, request("alice", 1, 2));
-        f.broker.handle(Command::InboundClosed { client: 1 });
+        f.handle(Command::InboundClosed { client: 1 });
         let tag = match wire.sent().as_slice() {
             [Outbound::Forward { owner, tag, .. }] if owner == "b" => *tag,
             other => panic!("expected the request forwarded to b, got {other:?}"),
@@ -619,7 +609,7 @@ mod tests {
                 ..Default::default()
             })),
         };
-        f.broker.handle(Command::RemoteEvent {
+        f.handle(Command::RemoteEvent {
             tag,
             event: cloaked,
         });

@@ -50,8 +50,12 @@ pub struct ComparedRun {
     pub adversary_error_m: Option<f64>,
     /// Answers the adversary was evaluated on.
     pub adversary_answers: usize,
+    /// With --pois: replies that carried a candidate list (the simulated provider answers as fast
+    /// as it can; a run may end before it answered them all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poi_answers: Option<u64>,
     /// With --pois: refined answers equal to the exact answer, over POI answers (a refused list
-    /// counts as not exact).
+    /// counts as not exact); none when no list came back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poi_exact_share: Option<f64>,
     /// With --pois: answers the provider refused (`PoiCandidates.error`, e.g. a list too long for one
@@ -157,6 +161,8 @@ pub async fn compare(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Resu
             .filter_map(|(truth, seen)| grid.adversary_error(seen, *truth))
             .collect();
         let adversary_answers = errors.len();
+        // Shares and sizes only over lists that came back (none: "-", not 0 %).
+        let lists = report.poi.as_ref().filter(|p| p.answers > 0);
         out.push(ComparedRun {
             run: label,
             model: model.name(),
@@ -171,16 +177,11 @@ pub async fn compare(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Resu
             box_area_km2: areas,
             adversary_error_m: mean(errors),
             adversary_answers,
-            poi_exact_share: report
-                .poi
-                .as_ref()
-                .map(|p| p.exact as f64 / p.answers.max(1) as f64),
-            poi_refused_share: report
-                .poi
-                .as_ref()
-                .map(|p| p.refused as f64 / p.answers.max(1) as f64),
-            poi_candidates_p50: report.poi.as_ref().map(|p| p.candidates_p50),
-            poi_candidates_p95: report.poi.as_ref().map(|p| p.candidates_p95),
+            poi_answers: report.poi.as_ref().map(|p| p.answers),
+            poi_exact_share: lists.map(|p| p.exact as f64 / p.answers as f64),
+            poi_refused_share: lists.map(|p| p.refused as f64 / p.answers as f64),
+            poi_candidates_p50: lists.map(|p| p.candidates_p50),
+            poi_candidates_p95: lists.map(|p| p.candidates_p95),
             budget_exhausted: report.budget_exhausted,
         });
     }
@@ -210,10 +211,14 @@ pub fn table(c: &Comparison) -> String {
             or_dash(r.quality_loss_m, 0),
             or_dash(r.box_area_km2, 3),
             or_dash(r.adversary_error_m, 0),
-            match (r.poi_exact_share, r.poi_refused_share) {
-                (Some(s), Some(refused)) if refused > 0.0 =>
-                    format!("{:.1} % ({:.1} % refused)", 100.0 * s, 100.0 * refused),
-                (Some(s), _) => format!("{:.1} %", 100.0 * s),
+            match (r.poi_exact_share, r.poi_refused_share, r.poi_answers) {
+                (Some(s), Some(refused), Some(n)) if refused > 0.0 => format!(
+                    "{:.1} % of {n} ({:.1} % refused)",
+                    100.0 * s,
+                    100.0 * refused
+                ),
+                (Some(s), _, Some(n)) => format!("{:.1} % of {n}", 100.0 * s),
+                (None, _, Some(0)) => "none came back".to_string(),
                 _ => "-".to_string(),
             },
             match (r.poi_candidates_p50, r.poi_candidates_p95) {
@@ -268,4 +273,54 @@ fn draw(c: &Comparison, path: &Path) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--chart: {e}"))?;
     let bytes = render(&chart(c), format)?;
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(poi_answers: Option<u64>, exact: Option<f64>) -> ComparedRun {
+        ComparedRun {
+            run: "geo-ind eps=5".into(),
+            model: "geo-ind",
+            epsilon_per_km: Some(5.0),
+            requests: 10,
+            answered: 10,
+            success_rate: 1.0,
+            cloak_latency_p50_ms: 0.5,
+            cloak_latency_p99_ms: 1.0,
+            reply_latency_p50_ms: 0.7,
+            quality_loss_m: Some(380.0),
+            box_area_km2: None,
+            adversary_error_m: Some(510.0),
+            adversary_answers: 10,
+            poi_answers,
+            poi_exact_share: exact,
+            poi_refused_share: exact.map(|_| 0.0),
+            poi_candidates_p50: exact.map(|_| 31),
+            poi_candidates_p95: exact.map(|_| 48),
+            budget_exhausted: 0,
+        }
+    }
+
+    #[test]
+    fn a_run_whose_provider_answered_no_list_shows_none_not_zero_exact() {
+        let c = Comparison {
+            trace_rows: 10,
+            grid_m: 100.0,
+            runs: vec![
+                run(Some(8), Some(0.875)),
+                run(Some(0), None),
+                run(None, None),
+            ],
+        };
+        let text = table(&c);
+        let rows: Vec<&str> = text.lines().skip(2).collect();
+        assert!(rows[0].contains("| 87.5 % of 8 | 31 / 48 |"), "{}", rows[0]);
+        assert!(rows[1].contains("| none came back | - |"), "{}", rows[1]);
+        assert!(rows[2].contains("| - | - |"), "{}", rows[2]);
+        let json = serde_json::to_value(&c.runs[1]).unwrap();
+        assert_eq!(json["poi_answers"], 0);
+        assert!(json.get("poi_exact_share").is_none(), "{json}");
+    }
 }
