@@ -341,7 +341,7 @@ pub struct AdmittedRequest {
     pub dy_m: f64,
     pub dt_ms: u64,
     pub payload: Vec<u8>,
-    /// Index of the service's queue ([`ProviderQueues`]).
+    /// Index of the service's queue ([`super::provider_queues::ProviderQueues`]).
     pub service: usize,
     pub model: CloakModel,
     /// GEO_IND: the privacy level (per km) the answer is drawn at; `None` under the other models.

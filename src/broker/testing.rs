@@ -114,7 +114,7 @@ impl Fixture {
         let (out, outbound) = mpsc::channel(64);
         let (commands, _commands) = mpsc::channel(64);
         let link = ClusterLink::detached("a", owner, out.clone(), commands, REQUEST_TIMEOUT);
-        f.broker.cluster = Some(link);
+        f.broker.replicas.link = Some(link);
         let wire = Wire {
             outbound,
             out,

@@ -110,6 +110,24 @@ impl ClusterLink {
         }
     }
 
+    /// The owner of the cell of `(lat, lon)` when another replica is to cloak a request there, or
+    /// `None` to cloak it here: this replica owns the cell, or the request was forwarded here
+    /// (`forwarded_here`: it is never forwarded on).
+    pub(in crate::broker) fn owner_elsewhere(
+        &self,
+        forwarded_here: bool,
+        lat: f64,
+        lon: f64,
+    ) -> Option<CellOwner> {
+        if forwarded_here {
+            return None;
+        }
+        match self.owner_of(lat, lon) {
+            CellOwner::Here => None,
+            owner => Some(owner),
+        }
+    }
+
     /// Contends for the cell of `request` and hands the request back to the broker
     /// ([`Command::Resolved`]) once someone holds it, or after [`Self::resolve_within`].
     pub(super) fn resolve(&self, tag: u64, request: AdmittedRequest) {

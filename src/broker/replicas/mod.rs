@@ -59,7 +59,7 @@ use crate::config::CloakModel;
 use crate::location::cells::CellGrid;
 use crate::proto::LocationEvent;
 pub(crate) use link::ClusterLink;
-pub(super) use remote_requests::RemoteRequests;
+use remote_requests::RemoteRequests;
 use wire::{ForwardReply, ForwardedRequest, ReplicaEvent};
 
 mod link;
@@ -67,6 +67,15 @@ mod relay_broker;
 mod relay_nats;
 mod remote_requests;
 pub(crate) mod wire;
+
+/// The broker's replica state: its link to the cluster and the requests of its clients that
+/// another replica cloaks or serves ([`remote_requests`]).
+#[derive(Default)]
+pub(super) struct ReplicaState {
+    /// Cell owners and the way to other replicas (`None`: standalone).
+    pub(super) link: Option<ClusterLink>,
+    pub(super) remote: RemoteRequests,
+}
 
 /// Messages waiting for the NATS publisher; past this the broker treats the replica as too slow.
 const OUTBOUND_QUEUE: usize = 65_536;

@@ -21,8 +21,9 @@ use std::sync::Arc;
 
 use tonic::Code;
 
+use crate::broker::Broker;
+use crate::broker::clients::ClientState;
 use crate::broker::message::{AdmittedRequest, CellOwner, ClientId, EventQueue, Rejection};
-use crate::broker::{Broker, ClientState};
 use crate::location::UserKey;
 use crate::proto::LocationEvent;
 use crate::proto::location_event::Outcome as EventOutcome;
@@ -76,7 +77,8 @@ impl RemoteRequests {
             .map(|Reverse((due, _))| due.saturating_add(1))
     }
 
-    fn len(&self) -> usize {
+    /// How many remote requests the broker waits for.
+    pub(in crate::broker) fn len(&self) -> usize {
         self.entries.len()
     }
 
@@ -201,71 +203,30 @@ fn millis(d: std::time::Duration) -> i64 {
 }
 
 impl Broker {
-    /// Cluster: hands `request` to the replica owning its cell and returns `None`, or returns it
-    /// to be cloaked here (standalone, this replica owns the cell, or another replica forwarded
-    /// it here).
-    pub(in crate::broker) fn route_to_owner(
+    /// Hands an admitted request (its key held, [`super::super::admission`]) to the replica
+    /// owning its cell: it becomes a remote request of its client.
+    pub(in crate::broker) fn send_remote(
         &mut self,
         client: ClientId,
+        user: UserKey,
         request: AdmittedRequest,
-    ) -> Option<AdmittedRequest> {
-        let Some(link) = self.cluster.as_ref() else {
-            return Some(request);
-        };
-        let forwarded_here = self
-            .clients
-            .get(&client)
-            .is_none_or(|state| state.events.is_replica());
-        let owner = link.owner_of(request.lat, request.lon);
-        if forwarded_here || owner == CellOwner::Here {
-            return Some(request);
-        }
-        let request_no = request.request_no;
-        let held =
-            self.remote.awaited(client) + self.clients.get(&client).map_or(0, |s| s.pending.len());
-        if held >= self.cfg.max_pending_per_stream {
-            let rejection = Rejection::exhausted(
-                "request_no",
-                format!(
-                    "this stream already has {held} pending requests (location.max_pending_per_stream)"
-                ),
-            );
-            self.reject(client, request_no, &rejection);
-            return None;
-        }
-        if self.remote.len() >= self.cfg.max_pending {
-            let rejection = Rejection::exhausted(
-                "request_no",
-                format!(
-                    "the broker already waits for {} requests other replicas cloak (location.max_pending)",
-                    self.remote.len()
-                ),
-            );
-            self.reject(client, request_no, &rejection);
-            return None;
-        }
-        let user = self.user_key(&request.user_id);
-        if !self.pending_keys.insert((user, request_no)) {
-            self.reject(
-                client,
-                request_no,
-                &crate::broker::already_pending(request_no),
-            );
-            return None;
-        }
+        owner: CellOwner,
+    ) {
         // Its deadline comes with its phase at once (`send_to_owner`): a deadline only grows, so
         // it starts from now, not from a "never".
         let now = self.clock.now_ms();
-        let tag = self
-            .remote
-            .insert(client, request_no, user, Phase::Resolving, now);
+        let tag =
+            self.replicas
+                .remote
+                .insert(client, request.request_no, user, Phase::Resolving, now);
         self.send_to_owner(tag, request, owner);
-        None
     }
 
     /// Sends the remote request `tag` on according to what is known of its cell's owner.
     fn send_to_owner(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
-        let (Some(link), Some(entry)) = (self.cluster.as_ref(), self.remote.get(tag)) else {
+        let (Some(link), Some(entry)) =
+            (self.replicas.link.as_ref(), self.replicas.remote.get(tag))
+        else {
             return;
         };
         let (client, user) = (entry.client, entry.user);
@@ -274,13 +235,13 @@ impl Broker {
         match owner {
             CellOwner::Here => {
                 // Resolved to this replica: cloak it here like any other.
-                self.remote.remove(tag);
-                self.pending_keys.remove(&(user, request.request_no));
-                self.cloak_here(client, request);
+                // Its key stays held: it moves from the remote requests to the pending ones.
+                self.replicas.remote.remove(tag);
+                self.cloak_here(client, user, request);
             }
             CellOwner::Unknown => {
                 let wait = millis(link.resolve_within);
-                self.remote.advance(
+                self.replicas.remote.advance(
                     tag,
                     Phase::Resolving,
                     now.saturating_add(wait).saturating_add(timeout),
@@ -293,11 +254,15 @@ impl Broker {
                     .get(&client)
                     .map(|s| Arc::clone(&s.principal))
                     .unwrap_or_else(|| Arc::from(""));
-                let service = self.provider_queues[request.service].service.clone();
+                let service = self.delivery.provider_queues[request.service]
+                    .service
+                    .clone();
                 let deadline = now
                     .saturating_add(i64::try_from(request.dt_ms).unwrap_or(i64::MAX))
                     .saturating_add(timeout);
-                self.remote.advance(tag, Phase::Forwarded, deadline);
+                self.replicas
+                    .remote
+                    .advance(tag, Phase::Forwarded, deadline);
                 if !link.forward(node, tag, &principal, &request, &service) {
                     self.end_remote(
                         tag,
@@ -319,7 +284,7 @@ impl Broker {
         request: AdmittedRequest,
         owner: CellOwner,
     ) {
-        if self.remote.get(tag).map(|e| e.phase) != Some(Phase::Resolving) {
+        if self.replicas.remote.get(tag).map(|e| e.phase) != Some(Phase::Resolving) {
             // The client went away meanwhile, or the request was given up.
             return;
         }
@@ -338,8 +303,8 @@ impl Broker {
 
     /// Ends the remote request `tag` with `rejection`, telling its client.
     fn end_remote(&mut self, tag: u64, rejection: Rejection) {
-        if let Some(entry) = self.remote.remove(tag) {
-            self.pending_keys.remove(&(entry.user, entry.request_no));
+        if let Some(entry) = self.replicas.remote.remove(tag) {
+            self.admission.release(entry.user, entry.request_no);
             self.reject(entry.client, entry.request_no, &rejection);
             self.maybe_close(entry.client);
         }
@@ -347,7 +312,7 @@ impl Broker {
 
     /// An event from the replica cloaking the remote request `tag`.
     pub(in crate::broker) fn remote_event(&mut self, tag: u64, event: LocationEvent) {
-        let Some(entry) = self.remote.get(tag) else {
+        let Some(entry) = self.replicas.remote.get(tag) else {
             // Given up, or the client is gone: it has had its outcome already.
             return;
         };
@@ -357,8 +322,8 @@ impl Broker {
         let answer_window = self.answer_window();
         match &event.outcome {
             Some(EventOutcome::Cloaked(_)) if phase == Phase::Forwarded => {
-                self.pending_keys.remove(&(user, request_no));
-                self.remote.advance(
+                self.admission.release(user, request_no);
+                self.replicas.remote.advance(
                     tag,
                     Phase::Cloaked { answered: false },
                     now.saturating_add(answer_window),
@@ -367,15 +332,16 @@ impl Broker {
             Some(EventOutcome::Expired(_) | EventOutcome::Rejected(_))
                 if phase == Phase::Forwarded =>
             {
-                self.pending_keys.remove(&(user, request_no));
-                self.remote.remove(tag);
+                self.admission.release(user, request_no);
+                self.replicas.remote.remove(tag);
             }
             Some(EventOutcome::Reply(_)) if matches!(phase, Phase::Cloaked { .. }) => {
-                self.remote
+                self.replicas
+                    .remote
                     .advance(tag, Phase::Cloaked { answered: true }, now);
             }
             Some(EventOutcome::Undelivered(_)) if matches!(phase, Phase::Cloaked { .. }) => {
-                self.remote.remove(tag);
+                self.replicas.remote.remove(tag);
             }
             // Out of order or unexpected for its phase: not for this client.
             _ => return,
@@ -396,7 +362,8 @@ impl Broker {
         i64::try_from(self.cfg.answer_ttl_ms)
             .unwrap_or(i64::MAX)
             .saturating_add(
-                self.cluster
+                self.replicas
+                    .link
                     .as_ref()
                     .map_or(0, |l| millis(l.request_timeout)),
             )
@@ -407,10 +374,10 @@ impl Broker {
     /// `Undelivered`; an answered one is forgotten.
     pub(in crate::broker) fn expire_remote(&mut self) {
         let now = self.clock.now_ms();
-        for entry in self.remote.take_expired(now) {
+        for entry in self.replicas.remote.take_expired(now) {
             match entry.phase {
                 Phase::Resolving | Phase::Forwarded => {
-                    self.pending_keys.remove(&(entry.user, entry.request_no));
+                    self.admission.release(entry.user, entry.request_no);
                     let rejection = Rejection {
                         field: "lat",
                         reason: "the replica owning the request's cell did not answer by the request's deadline (it may have stopped; its cells move to another replica within cluster.lease_ms); retry".into(),
@@ -437,18 +404,18 @@ impl Broker {
 
     /// Forgets the remote requests of a client that went away.
     pub(in crate::broker) fn forget_remote(&mut self, client: ClientId) {
-        for entry in self.remote.take_client(client) {
+        for entry in self.replicas.remote.take_client(client) {
             if matches!(entry.phase, Phase::Resolving | Phase::Forwarded) {
-                self.pending_keys.remove(&(entry.user, entry.request_no));
+                self.admission.release(entry.user, entry.request_no);
             }
         }
     }
 
     /// At shutdown: every remote request without an outcome is told it was not forwarded.
     pub(in crate::broker) fn shut_down_remote(&mut self) {
-        let clients: Vec<ClientId> = self.remote.by_client.keys().copied().collect();
+        let clients: Vec<ClientId> = self.replicas.remote.by_client.keys().copied().collect();
         for client in clients {
-            for entry in self.remote.take_client(client) {
+            for entry in self.replicas.remote.take_client(client) {
                 if matches!(entry.phase, Phase::Resolving | Phase::Forwarded) {
                     let rejection = Rejection {
                         field: "request_no",
