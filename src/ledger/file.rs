@@ -20,9 +20,10 @@
 //!    complete frame whose checksum is wrong (even the last one), a length field other than
 //!    [`PAYLOAD_BYTES`], an amount that is not a finite number at least 0.
 //! 3. **Compaction.** At open, a file holding entries of past windows or superseded entries is
-//!    rewritten with one frame per user of the current window: written to a temporary file,
-//!    synced, renamed over the ledger, the directory synced (the store's atomic write). A crash at
-//!    any point leaves either the old or the new file, both complete.
+//!    rewritten with one frame per user of the current window: written to `budget.ledger.tmp`
+//!    ([`LEDGER_TMP`]), synced, renamed over the ledger, the directory synced
+//!    ([`crate::atomic_file::write_bytes_as`], as the store's files). A crash at any point leaves
+//!    either the old or the new file, both complete.
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -32,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{Backend, Charge, Charged, KeyedHash, LedgerError, Policy, Spent, UserHash, decide};
+use crate::atomic_file::Step;
 use crate::store::DataDirLock;
 
 /// The ledger's directory inside the data directory.
@@ -42,6 +44,22 @@ pub const LEDGER_FILE: &str = "budget.ledger";
 pub const PAYLOAD_BYTES: usize = 48;
 const HEADER: usize = 8;
 const FRAME: usize = HEADER + PAYLOAD_BYTES;
+
+/// The compacted ledger's temporary file (invariant 3): a fixed name, since the ledger is alone in
+/// its directory (`budget/LOCK`); one left by a crash is replaced by the next compaction and never
+/// read.
+pub const LEDGER_TMP: &str = "budget.ledger.tmp";
+
+/// What a failed step of an atomic write ([`crate::atomic_file`]) was doing, in the ledger's
+/// words: `writing` the content.
+pub(crate) fn atomic_write_action(step: Step, writing: &'static str) -> &'static str {
+    match step {
+        Step::Create => "creating",
+        Step::Write | Step::Sync => writing,
+        Step::Rename => "renaming into place",
+        Step::SyncDirectory => "syncing the directory",
+    }
+}
 
 /// Fsyncs a directory so that a rename or file creation inside it is durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
@@ -203,13 +221,12 @@ impl FileLedger {
             for (user, spent) in &live {
                 frame(user, *spent, &mut out);
             }
-            let tmp = dir.join(format!("{LEDGER_FILE}.tmp"));
-            let mut f = File::create(&tmp).map_err(LedgerError::io(&tmp, "creating"))?;
-            f.write_all(&out)
-                .and_then(|()| f.sync_all())
-                .map_err(LedgerError::io(&tmp, "writing the compacted ledger"))?;
-            std::fs::rename(&tmp, &path).map_err(LedgerError::io(&path, "renaming into place"))?;
-            sync_dir(&dir)?;
+            crate::atomic_file::write_bytes_as(&path, LEDGER_TMP, &out).map_err(|e| {
+                LedgerError::io(
+                    &e.path,
+                    atomic_write_action(e.step, "writing the compacted ledger"),
+                )(e.source)
+            })?;
         }
         let file = OpenOptions::new()
             .create(true)

@@ -3,18 +3,26 @@
 //! secret can test a guessed user id against them.
 //!
 //! The secret is made once from the operating system's generator and kept beside the entries: in
-//! the data directory ([`KeyedHash::load_or_create`]: `budget/hash.key`, written atomically, read
-//! back on every start) or, between replicas, as one key of the bucket created by whichever replica
-//! comes first ([`super::kv`]), so every replica hashes a user id alike. Invariant: the secret never
-//! changes once written (a changed secret would give every user a fresh budget); a secret file of
-//! the wrong length is damage and refused.
-use std::io::Write;
+//! the data directory ([`KeyedHash::load_or_create`]: `budget/hash.key`, read back on every start)
+//! or, between replicas, as one key of the bucket created by whichever replica comes first
+//! ([`super::kv`]), so every replica hashes a user id alike. Invariant: the secret never changes
+//! once written (a changed secret would give every user a fresh budget); a secret file of the wrong
+//! length is damage and refused.
+//!
+//! The file is created atomically and never over an existing one ([`crate::atomic_file`]'s
+//! `create_with_bytes`), so the invariant holds by itself, not only under the ledger's lock. Its
+//! temporary file has `tempfile`'s own name (`.hash.key.XXXXXX.partial`), not a fixed one: two
+//! processes creating the secret at once then never share a temporary file, the first rename wins
+//! and the other reads the winner's secret. A crash while the file is created can leave such a
+//! temporary file, holding a secret never used; nothing reads it.
+use std::io::ErrorKind;
 use std::path::Path;
 
 use rand::TryRngCore;
 use sha2::{Digest, Sha256};
 
 use super::LedgerError;
+use crate::atomic_file::Step;
 
 /// Length of the secret (bytes).
 pub const SECRET_BYTES: usize = 32;
@@ -96,43 +104,51 @@ impl KeyedHash {
         UserHash(self.mac(user_id.as_bytes()))
     }
 
-    /// Reads `dir/hash.key`, or creates it with a fresh secret (written to a temporary file, synced,
-    /// renamed, the directory synced) if it does not exist.
+    /// Reads `dir/hash.key`, or creates it with a fresh secret if it does not exist: atomically
+    /// ([`crate::atomic_file::create_with_bytes`]: a temporary file of its own, synced, renamed only
+    /// if `hash.key` still does not exist, the directory synced). If another process created it
+    /// meanwhile, its secret is read and used: the secret never changes once written.
     pub fn load_or_create(dir: &Path) -> Result<KeyedHash, LedgerError> {
         let path = dir.join(KEY_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let secret: [u8; SECRET_BYTES] =
-                    bytes
-                        .as_slice()
-                        .try_into()
-                        .map_err(|_| LedgerError::Damaged {
-                            path: path.display().to_string().into(),
-                            offset: 0,
-                            rule: format!(
-                                "the hash secret must be {SECRET_BYTES} bytes, the file has {}",
-                                bytes.len()
-                            )
-                            .into(),
-                        })?;
-                Ok(KeyedHash::new(secret))
+        if let Some(hash) = read_secret(&path)? {
+            return Ok(hash);
+        }
+        let secret = KeyedHash::random_secret()?;
+        match crate::atomic_file::create_with_bytes(&path, &secret) {
+            Ok(()) => Ok(KeyedHash::new(secret)),
+            Err(e) if e.step == Step::Rename && e.source.kind() == ErrorKind::AlreadyExists => {
+                read_secret(&path)?
+                    .ok_or_else(|| LedgerError::io(&path, "reading")(ErrorKind::NotFound.into()))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let secret = KeyedHash::random_secret()?;
-                let tmp = dir.join(format!("{KEY_FILE}.tmp"));
-                let mut file =
-                    std::fs::File::create(&tmp).map_err(LedgerError::io(&tmp, "creating"))?;
-                file.write_all(&secret)
-                    .and_then(|()| file.sync_all())
-                    .map_err(LedgerError::io(&tmp, "writing"))?;
-                std::fs::rename(&tmp, &path)
-                    .map_err(LedgerError::io(&path, "renaming into place"))?;
-                super::file::sync_dir(dir)?;
-                Ok(KeyedHash::new(secret))
-            }
-            Err(e) => Err(LedgerError::io(&path, "reading")(e)),
+            Err(e) => Err(LedgerError::io(
+                &e.path,
+                super::file::atomic_write_action(e.step, "writing"),
+            )(e.source)),
         }
     }
+}
+
+/// The secret in `path`, `None` if there is no such file; a file of the wrong length is damage.
+fn read_secret(path: &Path) -> Result<Option<KeyedHash>, LedgerError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(LedgerError::io(path, "reading")(e)),
+    };
+    let secret: [u8; SECRET_BYTES] =
+        bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| LedgerError::Damaged {
+                path: path.display().to_string().into(),
+                offset: 0,
+                rule: format!(
+                    "the hash secret must be {SECRET_BYTES} bytes, the file has {}",
+                    bytes.len()
+                )
+                .into(),
+            })?;
+    Ok(Some(KeyedHash::new(secret)))
 }
 
 #[cfg(test)]
@@ -164,5 +180,24 @@ mod tests {
         std::fs::write(dir.path().join(KEY_FILE), b"short").unwrap();
         let err = KeyedHash::load_or_create(dir.path()).unwrap_err();
         assert!(err.to_string().contains("must be 32 bytes"), "{err}");
+    }
+
+    #[test]
+    fn processes_creating_the_secret_at_once_all_get_the_first_ones() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let hashes: Vec<KeyedHash> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..4)
+                    .map(|_| scope.spawn(|| KeyedHash::load_or_create(dir.path()).unwrap()))
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let stored = std::fs::read(dir.path().join(KEY_FILE)).unwrap();
+            for hash in &hashes {
+                assert_eq!(hash.secret().as_slice(), stored.as_slice());
+            }
+            let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert_eq!(names.len(), 1, "no temporary file stays: {names:?}");
+        }
     }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
-use super::file::{DIR, FileLedger, LEDGER_FILE};
+use super::file::{DIR, FileLedger, LEDGER_FILE, LEDGER_TMP};
 use super::*;
 
 const POLICY: Policy = Policy {
@@ -182,6 +182,9 @@ fn a_restart_keeps_what_was_spent_and_compacts_past_windows() {
         )
         .unwrap();
     drop(ledger);
+    // A compaction's temporary file left by a crash (of this version or an older one) is replaced.
+    let leftover = dir.path().join(DIR).join(LEDGER_TMP);
+    std::fs::write(&leftover, vec![7u8; 1_000]).unwrap();
     let (ledger, hash2, opened) = FileLedger::open(dir.path(), POLICY, 1_600).unwrap();
     assert_eq!(
         hash2.user("alice"),
@@ -190,6 +193,14 @@ fn a_restart_keeps_what_was_spent_and_compacts_past_windows() {
     );
     assert_eq!(opened.users, 1, "alice's window is over, bob's is not");
     assert!(opened.compacted);
+    assert!(!leftover.exists());
+    assert_eq!(
+        std::fs::metadata(dir.path().join(DIR).join(LEDGER_FILE))
+            .unwrap()
+            .len(),
+        56,
+        "one frame: bob's"
+    );
     let got = ledger
         .apply_now(POLICY, &[charge(bob, 0.75, 1_700)])
         .unwrap()[0];

@@ -28,14 +28,15 @@
 //! # Repair
 //! [`plan_repair`] turns every problem into a fix or says it has none; [`apply_repair`] applies a
 //! plan only if every problem has a fix, first copying each file it changes into
-//! `repair-backup-<unix seconds>/` of the data directory. Fixes: cut the log at its first bad
-//! frame (everything after it is lost, and said so); remove a seal that does not match; move a
-//! damaged or misplaced outcome file away when the log holds its window whole (it is re-anonymized at start, the
-//! same bytes); append the close marker of a released window whose marker was lost, rebuilt from
-//! the release (its parameters and record count), so that nothing is acknowledged into it again;
-//! cut the journal where the log stops proving it, which is the explicit acceptance of the named
-//! loss (printed as `LOST for good: ...`); cut a damaged journal (the log's batches past the cut are
-//! journaled again at start).
+//! `repair-backup-<unix seconds>/` of the data directory (each copy written atomically and
+//! fsynced, [`crate::atomic_file`], before the file is changed; a file moved away is renamed into
+//! it). Fixes: cut the log at its first bad frame (everything after it is lost, and said so);
+//! remove a seal that does not match; move a damaged or misplaced outcome file away when the log
+//! holds its window whole (it is re-anonymized at start, the same bytes); append the close marker
+//! of a released window whose marker was lost, rebuilt from the release (its parameters and record
+//! count), so that nothing is acknowledged into it again; cut the journal where the log stops
+//! proving it, which is the explicit acceptance of the named loss (printed as `LOST for good:
+//! ...`); cut a damaged journal (the log's batches past the cut are journaled again at start).
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -562,8 +563,16 @@ pub fn plan_repair(dir: &Path) -> Result<RepairPlan, StoreError> {
     Ok(plan)
 }
 
+/// Copies `from` to `to` atomically and durably ([`crate::atomic_file`]): a backup is on disk, whole,
+/// before the file it saves is cut.
+fn copy_durably(from: &Path, to: &Path) -> std::io::Result<()> {
+    let mut source = std::fs::File::open(from)?;
+    crate::atomic_file::write_atomically(to, |file| std::io::copy(&mut source, file).map(drop))
+}
+
 /// Applies `plan` to `dir` (only if it has no unfixable problem), copying every file it changes
-/// into `backup` first. Returns what it did, one line per change.
+/// into `backup` first (durably, before it is changed; a file moved into the backup is renamed).
+/// Returns what it did, one line per change.
 pub fn apply_repair(
     dir: &Path,
     plan: &RepairPlan,
@@ -581,6 +590,10 @@ pub fn apply_repair(
         return Ok(done);
     }
     std::fs::create_dir_all(backup).map_err(StoreError::io(backup, "creating the backup"))?;
+    // The backup's name is durable before anything in it is relied upon.
+    if let Some(parent) = backup.parent().filter(|p| !p.as_os_str().is_empty()) {
+        super::sync_dir(parent)?;
+    }
     let backup_of = |path: &Path| -> Result<PathBuf, StoreError> {
         let relative = path.strip_prefix(dir).unwrap_or(path);
         let target = backup.join(relative);
@@ -595,7 +608,7 @@ pub fn apply_repair(
     let mut backup_log = |done: &mut Vec<String>| -> Result<(), StoreError> {
         if !log_backed_up && log.exists() {
             let target = backup_of(&log)?;
-            std::fs::copy(&log, &target).map_err(StoreError::io(&target, "backing up the log"))?;
+            copy_durably(&log, &target).map_err(StoreError::io(&target, "backing up the log"))?;
             done.push(format!("copied {} to {}", log.display(), target.display()));
             log_backed_up = true;
         }
@@ -639,7 +652,7 @@ pub fn apply_repair(
                 let journal = dir.join(ACKS_FILE);
                 let target = backup_of(&journal)?;
                 if !target.exists() {
-                    std::fs::copy(&journal, &target)
+                    copy_durably(&journal, &target)
                         .map_err(StoreError::io(&target, "backing up the journal"))?;
                     done.push(format!(
                         "copied {} to {}",

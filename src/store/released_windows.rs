@@ -14,9 +14,14 @@
 //! Every version is read.
 //!
 //! # Invariants
-//! 1. **Atomic.** A window file is written to `<name>.tmp`, fsync'd, renamed into place and the
-//!    directory fsync'd. A reader sees either no file or the complete file; leftovers `*.tmp` of a
-//!    crash are deleted by [`ReleasedWindows::open`].
+//! 1. **Atomic.** A window file is written to `<window id, 20 digits>.tmp`, fsync'd, renamed into
+//!    place and the directory fsync'd ([`crate::atomic_file::write_bytes_as`]). A reader sees either
+//!    no file or the complete file; leftovers `*.tmp` of a crash are deleted by
+//!    [`ReleasedWindows::open`] and noted by `cloakd store check`. The temporary name is fixed, not
+//!    `tempfile`'s own, because it is part of this directory's format: the scan
+//!    ([`list_window_files`]) tells a crash's leftover from an unknown file by it, and data
+//!    directories of earlier versions use the same name (one daemon per data directory, so no two
+//!    writers share it).
 //! 2. **Once.** A window that has a file is never written again ([`ReleasedWindows::write_blocking`]
 //!    stores nothing and says so), so every subscriber, before and after any restart, receives the
 //!    same bytes. One daemon per data directory ([`super::DataDirLock`]) makes check-then-write safe.
@@ -41,13 +46,13 @@
 //!
 //! These are the [`ReleaseStore`] contract; the trait methods run the blocking file work on tokio's
 //! blocking pool.
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
 use super::release_store::{ReleaseStore, Stored, WindowOutcome};
 use super::{StoreError, stream_dir_name, sync_dir};
+use crate::atomic_file::{Step, write_bytes_as};
 
 /// Directory of released windows inside the data directory.
 pub const WINDOWS_DIR: &str = "windows";
@@ -447,16 +452,16 @@ impl ReleasedWindows {
             });
         }
         let target = self.file(stream, window_id, ext);
-        let tmp = self.file(stream, window_id, TMP_EXT);
-        let mut file =
-            std::fs::File::create(&tmp).map_err(StoreError::io(&tmp, "creating a window file"))?;
-        file.write_all(&encode_outcome_file(stream, window_id, kind, payload))
-            .and_then(|()| file.sync_all())
-            .map_err(StoreError::io(&tmp, "writing a window file"))?;
-        drop(file);
-        std::fs::rename(&tmp, &target)
-            .map_err(StoreError::io(&target, "renaming a window file"))?;
-        sync_dir(&dir)?;
+        let bytes = encode_outcome_file(stream, window_id, kind, payload);
+        write_bytes_as(&target, &format!("{window_id:020}.{TMP_EXT}"), &bytes).map_err(|e| {
+            let action = match e.step {
+                Step::Create => "creating a window file",
+                Step::Write | Step::Sync => "writing a window file",
+                Step::Rename => "renaming a window file",
+                Step::SyncDirectory => "syncing the directory",
+            };
+            StoreError::io(&e.path, action)(e.source)
+        })?;
         Ok(Stored::Written)
     }
 

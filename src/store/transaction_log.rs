@@ -7,7 +7,8 @@
 //! the payload (at most [`MAX_ENTRY_BYTES`]) is one [`LogEntry`] in its storage encoding
 //! ([`LogEntry::encode`]). A [`LogPosition`] is the byte offset of a frame. Beside it,
 //! `transactions.log.sealed` ([`SEAL_FILE`]) exists only while no daemon has the log open after a
-//! clean shutdown: it holds the log's length and the CRC-32 of all its bytes. Beside them,
+//! clean shutdown: it holds the log's length and the CRC-32 of all its bytes (written atomically
+//! through `transactions.log.sealed.tmp`, [`SEAL_TMP`]). Beside them,
 //! `transactions.acks` is the journal of acknowledged batches ([`super::ack_journal`]).
 //!
 //! # Invariants (how the file gives the [`RecordLog`] contract)
@@ -63,6 +64,7 @@ use async_trait::async_trait;
 use super::StoreError;
 use super::ack_journal::{ACKS_FILE, Journal, Verdict, count_records, encode_ack};
 use super::record_log::{EntryOutcome, LogEntry, LogPosition, RecordLog, Replayed};
+use crate::atomic_file::Step;
 use crate::telemetry::catalog;
 
 /// File name of the log inside the data directory.
@@ -218,6 +220,10 @@ impl LogScan {
 
 /// File name of the seal of a clean shutdown, beside the log (invariant 3).
 pub const SEAL_FILE: &str = "transactions.log.sealed";
+/// The seal's temporary file while it is written ([`crate::atomic_file::write_bytes_as`]): a fixed
+/// name, since the daemon is alone in its data directory; one left by a crash is replaced by the
+/// next seal, and nothing ever reads it.
+pub const SEAL_TMP: &str = "transactions.log.sealed.tmp";
 
 /// Reads the log and the seal in `dir` without changing anything; a missing log reads as empty.
 /// `Err` only for I/O; a damaged seal is a [`LogEnd::Corrupt`]-like problem reported by
@@ -468,7 +474,8 @@ impl TransactionLog {
     }
 
     /// Writes the seal of the log as it is now (invariant 3): only if the file is exactly the
-    /// durable prefix this handle wrote. Atomic (temporary file, fsync, rename, directory fsync).
+    /// durable prefix this handle wrote. Atomic ([`crate::atomic_file`]: [`SEAL_TMP`], fsync, rename,
+    /// directory fsync).
     pub fn seal(&self) -> Result<(), StoreError> {
         let len = self
             .file
@@ -483,14 +490,14 @@ impl TransactionLog {
             len,
             crc: self.crc.sum(),
         };
-        let target = dir.join(SEAL_FILE);
-        let tmp = dir.join(format!("{SEAL_FILE}.tmp"));
-        std::fs::write(&tmp, seal.encode())
-            .and_then(|()| File::open(&tmp)?.sync_all())
-            .map_err(StoreError::io(&tmp, "writing the seal of the log"))?;
-        std::fs::rename(&tmp, &target)
-            .map_err(StoreError::io(&target, "writing the seal of the log"))?;
-        super::sync_dir(dir)
+        crate::atomic_file::write_bytes_as(&dir.join(SEAL_FILE), SEAL_TMP, seal.encode().as_bytes())
+            .map_err(|e| {
+                let action = match e.step {
+                    Step::SyncDirectory => "syncing the directory",
+                    _ => "writing the seal of the log",
+                };
+                StoreError::io(&e.path, action)(e.source)
+            })
     }
 
     /// Appends `entries` with one write and one fsync (invariant 1). On error the file is cut back to
@@ -1055,11 +1062,14 @@ mod tests {
         let (log, _) = FileRecordLog::open(dir.path()).unwrap();
         log.append_blocking(&[record("a", 0, "r1", &["x"]), record("a", 0, "r2", &["y"])])
             .unwrap();
+        // A seal's temporary file left by a crash (of this version or an older one) is replaced.
+        std::fs::write(dir.path().join(SEAL_TMP), b"half a seal").unwrap();
         drop(log);
         assert!(
             dir.path().join(SEAL_FILE).exists(),
             "a clean drop seals the log"
         );
+        assert!(!dir.path().join(SEAL_TMP).exists());
         let path = dir.path().join(LOG_FILE);
         let full = std::fs::read(&path).unwrap();
         let cut = &full[..full.len() - 3];
