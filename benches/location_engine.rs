@@ -92,7 +92,7 @@ fn quality(out: &[Outcome], requests: &[CloakRequest]) -> CloakingQuality {
 /// The three workloads (see the module doc), or `None` when the trace cannot be read.
 fn workloads() -> Option<Vec<(&'static str, Vec<CloakRequest>)>> {
     let path = trace_path();
-    let points = match cloakd::workload::read_trace_file(&path, Some(PREFIX)) {
+    let points = match cloakd::data_files::read_trace_file(&path, Some(PREFIX)) {
         Ok(points) => points,
         Err(e) => {
             eprintln!(

@@ -16,6 +16,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use cloakd::data_files::{TracePoint, read_trace_file};
 use cloakd::location::presence::ExpiryReason;
 use cloakd::location::replay::{
     PeriodicEvent, PeriodicParams, PeriodicWorkload, median, periodic_workload,
@@ -25,7 +26,6 @@ use cloakd::location::{
     CloakRequest, Engine, Outcome, PresenceEngine, PresenceOutcome, PresenceParams,
     PresenceRequest, SearchMode,
 };
-use cloakd::workload::{TracePoint, read_trace_file};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hdrhistogram::Histogram;
 

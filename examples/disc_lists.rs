@@ -36,7 +36,7 @@ fn main() -> anyhow::Result<()> {
         std::fs::File::open(pois)?,
         &TableLimits::default(),
     )?);
-    let points = cloakd::workload::read_trace_file(Path::new(trace), Some(discs))?;
+    let points = cloakd::data_files::read_trace_file(Path::new(trace), Some(discs))?;
     let limits = Limits::default();
     let discs: Vec<_> = points
         .iter()

@@ -85,7 +85,7 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
     let path = arg(0, "../shared/data/mobility/oldenburg_10k.csv.gz");
-    let points = cloakd::workload::read_trace_file(std::path::Path::new(&path), Some(PREFIX))?;
+    let points = cloakd::data_files::read_trace_file(std::path::Path::new(&path), Some(PREFIX))?;
     let all = workloads(requests_from_trace(&points, &ReplayParams::OLDENBURG));
     let modes = [("local_k", SearchMode::LocalK), ("nbr_k", SearchMode::NbrK)];
     let workload = arg(1, "500m");

@@ -25,7 +25,7 @@ fn main() -> anyhow::Result<()> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    let points = cloakd::workload::read_trace_file(std::path::Path::new(&path), Some(limit))?;
+    let points = cloakd::data_files::read_trace_file(std::path::Path::new(&path), Some(limit))?;
     let requests = requests_from_trace(&points, &ReplayParams::OLDENBURG);
     println!("{} requests from {path}", requests.len());
     println!(

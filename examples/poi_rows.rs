@@ -14,9 +14,9 @@ mod poi_boxes;
 mod thread_cpu;
 use thread_cpu::thread_cpu_s;
 
+use cloakd::data_files::roads::read_roads;
 use cloakd::poi::generate::generate;
 use cloakd::poi::{Limits, PoiIndex, Query};
-use cloakd::workload::roads::read_roads;
 use poi_boxes::{Tolerance, boxes, country};
 
 fn main() {

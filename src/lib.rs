@@ -25,6 +25,7 @@ pub mod cluster;
 pub mod config;
 pub mod connections;
 pub mod daemon;
+pub mod data_files;
 pub mod jobs;
 pub mod learning;
 pub mod ledger;
@@ -45,7 +46,6 @@ pub mod tls;
 pub mod transactions;
 pub mod windows;
 pub mod workbench;
-pub mod workload;
 
 /// Generated protobuf and gRPC code of package `cloakd.v1`.
 pub mod proto {

@@ -55,7 +55,7 @@ pub fn country(roads: &[Road], towns: usize, per_town: usize) -> (Vec<Poi>, Vec<
 /// [`country`]'s towns (each box into the next town).
 pub fn boxes(tolerance: Tolerance, count: usize, seed: u64, offsets: &[(f64, f64)]) -> Vec<SphBox> {
     let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
-    let points = cloakd::workload::read_trace_file(&trace, Some(200_000)).unwrap();
+    let points = cloakd::data_files::read_trace_file(&trace, Some(200_000)).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let m_per_deg = EARTH_RADIUS_M.to_radians();
     let limits = Limits::default();

@@ -5,22 +5,100 @@
 //! route lives (`answer_ttl_ms`), and only from the principal whose stream received it.
 //!
 //! Invariants: no forwarded request is silently lost (acknowledged, handed on, or its client told
-//! `Undelivered`); an answer from another principal is refused and counted; a client that reads
-//! too slowly loses its stream with RESOURCE_EXHAUSTED; a draining stream closes once nothing more
-//! can reach it.
+//! `Undelivered`); an answer from another principal is refused and counted. The client streams
+//! the events go to are [`super::clients`].
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::message::{AnswerTally, ClientId, EventQueue, ProviderId, StreamEnd};
-use super::{Broker, Delivery, HandOver, Route};
-use crate::location::Pseudonym;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use tokio::sync::oneshot;
+
+use super::Broker;
+use super::message::{AnswerTally, ClientId, ProviderId, ProviderWindow, StreamEnd};
+use super::provider_queues::{ProviderQueue, ProviderQueues};
+use super::routes::Routes;
+use crate::location::{Pseudonym, UserKey};
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
 use crate::telemetry::catalog;
+
+/// Delivery's state: the provider queues and streams, the routes of forwarded requests and the
+/// deadlines of their acknowledgements.
+pub(super) struct DeliveryState {
+    /// The broker's copy of the provider queues (by service index; grows on reload).
+    pub(super) provider_queues: Vec<ProviderQueue>,
+    pub(super) all_provider_queues: Arc<ProviderQueues>,
+    /// Sharded so that no single resize pauses the broker ([`super::routes`]).
+    pub(super) routes: Routes<Route>,
+    pub(super) route_expiry: VecDeque<(i64, Pseudonym)>,
+    pub(super) providers: HashMap<ProviderId, ProviderState>,
+    /// When each delivered request must be acknowledged, in order (the ack time is one constant).
+    pub(super) ack_expiry: VecDeque<(i64, Pseudonym, ProviderId)>,
+}
+
+impl DeliveryState {
+    pub(super) fn new(all_provider_queues: Arc<ProviderQueues>) -> DeliveryState {
+        let mut provider_queues = Vec::new();
+        all_provider_queues.extend(&mut provider_queues);
+        DeliveryState {
+            provider_queues,
+            all_provider_queues,
+            routes: Routes::default(),
+            route_expiry: VecDeque::new(),
+            providers: HashMap::new(),
+            ack_expiry: VecDeque::new(),
+        }
+    }
+}
+
+/// Where a cloaked request goes: the client to tell, and the provider queue with its payload.
+pub(super) struct Delivery {
+    pub(super) client: ClientId,
+    pub(super) request_no: u64,
+    pub(super) user: UserKey,
+    pub(super) service: usize,
+    pub(super) payload: Vec<u8>,
+}
+
+pub(super) struct Route {
+    pub(super) client: ClientId,
+    pub(super) request_no: u64,
+    pub(super) answered: bool,
+    /// The principal whose provider stream received the pseudonym; only it may answer.
+    pub(super) delivered_to: Option<Arc<str>>,
+    pub(super) service: usize,
+    /// The Subscribe stream that took the request and has not acknowledged it yet.
+    pub(super) holder: Option<ProviderId>,
+    /// The request as forwarded (shared with the provider queue), kept until a provider
+    /// acknowledges it so it can be handed on.
+    pub(super) unacknowledged: Option<Arc<CloakedRequest>>,
+}
+
+/// One provider's Subscribe stream, as the broker tracks it.
+pub(super) struct ProviderState {
+    pub(super) service: usize,
+    pub(super) window: Arc<ProviderWindow>,
+    pub(super) close: oneshot::Sender<StreamEnd>,
+    /// Requests it took and has not acknowledged.
+    pub(super) unacknowledged: HashSet<Pseudonym>,
+}
+
+/// Why a request is handed on: the requests of a provider stream, or one waiting on its queue.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum HandOver {
+    /// The stream did not acknowledge one of them within `provider_ack_ms` (it was closed).
+    Stalled,
+    /// The stream ended.
+    Gone,
+    /// In a cluster, the last provider of its service here left while it waited on the service's
+    /// provider queue.
+    Unsubscribed,
+}
 
 impl Broker {
     /// Tells the client its request was cloaked and puts it on its service's provider queue under
     /// `pseudonym` (or tells the client it was undelivered when the queue is full); in a cluster
-    /// without a provider of the service here, relays it to another replica's ([`relay`]).
+    /// without a provider of the service here, relays it to another replica's ([`super::replicas`]).
     pub(super) fn deliver(&mut self, to: Delivery, pseudonym: Pseudonym, cloaked: proto::Cloaked) {
         let Delivery {
             client,
@@ -36,7 +114,7 @@ impl Broker {
             t_start_ms: cloaked.t_start_ms,
             t_end_ms: cloaked.t_end_ms,
             payload,
-            service: self.provider_queues[service].service.clone(),
+            service: self.delivery.provider_queues[service].service.clone(),
             reported: cloaked.reported,
             retrieval_radius_m: cloaked.retrieval_radius_m,
         };
@@ -67,12 +145,12 @@ impl Broker {
     ) {
         let now = self.clock.now_ms();
         let forwarded = Arc::new(forwarded);
-        match self.provider_queues[service]
+        match self.delivery.provider_queues[service]
             .sender
             .try_send(Arc::clone(&forwarded))
         {
             Ok(()) => {
-                self.routes.insert(
+                self.delivery.routes.insert(
                     pseudonym,
                     Route {
                         client,
@@ -84,7 +162,7 @@ impl Broker {
                         unacknowledged: Some(forwarded),
                     },
                 );
-                self.route_expiry.push_back((
+                self.delivery.route_expiry.push_back((
                     now.saturating_add(i64::try_from(self.cfg.answer_ttl_ms).unwrap_or(i64::MAX)),
                     pseudonym,
                 ));
@@ -106,7 +184,7 @@ impl Broker {
                 "queue_full",
                 format!(
                     "the provider queue of service {:?} is full ({} requests waiting; location.provider_queue)",
-                    self.provider_queues[service].service, self.cfg.provider_queue
+                    self.delivery.provider_queues[service].service, self.cfg.provider_queue
                 ),
             )
         } else {
@@ -125,7 +203,7 @@ impl Broker {
     ) {
         metrics::counter!(
             catalog::LOCATION_UNDELIVERED,
-            "service" => self.provider_queues[service].service.clone(),
+            "service" => self.delivery.provider_queues[service].service.clone(),
             "reason" => label,
         )
         .increment(1);
@@ -148,9 +226,9 @@ impl Broker {
         principal: Arc<str>,
         provider: ProviderId,
     ) {
-        let Some(route) = self.routes.get_mut(&pseudonym) else {
+        let Some(route) = self.delivery.routes.get_mut(&pseudonym) else {
             // Expired or undelivered meanwhile: nothing to wait for.
-            if let Some(state) = self.providers.get(&provider) {
+            if let Some(state) = self.delivery.providers.get(&provider) {
                 state.window.release();
             }
             return;
@@ -158,12 +236,12 @@ impl Broker {
         route.delivered_to = Some(principal);
         if route.unacknowledged.is_none() {
             // Acknowledged already (a copy handed on earlier was answered): nothing to wait for.
-            if let Some(state) = self.providers.get(&provider) {
+            if let Some(state) = self.delivery.providers.get(&provider) {
                 state.window.release();
             }
             return;
         }
-        match self.providers.get_mut(&provider) {
+        match self.delivery.providers.get_mut(&provider) {
             Some(state) => {
                 route.holder = Some(provider);
                 state.unacknowledged.insert(pseudonym);
@@ -171,7 +249,9 @@ impl Broker {
                     .clock
                     .now_ms()
                     .saturating_add(i64::try_from(self.cfg.provider_ack_ms).unwrap_or(i64::MAX));
-                self.ack_expiry.push_back((due, pseudonym, provider));
+                self.delivery
+                    .ack_expiry
+                    .push_back((due, pseudonym, provider));
             }
             // The stream is gone already: hand the request on at once.
             None => self.hand_on(pseudonym, HandOver::Gone),
@@ -181,14 +261,15 @@ impl Broker {
     /// Closes the streams whose acknowledgement is overdue and hands their requests on.
     pub(super) fn expire_acks(&mut self) {
         let now = self.clock.now_ms();
-        while let Some(&(due, pseudonym, provider)) = self.ack_expiry.front() {
+        while let Some(&(due, pseudonym, provider)) = self.delivery.ack_expiry.front() {
             if due > now {
                 break;
             }
-            self.ack_expiry.pop_front();
+            self.delivery.ack_expiry.pop_front();
             // The stream's own set is small and holds exactly the requests it still has to
             // acknowledge (so no lookup in the large route table).
             let overdue = self
+                .delivery
                 .providers
                 .get(&provider)
                 .is_some_and(|state| state.unacknowledged.contains(&pseudonym));
@@ -201,7 +282,7 @@ impl Broker {
     /// Forgets a provider stream (closing it with a status when it stalled) and hands on every
     /// request it has not acknowledged.
     pub(super) fn end_provider(&mut self, provider: ProviderId, why: HandOver) {
-        let Some(state) = self.providers.remove(&provider) else {
+        let Some(state) = self.delivery.providers.remove(&provider) else {
             return;
         };
         self.providers_changed();
@@ -209,7 +290,7 @@ impl Broker {
         if let HandOver::Stalled = why {
             tracing::warn!(
                 provider,
-                service = %self.provider_queues[state.service].service,
+                service = %self.delivery.provider_queues[state.service].service,
                 unacknowledged = held,
                 limit_ms = self.cfg.provider_ack_ms,
                 "provider did not acknowledge a request in time; closing its stream (location.provider_ack_ms)"
@@ -227,8 +308,10 @@ impl Broker {
         // until `location.answer_ttl_ms`; its clients get `Undelivered` (no provider) now. (A single
         // daemon keeps them for a provider that subscribes again, docs/api.md.) The queue's depth
         // gauge follows after this wake-up, as for every change of the queue (`record_gauges`).
-        if self.cluster.is_some() && !self.has_provider(state.service) {
-            let queue = self.provider_queues[state.service].receiver.clone();
+        if self.replicas.link.is_some() && !self.has_provider(state.service) {
+            let queue = self.delivery.provider_queues[state.service]
+                .receiver
+                .clone();
             while let Ok(waiting) = queue.try_recv() {
                 if let Ok(pseudonym) = waiting.pseudonym.parse::<Pseudonym>() {
                     self.hand_on(pseudonym, HandOver::Unsubscribed);
@@ -241,7 +324,7 @@ impl Broker {
     /// the service's queue), or tells its client it was undelivered when no other provider of the
     /// service is subscribed or the queue is full.
     pub(super) fn hand_on(&mut self, pseudonym: Pseudonym, why: HandOver) {
-        let Some(route) = self.routes.get_mut(&pseudonym) else {
+        let Some(route) = self.delivery.routes.get_mut(&pseudonym) else {
             return;
         };
         let Some(forwarded) = route.unacknowledged.clone() else {
@@ -252,11 +335,14 @@ impl Broker {
         let (client, request_no, service) = (route.client, route.request_no, route.service);
         let another = self.has_provider(service);
         let refusal = if another {
-            match self.provider_queues[service].sender.try_send(forwarded) {
+            match self.delivery.provider_queues[service]
+                .sender
+                .try_send(forwarded)
+            {
                 Ok(()) => {
                     metrics::counter!(
                         catalog::LOCATION_REHANDED,
-                        "service" => self.provider_queues[service].service.clone(),
+                        "service" => self.delivery.provider_queues[service].service.clone(),
                     )
                     .increment(1);
                     return;
@@ -264,7 +350,7 @@ impl Broker {
                 Err(err) => self.queue_refusal(service, err.is_full()),
             }
         } else {
-            let service = &self.provider_queues[service].service;
+            let service = &self.delivery.provider_queues[service].service;
             let no_other = format!("no other provider of service {service:?} is subscribed");
             let reason = match why {
                 HandOver::Stalled => format!(
@@ -281,7 +367,7 @@ impl Broker {
             ("no_provider", reason)
         };
         // Undelivered: the route is over (an answer that still comes is undeliverable).
-        self.routes.remove(&pseudonym);
+        self.delivery.routes.remove(&pseudonym);
         if let Some(state) = self.clients.get_mut(&client) {
             state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
         }
@@ -296,7 +382,7 @@ impl Broker {
         tally: &AnswerTally,
         principal: &str,
     ) {
-        let Some(route) = self.routes.get_mut(&pseudonym) else {
+        let Some(route) = self.delivery.routes.get_mut(&pseudonym) else {
             tally.undeliverable.fetch_add(1, Ordering::Relaxed);
             self.metrics.answers_undeliverable.increment(1);
             return;
@@ -320,7 +406,7 @@ impl Broker {
             route.answered = true;
         }
         if let Some(holder) = holder
-            && let Some(state) = self.providers.get_mut(&holder)
+            && let Some(state) = self.delivery.providers.get_mut(&holder)
             && state.unacknowledged.remove(&pseudonym)
         {
             state.window.release();
@@ -358,16 +444,16 @@ impl Broker {
 
     pub(super) fn prune_routes(&mut self) {
         let now = self.clock.now_ms();
-        while let Some(&(expires, pseudonym)) = self.route_expiry.front() {
+        while let Some(&(expires, pseudonym)) = self.delivery.route_expiry.front() {
             if expires > now {
                 break;
             }
-            self.route_expiry.pop_front();
-            if let Some(route) = self.routes.remove(&pseudonym)
+            self.delivery.route_expiry.pop_front();
+            if let Some(route) = self.delivery.routes.remove(&pseudonym)
                 && !route.answered
             {
                 if let Some(holder) = route.holder
-                    && let Some(state) = self.providers.get_mut(&holder)
+                    && let Some(state) = self.delivery.providers.get_mut(&holder)
                     && state.unacknowledged.remove(&pseudonym)
                 {
                     state.window.release();
@@ -378,7 +464,8 @@ impl Broker {
                 if route.unacknowledged.is_some() {
                     let reason = format!(
                         "no provider of service {:?} acknowledged it within {} ms (location.answer_ttl_ms)",
-                        self.provider_queues[route.service].service, self.cfg.answer_ttl_ms
+                        self.delivery.provider_queues[route.service].service,
+                        self.cfg.answer_ttl_ms
                     );
                     self.undelivered(
                         route.client,
@@ -389,99 +476,6 @@ impl Broker {
                     );
                 }
                 self.maybe_close(route.client);
-            }
-        }
-    }
-
-    /// Queues an event for the client; it goes out with the client's other events of this wake-up
-    /// ([`Broker::flush_events`]).
-    pub(super) fn send(&mut self, client: ClientId, event: LocationEvent) {
-        let Some(state) = self.clients.get_mut(&client) else {
-            return;
-        };
-        if state.outbox.is_empty() {
-            self.to_flush.push(client);
-        }
-        state.outbox.push(event);
-    }
-
-    /// Hands every client stream its events of this wake-up, in order, as one burst: its task is
-    /// woken once per wake-up rather than once per event, and tonic encodes the burst into one write.
-    /// The run loop calls it after each wake-up (as Redis writes its clients' replies before it
-    /// sleeps again); an event therefore waits at most one wake-up. A client that is gone or reads
-    /// too slowly loses its stream (the slow one is told so with RESOURCE_EXHAUSTED when it reads
-    /// again).
-    pub(super) fn flush_events(&mut self) {
-        let mut clients = std::mem::take(&mut self.to_flush);
-        for client in clients.drain(..) {
-            let sent = match self.clients.get_mut(&client) {
-                Some(state) => state.flush(),
-                None => true,
-            };
-            if !sent {
-                self.too_slow(client);
-            }
-        }
-        // Keep the list's allocation for the next wake-up.
-        if self.to_flush.is_empty() {
-            self.to_flush = clients;
-        }
-    }
-
-    /// A client whose events could not be queued: told why when it reads again (unless gone), and
-    /// forgotten.
-    fn too_slow(&mut self, client: ClientId) {
-        if let Some(state) = self.clients.get(&client) {
-            self.end_too_slow(client, &state.events);
-        }
-        self.drop_client(client);
-    }
-
-    fn end_too_slow(&self, client: ClientId, events: &EventQueue) {
-        if !events.is_closed() {
-            tracing::warn!(
-                client,
-                limit = self.cfg.client_queue,
-                "client reads too slowly; closing its stream (location.client_queue)"
-            );
-            events.finish(StreamEnd::ClientTooSlow {
-                limit: self.cfg.client_queue,
-            });
-        }
-    }
-
-    /// Closes a draining stream once nothing more can reach it: its last events go out, then the
-    /// status that ends it (OK when it has none).
-    pub(super) fn maybe_close(&mut self, client: ClientId) {
-        let done = self.clients.get(&client).is_some_and(|state| {
-            state.draining
-                && state.pending.is_empty()
-                && state.awaiting_answer == 0
-                && self.remote.awaited(client) == 0
-        });
-        if !done {
-            return;
-        }
-        let Some(mut state) = self.clients.remove(&client) else {
-            return;
-        };
-        if !state.flush() {
-            self.end_too_slow(client, &state.events);
-        } else if let Some(end) = state.final_status {
-            state.events.finish(end);
-        }
-    }
-
-    /// Forgets a client and withdraws its pending requests from the engine.
-    pub(super) fn drop_client(&mut self, client: ClientId) {
-        let Some(state) = self.clients.remove(&client) else {
-            return;
-        };
-        self.forget_remote(client);
-        for id in state.pending {
-            self.engine.cancel(id);
-            if self.take_pending(id).is_some() {
-                self.metrics.withdrawn.increment(1);
             }
         }
     }
@@ -561,7 +555,7 @@ mod tests {
             assert_eq!(forwarded.service, "poi");
             assert_eq!(forwarded.payload, payload);
         }
-        assert!(f.broker.pending.is_empty());
+        assert!(f.broker.cloaking.pending.is_empty());
         assert_eq!(f.broker.clients[&1].awaiting_answer, 1);
     }
 
@@ -734,7 +728,7 @@ mod tests {
         assert!(end.to_string().contains("location.client_queue"), "{end}");
         assert!(!f.broker.clients.contains_key(&1));
         assert!(
-            f.broker.pending.is_empty(),
+            f.broker.cloaking.pending.is_empty(),
             "its pending request was withdrawn"
         );
     }

@@ -4,17 +4,37 @@
 //! 128-bit pseudonym, like any cloaked request.
 //!
 //! Invariants: every draw goes through [`Broker::draw_geo_ind`]; with a privacy budget, the answer
-//! is charged first and released only once the charge is durable ([`super::budget`]); the draws use the broker's generator seeded from the operating system,
+//! is charged first and released only once the charge is durable ([`super::geo_budget`]); the draws use the broker's generator seeded from the operating system,
 //! never the configurable `location.seed`; the true position appears in no event, log line or error
 //! (providers get the reported point, the area of retrieval and its bounding box).
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
 
+use super::Broker;
+use super::delivery::Delivery;
+use super::geo_budget::GeoBudget;
 use super::message::{AdmittedRequest, ClientId, Rejection};
-use super::{Broker, Delivery};
 use crate::location::Pseudonym;
 use crate::location::UserKey;
 use crate::location::geo_ind::{Mechanism, Reported, circle_bbox};
 use crate::proto::{self, GeoPoint};
+
+/// GEO_IND's state: the generator of its draws and the privacy budget its answers are charged to.
+pub(super) struct GeoIndState {
+    /// GEO_IND draws: seeded from the operating system, never from `location.seed`.
+    rng: ChaCha20Rng,
+    /// The privacy budget of GEO_IND answers (`None`: `location.geo_ind.budget = 0`).
+    pub(super) budget: Option<GeoBudget>,
+}
+
+impl GeoIndState {
+    pub(super) fn new() -> GeoIndState {
+        GeoIndState {
+            rng: ChaCha20Rng::from_os_rng(),
+            budget: None,
+        }
+    }
+}
 
 /// What a REQUESTS request with a fallback keeps for its deadline.
 #[derive(Debug, Clone, Copy)]
@@ -63,15 +83,8 @@ impl Broker {
 
     /// A REQUESTS request that found no group by its deadline: answered under GEO_IND at its
     /// fallback level instead of `Expired`.
-    pub(super) fn answer_fallback(&mut self, entry: super::PendingEntry, fallback: Fallback) {
-        let client = entry.client;
-        let delivery = Delivery {
-            client,
-            request_no: entry.request_no,
-            user: entry.user,
-            service: entry.service,
-            payload: entry.payload,
-        };
+    pub(super) fn answer_fallback(&mut self, delivery: Delivery, fallback: Fallback) {
+        let client = delivery.client;
         if self.answer_geo_ind(
             delivery,
             fallback.budget_user,
@@ -95,7 +108,7 @@ impl Broker {
         epsilon_per_km: f64,
     ) -> bool {
         if let Some(user) = budget_user {
-            // Charged first; answered once the charge is durable ([`super::budget`]).
+            // Charged first; answered once the charge is durable ([`super::geo_budget`]).
             self.charge_geo_ind(to, user, lat, lon, epsilon_per_km);
             return true;
         }
@@ -126,7 +139,7 @@ impl Broker {
         budget_left: Option<f64>,
     ) {
         let now = self.clock.now_ms();
-        let pseudonym = Pseudonym(self.geo_rng.random::<u128>());
+        let pseudonym = Pseudonym(self.geo_ind.rng.random::<u128>());
         let Reported { lat, lon } = reported;
         let area = circle_bbox(lat, lon, retrieval_radius_m);
         self.deliver(
@@ -153,7 +166,7 @@ impl Broker {
     /// ([`crate::location::geo_ind::predictive::per_answer_confidence`]).
     pub(super) fn answer_confidence(&self) -> f64 {
         let confidence = self.cfg.geo_ind.params.confidence;
-        if self.budget.is_some() {
+        if self.geo_ind.budget.is_some() {
             crate::location::geo_ind::predictive::per_answer_confidence(confidence)
         } else {
             confidence
@@ -173,7 +186,7 @@ impl Broker {
         };
         let mechanism = Mechanism::new(epsilon_per_km / 1000.0, &params)
             .map_err(|err| Rejection::invalid(err.field, err.rule))?;
-        let reported = mechanism.draw(&mut self.geo_rng, lat, lon);
+        let reported = mechanism.draw(&mut self.geo_ind.rng, lat, lon);
         Ok(GeoIndDraw {
             reported,
             retrieval_radius_m: mechanism.retrieval_radius_m(),

@@ -1,5 +1,5 @@
 //! The location broker's message vocabulary: what the gRPC handlers ([`crate::service::location`]),
-//! the providers' Subscribe streams ([`super::provider`]) and the replica side ([`super::cluster`])
+//! the providers' Subscribe streams ([`super::provider_stream`]) and the replica side ([`super::replicas`])
 //! send the actor, and what they share with it. Nothing here holds actor state; the actor
 //! ([`super`]) and everything that talks to it import this file, so no arrow points back up.
 //!
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tonic::{Code, Status};
 
-use super::cluster::wire::ForwardedRequest;
+use super::replicas::wire::ForwardedRequest;
 use crate::config::CloakModel;
 use crate::location::Pseudonym;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
@@ -23,7 +23,7 @@ pub(crate) type ClientId = u64;
 /// The bounded event queue of one client stream. One place beyond `location.client_queue` is kept
 /// for the status that ends the stream, so a client that reads too slowly (or whose request stream
 /// broke) always learns why its stream ended once it reads again. A client of another replica (a
-/// request forwarded here, [`super::cluster`]) has its events published to that replica instead.
+/// request forwarded here, [`super::replicas`]) has its events published to that replica instead.
 #[derive(Debug, Clone)]
 pub(crate) struct EventQueue {
     sink: EventSink,
@@ -212,7 +212,7 @@ pub(crate) enum Command {
     },
     /// Cluster: an event for the remote request `tag` (another replica cloaks it).
     RemoteEvent { tag: u64, event: LocationEvent },
-    /// The budget ledger answered the charge of a GEO_IND answer ([`super::budget`]).
+    /// The budget ledger answered the charge of a GEO_IND answer ([`super::geo_budget`]).
     BudgetCharged {
         /// Which waiting answer (the broker keeps them by this number).
         id: u64,
@@ -341,7 +341,7 @@ pub struct AdmittedRequest {
     pub dy_m: f64,
     pub dt_ms: u64,
     pub payload: Vec<u8>,
-    /// Index of the service's queue ([`ProviderQueues`]).
+    /// Index of the service's queue ([`super::provider_queues::ProviderQueues`]).
     pub service: usize,
     pub model: CloakModel,
     /// GEO_IND: the privacy level (per km) the answer is drawn at; `None` under the other models.

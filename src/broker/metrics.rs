@@ -67,9 +67,9 @@ impl BrokerMetrics {
 impl Broker {
     /// Updates the pending, command-queue and provider-queue gauges.
     pub(super) fn record_gauges(&self, commands_waiting: usize) {
-        self.metrics.pending.set(self.pending.len() as f64);
+        self.metrics.pending.set(self.cloaking.pending.len() as f64);
         self.metrics.command_queue.set(commands_waiting as f64);
-        for queue in &self.provider_queues {
+        for queue in &self.delivery.provider_queues {
             queue.depth.set(queue.sender.len() as f64);
         }
     }

@@ -1,4 +1,4 @@
-//! The broker actor: owns the CliqueCloak [`Engine`] and every routing table of the location path.
+//! The broker actor: owns the CliqueCloak [`Engine`](crate::location::Engine) and every routing table of the location path.
 //!
 //! Client streams hand it validated requests over one bounded command channel. It stamps arrival time
 //! on tokio's clock ([`BrokerClock`]), feeds the engine, sends `Cloaked`/`Expired`/`Rejected` to the
@@ -11,7 +11,7 @@
 //! any other answer is refused (counted in its stream's tally, logged and counted as a permission
 //! denial). Authenticated principals are held to `max_requests_per_s_per_principal` (token bucket on
 //! tokio's clock); past it a request is Rejected with RESOURCE_EXHAUSTED.
-//! It also owns the [`PresenceEngine`]: Report batches and every request's own position update each
+//! It also owns the [`PresenceEngine`](crate::location::PresenceEngine): Report batches and every request's own position update each
 //! user's latest position; PRESENCE requests are answered at once (`Cloaked` with the anonymity set's
 //! region and size, then forwarded under a fresh pseudonym like any other; or `Expired`) and never wait.
 //!
@@ -24,46 +24,55 @@
 //!
 //! The layer between the gRPC adapters ([`crate::service::location`], proto <-> domain and the one
 //! status mapping) and the pure engines ([`crate::location`]): the handlers validate and send
-//! [`message::Command`]s; this actor holds every piece of state of the location path. By job:
-//! [`admission`] (rate and pending limits), [`cloaking`] (engines, dispatch, jitter), [`delivery`]
-//! (provider queues, acknowledgements, answers, client streams), [`metrics`], and across replicas
-//! [`remote`], [`relay`] and [`cluster`]. Arrows point down: handlers -> [`message`] <- actor.
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+//! [`message::Command`]s; this actor holds every piece of state of the location path, grouped by
+//! the concern that uses it, each group a struct owned by the one file that works on it (as
+//! mini-redis keeps its state apart from its handlers); this file keeps the configuration, the
+//! clock, the metrics, the command loop and shutdown. By job:
+//! - [`admission`] (`AdmissionState`: rate buckets, user keys, the (user, request number) pairs
+//!   held): the one place that decides whether a request is admitted: rate limit, pending limits
+//!   here and for requests other replicas cloak, one request per user and number;
+//! - [`cloaking`] (`CloakingState`: the engines, pending requests, groups waiting out their
+//!   jitter): engine calls, dispatch, jitter, PRESENCE answers and Report batches;
+//! - [`geo_ind`] (`GeoIndState`: its generator and budget) and [`geo_budget`] (charging the budget
+//!   before an answer is released);
+//! - [`delivery`] (`DeliveryState`: provider queues and streams, routes, acknowledgement
+//!   deadlines): provider queues, acknowledgements, handing on, answers by pseudonym;
+//! - [`clients`] (`ClientStreams`): the client streams, their events of one wake-up, closing;
+//! - [`replicas`] (`ReplicaState`: the cluster link, remote requests): forwarding to a cell's
+//!   owner, relaying to a replica with a provider, the NATS side;
+//! - beside them [`metrics`], [`clock`], [`rate`] (the token bucket), [`routes`] (the sharded
+//!   route table), and the providers' side: [`provider_stream`] (one Subscribe stream's take
+//!   loop) and [`provider_queues`].
+//!
+//! Arrows point down: handlers -> [`message`] <- actor.
 use std::sync::Arc;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha20Rng;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
 use self::metrics::BrokerMetrics;
 use crate::config::LocationConfig;
-use crate::location::{
-    CloakedGroup, Engine, Outcome, PresenceEngine, Pseudonym, RequestId, UserKey,
-};
-use crate::proto::{self, CloakedRequest};
+use crate::location::RequestId;
 use crate::telemetry;
-use admission::already_pending;
-use cluster::ClusterLink;
-use message::{ClientId, Command, EventQueue, ProviderId, ProviderWindow, Rejection, StreamEnd};
-use providers::{ProviderQueue, ProviderQueues};
-use rate::RateLimiter;
-use routes::Routes;
+use clients::ClientState;
+use delivery::{HandOver, ProviderState};
+use message::{Command, Rejection, StreamEnd};
+use provider_queues::ProviderQueues;
+use replicas::ClusterLink;
 
 mod admission;
-pub(crate) mod budget;
+mod clients;
 mod cloaking;
 mod clock;
-pub(crate) mod cluster;
 mod delivery;
+mod geo_budget;
 mod geo_ind;
 pub(crate) mod message;
 mod metrics;
-pub(crate) mod provider;
-pub(crate) mod providers;
+pub(crate) mod provider_queues;
+pub(crate) mod provider_stream;
 mod rate;
-mod relay;
-mod remote;
+pub(crate) mod replicas;
 mod routes;
 #[cfg(test)]
 mod testing;
@@ -73,149 +82,26 @@ pub use clock::BrokerClock;
 /// Commands the actor takes per wake-up.
 const COMMAND_BATCH: usize = 1024;
 
-/// Where a cloaked request goes: the client to tell, and the provider queue with its payload.
-struct Delivery {
-    client: ClientId,
-    request_no: u64,
-    user: UserKey,
-    service: usize,
-    payload: Vec<u8>,
-}
-
-struct ClientState {
-    events: EventQueue,
-    /// Events of this wake-up not yet handed to the stream ([`Broker::flush_events`]).
-    outbox: Vec<proto::LocationEvent>,
-    /// What ends the stream once it has drained (OK when `None`).
-    final_status: Option<StreamEnd>,
-    principal: Arc<str>,
-    rate_limited: bool,
-    pending: HashSet<RequestId>,
-    /// Forwarded requests whose pseudonym is still routable and has not been answered yet.
-    awaiting_answer: usize,
-    draining: bool,
-}
-
-impl ClientState {
-    /// A stream of `principal`; `draining` when it brings one request and ends with its outcome
-    /// (a request another replica forwarded or relayed here).
-    fn new(events: EventQueue, principal: Arc<str>, rate_limited: bool, draining: bool) -> Self {
-        ClientState {
-            events,
-            outbox: Vec::new(),
-            final_status: None,
-            principal,
-            rate_limited,
-            pending: HashSet::new(),
-            awaiting_answer: 0,
-            draining,
-        }
-    }
-
-    /// Hands the stream the events of this wake-up in order; false when one could not be queued
-    /// (the client is gone or reads too slowly), and the rest are dropped with it.
-    fn flush(&mut self) -> bool {
-        for event in self.outbox.drain(..) {
-            if !self.events.try_event(event) {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-struct PendingEntry {
-    /// The request's deadline (Unix ms): a group is forwarded no later than it, jitter included.
-    deadline_ms: i64,
-    client: ClientId,
-    request_no: u64,
-    user: UserKey,
-    service: usize,
-    k: u32,
-    payload: Vec<u8>,
-    /// REQUESTS with fallback_epsilon_per_km: answered under GEO_IND at its deadline.
-    fallback: Option<geo_ind::Fallback>,
-}
-
-struct Route {
-    client: ClientId,
-    request_no: u64,
-    answered: bool,
-    /// The principal whose provider stream received the pseudonym; only it may answer.
-    delivered_to: Option<Arc<str>>,
-    service: usize,
-    /// The Subscribe stream that took the request and has not acknowledged it yet.
-    holder: Option<ProviderId>,
-    /// The request as forwarded (shared with the provider queue), kept until a provider
-    /// acknowledges it so it can be handed on.
-    unacknowledged: Option<Arc<CloakedRequest>>,
-}
-
-/// One provider's Subscribe stream, as the broker tracks it.
-struct ProviderState {
-    service: usize,
-    window: Arc<ProviderWindow>,
-    close: oneshot::Sender<StreamEnd>,
-    /// Requests it took and has not acknowledged.
-    unacknowledged: HashSet<Pseudonym>,
-}
-
-/// Why a request is handed on: the requests of a provider stream, or one waiting on its queue.
-#[derive(Debug, Clone, Copy)]
-enum HandOver {
-    /// The stream did not acknowledge one of them within `provider_ack_ms` (it was closed).
-    Stalled,
-    /// The stream ended.
-    Gone,
-    /// In a cluster, the last provider of its service here left while it waited on the service's
-    /// provider queue.
-    Unsubscribed,
-}
-
-/// The actor that owns the engine and every routing table.
+/// The actor that owns the engine and every routing table: its state grouped by the concern that
+/// uses it, each group owned by the file that works on it.
 pub(crate) struct Broker {
     /// The `[location]` section in force, refreshed from `live` before each batch of commands.
     cfg: Arc<LocationConfig>,
     live: watch::Receiver<Arc<LocationConfig>>,
     clock: BrokerClock,
-    engine: Engine,
-    /// Latest positions and reciprocal anonymity sets of the PRESENCE model.
-    presence: PresenceEngine,
-    next_request_id: RequestId,
-    /// Keyed hash (random key per broker) giving each user id the same key for the broker's lifetime,
-    /// also while he has nothing pending, as memorized anonymity sets need.
-    user_keys: std::hash::RandomState,
-    /// By the broker's own sequential id (foldhash: no key here is a client's choice).
-    pending: HashMap<RequestId, PendingEntry, foldhash::fast::RandomState>,
-    pending_keys: HashSet<(UserKey, u64)>,
-    clients: HashMap<ClientId, ClientState>,
-    /// Clients with events in their outbox, in the order of their first event this wake-up.
-    to_flush: Vec<ClientId>,
-    /// The broker's copy of the provider queues (by service index; grows on reload).
-    provider_queues: Vec<ProviderQueue>,
-    all_provider_queues: Arc<ProviderQueues>,
-    /// Sharded so that no single resize pauses the broker ([`super::routes`]).
-    routes: Routes<Route>,
-    route_expiry: VecDeque<(i64, Pseudonym)>,
-    providers: HashMap<ProviderId, ProviderState>,
-    /// When each delivered request must be acknowledged, in order (the ack time is one constant).
-    ack_expiry: VecDeque<(i64, Pseudonym, ProviderId)>,
-    outcomes: Vec<Outcome>,
-    rate_limiter: RateLimiter,
-    /// Groups waiting out their forwarding jitter, by (due Unix ms, key).
-    delayed: BinaryHeap<std::cmp::Reverse<(i64, u64)>>,
-    delayed_groups: HashMap<u64, CloakedGroup>,
-    next_delayed: u64,
-    jitter_rng: ChaCha20Rng,
-    /// GEO_IND draws: seeded from the operating system, never from `location.seed`.
-    geo_rng: ChaCha20Rng,
     metrics: BrokerMetrics,
-    /// Cluster: cell owners and the way to other replicas (`None`: standalone).
-    cluster: Option<ClusterLink>,
-    /// Cluster: requests of this replica's clients that another replica cloaks.
-    remote: remote::RemoteRequests,
-    /// The privacy budget of GEO_IND answers (`None`: `location.geo_ind.budget = 0`).
-    budget: Option<budget::GeoBudget>,
+    /// Rate buckets, user keys and the (user, request number) pairs held ([`admission`]).
+    admission: admission::AdmissionState,
+    /// The engines, the pending requests and the groups waiting out their jitter ([`cloaking`]).
+    cloaking: cloaking::CloakingState,
+    /// Provider queues and streams, routes and acknowledgement deadlines ([`delivery`]).
+    delivery: delivery::DeliveryState,
+    /// The client streams and their events of this wake-up ([`clients`]).
+    clients: clients::ClientStreams,
+    /// GEO_IND's generator and privacy budget ([`geo_ind`], [`geo_budget`]).
+    geo_ind: geo_ind::GeoIndState,
+    /// The link to the cluster and the requests cloaked or served elsewhere ([`replicas`]).
+    replicas: replicas::ReplicaState,
 }
 
 impl Broker {
@@ -225,43 +111,17 @@ impl Broker {
         all_provider_queues: Arc<ProviderQueues>,
     ) -> Broker {
         let cfg = live.borrow().clone();
-        let mut provider_queues = Vec::new();
-        all_provider_queues.extend(&mut provider_queues);
         Broker {
-            engine: Engine::new(cfg.search, seed)
-                .with_index(cfg.index)
-                .with_sessions(cfg.sessions),
-            presence: PresenceEngine::new(
-                cfg.presence,
-                seed.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15,
-            ),
+            admission: admission::AdmissionState::default(),
+            cloaking: cloaking::CloakingState::new(&cfg, seed),
+            delivery: delivery::DeliveryState::new(all_provider_queues),
+            clients: clients::ClientStreams::default(),
+            geo_ind: geo_ind::GeoIndState::new(),
+            replicas: replicas::ReplicaState::default(),
             clock: BrokerClock::new(),
-            next_request_id: 0,
-            user_keys: std::hash::RandomState::new(),
-            pending: HashMap::default(),
-            pending_keys: HashSet::new(),
-            clients: HashMap::new(),
-            to_flush: Vec::new(),
-            provider_queues,
-            all_provider_queues,
-            routes: Routes::default(),
-            route_expiry: VecDeque::new(),
-            providers: HashMap::new(),
-            ack_expiry: VecDeque::new(),
-            outcomes: Vec::new(),
-            rate_limiter: RateLimiter::default(),
-            delayed: BinaryHeap::new(),
-            delayed_groups: HashMap::new(),
-            next_delayed: 0,
-            // Its own stream from the broker's seed, so jitter does not shift the engine's draws.
-            jitter_rng: ChaCha20Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908),
-            geo_rng: ChaCha20Rng::from_os_rng(),
             metrics: BrokerMetrics::new(),
             cfg,
             live,
-            cluster: None,
-            remote: remote::RemoteRequests::default(),
-            budget: None,
         }
     }
 
@@ -273,13 +133,13 @@ impl Broker {
         commands: mpsc::Sender<Command>,
         params: crate::location::geo_ind::predictive::PredictiveParams,
     ) -> Broker {
-        self.budget = Some(budget::GeoBudget::new(ledger, commands, params));
+        self.geo_ind.budget = Some(geo_budget::GeoBudget::new(ledger, commands, params));
         self
     }
 
-    /// Cluster mode: requests go to the replica owning their cell ([`cluster`]).
+    /// Cluster mode: requests go to the replica owning their cell ([`replicas`]).
     pub(crate) fn with_cluster(mut self, link: ClusterLink) -> Broker {
-        self.cluster = Some(link);
+        self.replicas.link = Some(link);
         self
     }
 
@@ -331,13 +191,13 @@ impl Broker {
                 window,
                 close,
             } => {
-                self.providers.insert(
+                self.delivery.providers.insert(
                     provider,
                     ProviderState {
                         service,
                         window,
                         close,
-                        unacknowledged: HashSet::new(),
+                        unacknowledged: std::collections::HashSet::new(),
                     },
                 );
                 self.providers_changed();
@@ -400,9 +260,9 @@ impl Broker {
 
     /// At shutdown: every pending request is told it was not forwarded.
     fn shut_down(&mut self) {
-        let ids: Vec<RequestId> = self.pending.keys().copied().collect();
+        let ids: Vec<RequestId> = self.cloaking.pending.keys().copied().collect();
         for id in ids {
-            self.engine.cancel(id);
+            self.cloaking.engine.cancel(id);
             if let Some(entry) = self.take_pending(id) {
                 let rejection = Rejection {
                     field: "request_no",
@@ -415,8 +275,8 @@ impl Broker {
         self.shut_down_remote();
         self.flush_events();
         self.clients.clear();
-        self.providers.clear();
-        self.all_provider_queues.close();
+        self.delivery.providers.clear();
+        self.delivery.all_provider_queues.close();
         self.record_gauges(0);
     }
 
@@ -426,7 +286,9 @@ impl Broker {
         if self.live.has_changed().unwrap_or(false) {
             self.cfg = self.live.borrow_and_update().clone();
         }
-        self.all_provider_queues.extend(&mut self.provider_queues);
+        self.delivery
+            .all_provider_queues
+            .extend(&mut self.delivery.provider_queues);
     }
 
     pub(crate) async fn run(
@@ -439,13 +301,14 @@ impl Broker {
             // Wake for the next request deadline, and for the next route to expire (a stream
             // waiting only for answers closes when its last route expires).
             let next_route = self
+                .delivery
                 .route_expiry
                 .front()
                 .map(|&(expires, _)| expires.saturating_add(1));
-            let next_ack = self.ack_expiry.front().map(|&(due, _, _)| due);
-            let next_remote = self.remote.next_expiry();
+            let next_ack = self.delivery.ack_expiry.front().map(|&(due, _, _)| due);
+            let next_remote = self.replicas.remote.next_expiry();
             let next_expiry = [
-                self.engine.next_deadline(),
+                self.cloaking.engine.next_deadline(),
                 next_route,
                 next_ack,
                 next_remote,
@@ -455,9 +318,9 @@ impl Broker {
             .min()
             .map(|deadline| self.clock.instant_at(deadline.saturating_add(1)));
             let next_forward = self
-                .delayed
-                .peek()
-                .map(|std::cmp::Reverse((due, _))| self.clock.instant_at(*due));
+                .cloaking
+                .next_forward()
+                .map(|due| self.clock.instant_at(due));
             let wake = tokio::select! {
                 biased;
                 _ = shutdown.changed() => break,

@@ -11,12 +11,12 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Broker;
-use super::cluster::ClusterLink;
 use super::message::{
     AdmittedRequest, ClientId, Command, EventQueue, Outbound, ProviderId, ProviderWindow,
     RelayRefusal, RemoteClient, StreamEnd,
 };
-use super::providers::ProviderQueues;
+use super::provider_queues::ProviderQueues;
+use super::replicas::ClusterLink;
 use crate::cluster::Owner;
 use crate::config::{CloakModel, Config, LocationConfig};
 use crate::location::Pseudonym;
@@ -114,7 +114,7 @@ impl Fixture {
         let (out, outbound) = mpsc::channel(64);
         let (commands, _commands) = mpsc::channel(64);
         let link = ClusterLink::detached("a", owner, out.clone(), commands, REQUEST_TIMEOUT);
-        f.broker.cluster = Some(link);
+        f.broker.replicas.link = Some(link);
         let wire = Wire {
             outbound,
             out,

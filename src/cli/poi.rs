@@ -1,13 +1,13 @@
 //! `cloakd poi generate`: a seeded synthetic POI file along a road network ([`crate::poi::generate`]),
 //! from Brinkhoff's Oldenburg network files (`oldenburg_nodes.csv.gz`: `node_id,lat,lon,...`;
 //! `oldenburg_edges.csv.gz`: `edge_id,from,to,class,...`) or any network in that format, read by
-//! [`crate::workload::roads`].
+//! [`crate::data_files::roads`].
 use std::path::PathBuf;
 
 use anyhow::Context;
 
+use crate::data_files::roads::read_roads;
 use crate::poi::generate::generate;
-use crate::workload::roads::read_roads;
 
 #[derive(Debug, clap::Args)]
 pub struct PoiArgs {

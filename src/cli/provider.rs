@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::poi::{Limits, PoiIndex};
-use crate::provider::{Bearer, PoiProvider, Target, load_pois, pool, session};
+use crate::provider::{Bearer, PoiProvider, Target, connection, load_pois, pool};
 
 #[derive(Debug, clap::Args)]
 pub struct ProviderArgs {
@@ -97,7 +97,11 @@ pub fn run(args: ProviderArgs) -> anyhow::Result<()> {
         max_candidates: args.max_candidates,
     };
     let target = Target {
-        endpoint: session::endpoint(&args.addr, args.ca.as_deref(), args.server_name.as_deref())?,
+        endpoint: connection::endpoint(
+            &args.addr,
+            args.ca.as_deref(),
+            args.server_name.as_deref(),
+        )?,
         bearer: Bearer::new(read_token(args.token_file.as_deref())?.as_deref())?,
         service: args.service.clone(),
         max_backoff: Duration::from_millis(reconnect_max_ms),
@@ -133,7 +137,7 @@ pub fn run(args: ProviderArgs) -> anyhow::Result<()> {
             }
         });
         tracing::info!(addr = %args.addr, "connecting");
-        session::serve(provider, pool, target, stop).await
+        connection::serve(provider, pool, target, stop).await
     })?;
     tracing::info!(
         received = tally.received,

@@ -23,13 +23,13 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::data_files::{TracePoint, read_trace_file};
 use crate::proto::lbs_gateway_client::LbsGatewayClient;
 use crate::proto::location_broker_client::LocationBrokerClient;
 use crate::proto::location_event::Outcome;
 use crate::proto::{
     CloakModel, LbsAnswer, LbsSubscription, LocationEvent, LocationRequest, PositionUpdate,
 };
-use crate::workload::{TracePoint, read_trace_file};
 
 pub mod compare;
 mod plan;

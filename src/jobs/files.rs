@@ -39,14 +39,14 @@ pub fn read_job(path: &Path) -> anyhow::Result<JobSpec> {
     Ok(JobSpec::parse(&path.display().to_string(), &text)?)
 }
 
-/// Opens a file that may be gzip-compressed ([`crate::workload::maybe_gunzip`]) through the bounded
+/// Opens a file that may be gzip-compressed ([`crate::data_files::maybe_gunzip`]) through the bounded
 /// reader, telling `count` the bytes read from disk.
 pub fn open_input(path: &Path, count: Option<Counter>) -> anyhow::Result<Box<dyn Read + Send>> {
     let file =
         File::open(path).with_context(|| format!("{}: cannot open the input", path.display()))?;
     let reader = match count {
-        Some(count) => crate::workload::maybe_gunzip(Counting { inner: file, count }),
-        None => crate::workload::maybe_gunzip(file),
+        Some(count) => crate::data_files::maybe_gunzip(Counting { inner: file, count }),
+        None => crate::data_files::maybe_gunzip(file),
     };
     let reader = reader.with_context(|| format!("{}: cannot read the input", path.display()))?;
     // Bounded: a CSV record past `crate::lines::MAX_LINE_BYTES` fails the read.

@@ -5,7 +5,7 @@
 //!
 //! One small trait, [`PointIndex`], and two implementations chosen by `location.index`:
 //! [`rtree::RTreeIndex`] (R-trees of the points by reach class in arenas of nodes, the default) and
-//! [`grid::GridIndex`] (a uniform grid of 0.005° cells). [`SpatialIndex`] is the engine's choice
+//! [`grid_index::GridIndex`] (a uniform grid of 0.005° cells). [`SpatialIndex`] is the engine's choice
 //! between them, an enum so that the hot path is a branch, not a virtual call.
 //!
 //! Invariants every implementation keeps (checked against a linear scan in the tests below): a
@@ -19,10 +19,10 @@ use std::hash::Hasher;
 
 use super::geo::GeoBox;
 
-pub mod grid;
+pub mod grid_index;
 pub mod rtree;
 
-pub use grid::GridIndex;
+pub use grid_index::GridIndex;
 pub use rtree::RTreeIndex;
 
 /// Points with slots, updated one at a time (see the module doc).

@@ -947,7 +947,7 @@ pub(crate) mod tests {
                 false,
             ),
         };
-        let points = crate::workload::read_trace_file(&path, Some(400_000)).unwrap();
+        let points = crate::data_files::read_trace_file(&path, Some(400_000)).unwrap();
         let workload = periodic_workload(
             &points,
             &PeriodicParams {

@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{CloakRequest, GeoBox, Outcome, RequestId};
 
-/// One position report of a trace (read from files by [`crate::workload`]).
+/// One position report of a trace (read from files by [`crate::data_files`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TracePoint {
     pub user_id: String,
@@ -350,6 +350,6 @@ pub fn median(values: &mut [f64]) -> f64 {
 pub(crate) fn oldenburg_slice() -> Vec<CloakRequest> {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
-    let points = crate::workload::read_trace_file(&path, None).unwrap();
+    let points = crate::data_files::read_trace_file(&path, None).unwrap();
     requests_from_trace(&points, &ReplayParams::OLDENBURG)
 }

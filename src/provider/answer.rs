@@ -182,7 +182,7 @@ pub fn to_proto(p: &crate::poi::Poi) -> Poi {
 /// Reads a POI file (plain or gzip; records bounded by `lines::BoundedLines`). An error names the
 /// file, the line and the field (a repeated id names both lines).
 pub fn load_pois(path: &std::path::Path) -> anyhow::Result<Vec<crate::poi::Poi>> {
-    let file = crate::workload::open_maybe_gz(path)
+    let file = crate::data_files::open_maybe_gz(path)
         .with_context(|| format!("cannot open {}", path.display()))?;
     let bounded = crate::lines::BoundedLines::new(file, crate::lines::Records::Csv);
     read_pois(bounded, &TableLimits::default()).with_context(|| format!("{}", path.display()))

@@ -8,18 +8,18 @@
 //! process.
 //!
 //! Split by job: `answer.rs` (the answer to one request, [`PoiProvider`], and the POI file),
-//! `pool.rs` (the bounded worker pool that computes answers), `session.rs` (the connection to the
+//! `pool.rs` (the bounded worker pool that computes answers), `connection.rs` (the connection to the
 //! broker: acknowledgements, shedding, reconnection).
 //!
 //! A query that does not decode, breaks a limit, asks for an unknown category, or whose list would not
 //! fit the broker's payload limit is answered with `PoiCandidates.error` naming the field and the rule
 //! (and no POIs); a request that finds the worker queue full is answered with the overloaded answer.
-//! The provider keeps serving and reconnects when it loses the broker; [`session::serve`] ends only
+//! The provider keeps serving and reconnects when it loses the broker; [`connection::serve`] ends only
 //! when told to stop or on an error retrying cannot cure (the broker refusing the credential or the
 //! service).
 pub mod answer;
+pub mod connection;
 pub mod pool;
-pub mod session;
 
 pub use answer::{PoiProvider, load_pois, overloaded, to_proto};
-pub use session::{Bearer, Tally, Target};
+pub use connection::{Bearer, Tally, Target};

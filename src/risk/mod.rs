@@ -4,7 +4,7 @@
 //! prosecutor risk under wildcard matching of suppressed cells ([`wildcard`]),
 //! population uniqueness under the Pitman, Zayatz and SNB models and Dankar et al.'s rule
 //! ([`population`]), SUDA's minimal sample uniques and scores ([`suda`]), k-map ([`kmap`]),
-//! δ-presence against a population table ([`presence`], the table matched by [`matching`]) and QI
+//! δ-presence against a population table ([`delta_presence`], the table matched by [`matching`]) and QI
 //! discovery ([`discovery`]), over classes formed by [`classes`]. [`profile`] computes all of them;
 //! `cloakd table risk` prints and writes it.
 //! Definitions, sources, edge cases and the comparison with ARX: docs/risk.md.
@@ -16,10 +16,10 @@
 //! quadratic searches are bounded before they allocate ([`suda::check_size`],
 //! [`discovery::check_size`], [`matching::MAX_MATCH_LOOKUPS`]).
 pub mod classes;
+pub mod delta_presence;
 pub mod discovery;
 pub mod kmap;
 pub mod matching;
-pub mod presence;
 pub mod sample;
 pub mod suda;
 pub mod wildcard;
@@ -57,7 +57,7 @@ pub struct RiskOptions {
     /// k-map's k and significance level (`None`: not measured).
     pub k_map: Option<kmap::KMapOptions>,
     /// δ-presence's bounds (measured whenever a population table is given).
-    pub presence: presence::PresenceBounds,
+    pub presence: delta_presence::PresenceBounds,
     /// QI discovery's largest combination size (`None`: not measured).
     pub qi_discovery: Option<usize>,
 }
@@ -70,7 +70,7 @@ impl Default for RiskOptions {
             suda_max_size: None,
             suda: true,
             k_map: None,
-            presence: presence::PresenceBounds::default(),
+            presence: delta_presence::PresenceBounds::default(),
             qi_discovery: None,
         }
     }
@@ -155,7 +155,7 @@ pub struct RiskProfile {
     pub k_map: Option<KMap>,
     /// δ-presence, when a population table is given.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub delta_presence: Option<Measured<presence::Presence>>,
+    pub delta_presence: Option<Measured<delta_presence::Presence>>,
     /// QI discovery, when asked for (`--qi-discovery`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qi_discovery: Option<Measured<discovery::Discovery>>,
@@ -409,7 +409,7 @@ pub fn profile(
     }
     if let Some(table) = population_table {
         p.delta_presence = Some(
-            match presence::presence(&table.pairs, table.unmatched, options.presence) {
+            match delta_presence::presence(&table.pairs, table.unmatched, options.presence) {
                 Some(v) => Measured::Value(v),
                 None => Measured::unavailable("no records"),
             },

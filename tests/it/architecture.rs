@@ -287,7 +287,7 @@ const ENGINES: [&str; 7] = [
 const SHARED: [&str; 6] = [
     "config",
     "text",
-    "workload",
+    "data_files",
     "lines",
     "budget",
     "atomic_file",
@@ -306,7 +306,7 @@ fn may_import(module: &str) -> Vec<&'static str> {
         "text" | "lines" | "budget" | "atomic_file" => vec![],
         // Reading the data files: traces (the location engine's point type), road networks (the POI
         // generator's road type).
-        "workload" => vec!["lines", "text", "location", "poi"],
+        "data_files" => vec!["lines", "text", "location", "poi"],
         // Drawing into memory: the charts of the measures (frontier, Brickell & Shmatikov's figures).
         "plots" => vec!["measures", "text", "budget"],
         "config" => all(&[&ENGINES, &["lines", "text"]]),

@@ -19,10 +19,10 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::{ModelArg, SimulateArgs, simulate};
+use crate::data_files::TracePoint;
 use crate::location::yardstick::{Grid, Observed, box_area_m2, quality_loss};
 use crate::plots::tradeoff::{Series, Tradeoff};
 use crate::plots::{Format, render};
-use crate::workload::TracePoint;
 
 /// Most cells of the adversary's grid.
 const MAX_CELLS: usize = 4_000_000;

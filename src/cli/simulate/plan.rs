@@ -10,9 +10,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{ModelArg, SimulateArgs, ToleranceDist};
+use crate::data_files::TracePoint;
 use crate::location::replay::{PeriodicEvent, PeriodicParams, log_uniform, periodic_workload};
 use crate::proto::{LocationRequest, PositionUpdate};
-use crate::workload::TracePoint;
 
 impl ToleranceDist {
     fn draw(self, rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> f64 {

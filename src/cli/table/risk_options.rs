@@ -16,9 +16,9 @@ use super::input::load_table;
 use crate::relational::job::JobSpec;
 use crate::relational::table::Table;
 use crate::risk::classes::QuasiColumns;
+use crate::risk::delta_presence::PresenceBounds;
 use crate::risk::kmap::KMapOptions;
 use crate::risk::matching::{Sample, match_sample};
-use crate::risk::presence::PresenceBounds;
 use crate::risk::suda::SudaError;
 use crate::risk::{Population, PopulationTable, RiskError, RiskOptions};
 

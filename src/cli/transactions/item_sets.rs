@@ -293,7 +293,7 @@ pub(crate) fn read_item_sets(
     names: &mut ItemNames,
     allow_empty: bool,
 ) -> Result<Vec<Vec<ItemId>>, TransactionsCliError> {
-    let reader = crate::workload::open_maybe_gz(path).map_err(io_error(path))?;
+    let reader = crate::data_files::open_maybe_gz(path).map_err(io_error(path))?;
     // Bounded: a line past `crate::lines::MAX_LINE_BYTES` fails the read, naming its number.
     let reader = Box::new(crate::lines::BoundedLines::new(
         reader,

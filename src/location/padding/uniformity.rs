@@ -319,7 +319,7 @@ fn dense_centre_requests() -> Vec<CloakRequest> {
         .unwrap_or_else(|| {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz")
         });
-    let points = crate::workload::read_trace_file(&path, None).unwrap();
+    let points = crate::data_files::read_trace_file(&path, None).unwrap();
     let mut first = std::collections::BTreeMap::new();
     for p in &points {
         first.entry(p.user_id.as_str()).or_insert((p.lat, p.lon));

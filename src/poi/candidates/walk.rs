@@ -633,7 +633,7 @@ mod tests {
         let rows = |name: &str| -> Vec<Vec<String>> {
             let mut text = String::new();
             let path = dir.join(name);
-            crate::workload::open_maybe_gz(&path)
+            crate::data_files::open_maybe_gz(&path)
                 .and_then(|mut file| file.read_to_string(&mut text))
                 .unwrap_or_else(|e| {
                     panic!(
@@ -660,7 +660,7 @@ mod tests {
             .collect();
         let index = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
         let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
-        let points = crate::workload::read_trace_file(&trace, Some(200_000)).unwrap();
+        let points = crate::data_files::read_trace_file(&trace, Some(200_000)).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(2);
         let mut tally = Tally::default();
         for (category, log_uniform) in [("hotel", false), ("cafe", false), ("hotel", true)] {

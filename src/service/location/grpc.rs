@@ -29,7 +29,7 @@ use super::LocationServices;
 use super::error::LocationError;
 use super::validate::{Rejection, validate, validate_update};
 use crate::broker::message::{AnswerTally, Command, EventQueue, ProviderWindow, StreamEnd};
-use crate::broker::provider::ProviderStream;
+use crate::broker::provider_stream::ProviderStream;
 
 /// Position updates handed to the broker actor at once, at most (whatever the stream has ready).
 const REPORT_BATCH: usize = 512;

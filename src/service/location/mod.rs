@@ -8,7 +8,7 @@
 //! tokio's clock, feeds the engine, and routes outcomes: `Cloaked`/`Expired`/`Rejected` to the client,
 //! `CloakedRequest` to the service's provider queue (bounded; it also buffers while no provider is
 //! subscribed, and when it is full the client gets `Undelivered`). Providers acknowledge what their
-//! Subscribe stream takes within `provider_ack_ms` (see [`crate::broker::provider`]); a stream that does not is
+//! Subscribe stream takes within `provider_ack_ms` (see [`crate::broker::provider_stream`]); a stream that does not is
 //! closed and its requests are handed to another provider or reported `Undelivered`. Answers come
 //! back by pseudonym through a routing table whose entries live `answer_ttl_ms`.
 //!
@@ -16,7 +16,7 @@
 //! still-pending ones get Rejected with UNAVAILABLE); providers never see a user id, k or exact point;
 //! every queue and table is bounded by a configured limit.
 //!
-//! With `[cluster]` set, [`crate::broker::cluster`] shards CliqueCloak by grid cell: each request is cloaked by the
+//! With `[cluster]` set, [`crate::broker::replicas`] shards CliqueCloak by grid cell: each request is cloaked by the
 //! replica holding its cell's lease, whichever replica the client is connected to.
 //!
 //! Live configuration: the `[location]` section is a `watch` value that a SIGHUP reload replaces
@@ -41,8 +41,8 @@ use crate::service::DEFAULT_MAX_MESSAGE_BYTES;
 
 pub use crate::broker::BrokerClock;
 use crate::broker::message::Command;
-pub use crate::broker::providers::{ProviderQueue, ProviderQueues};
-use crate::broker::{self, Broker, cluster};
+pub use crate::broker::provider_queues::{ProviderQueue, ProviderQueues};
+use crate::broker::{self, Broker, replicas};
 pub use error::LocationError;
 pub use validate::{AdmittedRequest, MAX_USER_ID_BYTES, Rejection, validate};
 
@@ -79,21 +79,21 @@ impl LocationServices {
     }
 
     /// [`Self::start`] as one replica of a cluster: each request is cloaked by the replica owning
-    /// its grid cell, whichever replica received it ([`crate::broker::cluster`]).
+    /// its grid cell, whichever replica received it ([`crate::broker::replicas`]).
     pub async fn start_clustered(
         cfg: LocationConfig,
         shutdown: watch::Receiver<bool>,
         cluster: &crate::cluster::Cluster,
         ledger: Option<crate::ledger::Ledger>,
     ) -> Result<LocationServices, crate::cluster::ClusterError> {
-        let joined = cluster::LocationCluster::join(cluster).await?;
+        let joined = replicas::LocationCluster::join(cluster).await?;
         Ok(Self::start_with(cfg, shutdown, Some(joined), ledger))
     }
 
     fn start_with(
         cfg: LocationConfig,
         shutdown: watch::Receiver<bool>,
-        cluster: Option<cluster::LocationCluster>,
+        cluster: Option<replicas::LocationCluster>,
         ledger: Option<crate::ledger::Ledger>,
     ) -> LocationServices {
         let seed = cfg.seed.unwrap_or_else(rand::random::<u64>);

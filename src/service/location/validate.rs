@@ -1,7 +1,7 @@
 //! Validation of location requests: each `LocationRequest` is checked against the configured rules and
 //! its defaults filled in, or rejected naming the field, the rule and the gRPC code.
 pub use crate::broker::message::{AdmittedRequest, AdmittedUpdate, Rejection};
-use crate::broker::providers::ProviderQueues;
+use crate::broker::provider_queues::ProviderQueues;
 use crate::config::{CloakModel, GeoIndConfig, LocationConfig};
 use crate::proto::{self, LocationRequest, PositionUpdate};
 

@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use cloakd::data_files::read_trace_file;
 use cloakd::location::tracking::{CloakedObservation, session_anonymity};
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{Cloaked, LocationRequest};
-use cloakd::workload::read_trace_file;
 
 use crate::support::{MobileClient, TestDaemon, config_with, request_at};
 

@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cloakd::data_files::read_trace_file;
 use cloakd::proto::lbs_gateway_client::LbsGatewayClient;
 use cloakd::proto::location_event::Outcome;
 use cloakd::proto::{LbsAnswer, LocationRequest};
-use cloakd::workload::read_trace_file;
 use rand::{Rng, SeedableRng};
 use tokio_stream::wrappers::ReceiverStream;
 

@@ -40,7 +40,7 @@ fn pois() -> Vec<Poi> {
 /// One request per user at the trace's first instant: (user, lat, lon), at most `users`.
 fn clients(users: usize) -> Vec<(String, f64, f64)> {
     let trace = crate::support::repo().join("tests/data/oldenburg_60s.csv.gz");
-    let points = cloakd::workload::read_trace_file(&trace, Some(20_000)).unwrap();
+    let points = cloakd::data_files::read_trace_file(&trace, Some(20_000)).unwrap();
     let first = points[0].timestamp;
     let mut seen = std::collections::HashSet::new();
     points

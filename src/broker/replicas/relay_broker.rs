@@ -1,5 +1,5 @@
 //! The broker's side of relaying cloaked requests to providers on other replicas
-//! ([`crate::service::location::cluster`]'s `relay`).
+//! (the NATS side is [`super::relay_nats`]).
 //!
 //! On the replica that formed a group, a member whose service has no provider subscribed here is
 //! relayed: a client of this replica keeps a remote request (by tag) that waits for the answer or
@@ -10,27 +10,32 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::message::{ClientId, EventQueue, RelayRefusal, RemoteClient};
-use super::{Broker, ClientState};
+use crate::broker::Broker;
+use crate::broker::clients::ClientState;
+use crate::broker::message::{ClientId, EventQueue, RelayRefusal, RemoteClient};
 use crate::location::{Pseudonym, UserKey};
 use crate::proto::CloakedRequest;
 
 impl Broker {
     /// Whether a provider of `service` is subscribed to this replica.
-    pub(super) fn has_provider(&self, service: usize) -> bool {
-        self.providers.values().any(|p| p.service == service)
+    pub(in crate::broker) fn has_provider(&self, service: usize) -> bool {
+        self.delivery
+            .providers
+            .values()
+            .any(|p| p.service == service)
     }
 
     /// Whether a cloaked request of `service` goes to another replica: in a cluster, when no
     /// provider of the service is subscribed here, or the service's provider queue here is full
     /// (another replica's providers may have room).
-    pub(super) fn relays(&self, service: usize) -> bool {
-        self.cluster.is_some()
-            && (self.provider_queues[service].sender.is_full() || !self.has_provider(service))
+    pub(in crate::broker) fn relays(&self, service: usize) -> bool {
+        self.replicas.link.is_some()
+            && (self.delivery.provider_queues[service].sender.is_full()
+                || !self.has_provider(service))
     }
 
     /// Relays the cloaked request of `client` to a replica with a provider of its service.
-    pub(super) fn relay(
+    pub(in crate::broker) fn relay(
         &mut self,
         client: ClientId,
         request_no: u64,
@@ -38,7 +43,7 @@ impl Broker {
         service: usize,
         forwarded: CloakedRequest,
     ) {
-        let Some(link) = self.cluster.as_ref() else {
+        let Some(link) = self.replicas.link.as_ref() else {
             return;
         };
         let forwarded_here = self
@@ -52,6 +57,7 @@ impl Broker {
                 let node = Arc::clone(link.node());
                 let expires = self.clock.now_ms().saturating_add(self.answer_window());
                 let tag = self
+                    .replicas
                     .remote
                     .insert_relayed(client, request_no, user, expires);
                 (RemoteClient { node, tag }, Some(tag))
@@ -59,7 +65,7 @@ impl Broker {
         };
         if !link.relay(to, forwarded) {
             if let Some(tag) = local_tag {
-                self.remote.forget(tag);
+                self.replicas.remote.forget(tag);
             }
             self.undelivered(
                 client,
@@ -74,7 +80,7 @@ impl Broker {
     /// A cloaked request another replica relayed here: a stream of its own, closed once its one
     /// request is answered or undelivered. Refused (and nothing kept) when the service's queue is
     /// full or no provider of it is left here: the relaying replica asks another.
-    pub(super) fn take_relayed(
+    pub(in crate::broker) fn take_relayed(
         &mut self,
         client: ClientId,
         events: EventQueue,
@@ -92,7 +98,7 @@ impl Broker {
         if !self.has_provider(service) {
             return Err(RelayRefusal::NoProvider);
         }
-        if self.provider_queues[service].sender.is_full() {
+        if self.delivery.provider_queues[service].sender.is_full() {
             return Err(RelayRefusal::QueueFull);
         }
         // The client's replica holds its principal to the rate limit.
@@ -109,12 +115,13 @@ impl Broker {
     /// Tells the cluster side which services have a provider subscribed here now. (Membership
     /// of a service's queue group does not follow the queue's fill: a subscription that ends loses
     /// the requests on their way to it, so a full queue refuses instead.)
-    pub(super) fn providers_changed(&self) {
-        if let Some(link) = self.cluster.as_ref() {
+    pub(in crate::broker) fn providers_changed(&self) {
+        if let Some(link) = self.replicas.link.as_ref() {
             let services: BTreeSet<String> = self
+                .delivery
                 .providers
                 .values()
-                .map(|p| self.provider_queues[p.service].service.clone())
+                .map(|p| self.delivery.provider_queues[p.service].service.clone())
                 .collect();
             link.providing(services);
         }
@@ -123,8 +130,8 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::message::RelayRefusal;
-    use super::super::testing::{Fixture, config};
+    use crate::broker::message::RelayRefusal;
+    use crate::broker::testing::{Fixture, config};
     use crate::cluster::Owner;
     use crate::location::Pseudonym;
     use crate::proto::CloakedRequest;

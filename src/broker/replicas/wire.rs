@@ -1,7 +1,7 @@
 //! The messages replicas exchange over core NATS for location cloaking ([`super`]): protobuf
 //! encoded with prost, declared here by hand (they never leave the cluster, so they are not part of
 //! the public API in `proto/`). Tags are never reused.
-use crate::proto::LocationEvent;
+use crate::proto::{CloakedRequest, LocationEvent};
 
 /// A location request on its way from the replica holding the client's stream to its cell's owner.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -59,4 +59,17 @@ pub(crate) struct ReplicaEvent {
     pub tag: u64,
     #[prost(message, optional, tag = "2")]
     pub event: Option<LocationEvent>,
+}
+
+/// A cloaked request on its way to a replica with a provider of its service.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct RelayedRequest {
+    /// Node id of the replica holding the client's stream.
+    #[prost(string, tag = "1")]
+    pub origin: String,
+    /// The request's tag there (what its events carry back).
+    #[prost(uint64, tag = "2")]
+    pub tag: u64,
+    #[prost(message, optional, tag = "3")]
+    pub request: Option<CloakedRequest>,
 }

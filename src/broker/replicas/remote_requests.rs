@@ -1,4 +1,4 @@
-//! The broker's side of location across replicas ([`super::cluster`]): which requests go
+//! The broker's side of location across replicas ([`super`]): which requests go
 //! to another replica, and what the origin keeps of them until their stream may close.
 //!
 //! A request of a local client whose cell another replica owns becomes a *remote request*: its
@@ -21,8 +21,9 @@ use std::sync::Arc;
 
 use tonic::Code;
 
-use super::message::{AdmittedRequest, CellOwner, ClientId, EventQueue, Rejection};
-use super::{Broker, ClientState};
+use crate::broker::Broker;
+use crate::broker::clients::ClientState;
+use crate::broker::message::{AdmittedRequest, CellOwner, ClientId, EventQueue, Rejection};
 use crate::location::UserKey;
 use crate::proto::LocationEvent;
 use crate::proto::location_event::Outcome as EventOutcome;
@@ -54,7 +55,7 @@ struct RemoteEntry {
 /// The remote requests of this replica's clients, by tag (a number unique on this replica that
 /// the owner's events carry back: one stream may use a request number for several users).
 #[derive(Debug, Default)]
-pub(super) struct RemoteRequests {
+pub(in crate::broker) struct RemoteRequests {
     next_tag: u64,
     entries: HashMap<u64, RemoteEntry>,
     /// Each client's tags, and how many of them its stream still waits for.
@@ -65,18 +66,19 @@ pub(super) struct RemoteRequests {
 
 impl RemoteRequests {
     /// How many remote requests `client`'s stream waits for.
-    pub(super) fn awaited(&self, client: ClientId) -> usize {
+    pub(in crate::broker) fn awaited(&self, client: ClientId) -> usize {
         self.by_client.get(&client).map_or(0, |(n, _)| *n)
     }
 
     /// The earliest deadline, if any.
-    pub(super) fn next_expiry(&self) -> Option<i64> {
+    pub(in crate::broker) fn next_expiry(&self) -> Option<i64> {
         self.expiry
             .peek()
             .map(|Reverse((due, _))| due.saturating_add(1))
     }
 
-    fn len(&self) -> usize {
+    /// How many remote requests the broker waits for.
+    pub(in crate::broker) fn len(&self) -> usize {
         self.entries.len()
     }
 
@@ -145,8 +147,8 @@ impl RemoteRequests {
     }
 
     /// A request of this replica's client that another replica's provider serves (its group was
-    /// formed here, [`super::relay`]): it waits for the answer or `Undelivered`; its tag.
-    pub(super) fn insert_relayed(
+    /// formed here, [`super::relay_broker`]): it waits for the answer or `Undelivered`; its tag.
+    pub(in crate::broker) fn insert_relayed(
         &mut self,
         client: ClientId,
         request_no: u64,
@@ -158,7 +160,7 @@ impl RemoteRequests {
     }
 
     /// Forgets the request `tag`.
-    pub(super) fn forget(&mut self, tag: u64) {
+    pub(in crate::broker) fn forget(&mut self, tag: u64) {
         self.remove(tag);
     }
 
@@ -201,67 +203,30 @@ fn millis(d: std::time::Duration) -> i64 {
 }
 
 impl Broker {
-    /// Cluster: hands `request` to the replica owning its cell and returns `None`, or returns it
-    /// to be cloaked here (standalone, this replica owns the cell, or another replica forwarded
-    /// it here).
-    pub(super) fn route_to_owner(
+    /// Hands an admitted request (its key held, [`super::super::admission`]) to the replica
+    /// owning its cell: it becomes a remote request of its client.
+    pub(in crate::broker) fn send_remote(
         &mut self,
         client: ClientId,
+        user: UserKey,
         request: AdmittedRequest,
-    ) -> Option<AdmittedRequest> {
-        let Some(link) = self.cluster.as_ref() else {
-            return Some(request);
-        };
-        let forwarded_here = self
-            .clients
-            .get(&client)
-            .is_none_or(|state| state.events.is_replica());
-        let owner = link.owner_of(request.lat, request.lon);
-        if forwarded_here || owner == CellOwner::Here {
-            return Some(request);
-        }
-        let request_no = request.request_no;
-        let held =
-            self.remote.awaited(client) + self.clients.get(&client).map_or(0, |s| s.pending.len());
-        if held >= self.cfg.max_pending_per_stream {
-            let rejection = Rejection::exhausted(
-                "request_no",
-                format!(
-                    "this stream already has {held} pending requests (location.max_pending_per_stream)"
-                ),
-            );
-            self.reject(client, request_no, &rejection);
-            return None;
-        }
-        if self.remote.len() >= self.cfg.max_pending {
-            let rejection = Rejection::exhausted(
-                "request_no",
-                format!(
-                    "the broker already waits for {} requests other replicas cloak (location.max_pending)",
-                    self.remote.len()
-                ),
-            );
-            self.reject(client, request_no, &rejection);
-            return None;
-        }
-        let user = self.user_key(&request.user_id);
-        if !self.pending_keys.insert((user, request_no)) {
-            self.reject(client, request_no, &super::already_pending(request_no));
-            return None;
-        }
+        owner: CellOwner,
+    ) {
         // Its deadline comes with its phase at once (`send_to_owner`): a deadline only grows, so
         // it starts from now, not from a "never".
         let now = self.clock.now_ms();
-        let tag = self
-            .remote
-            .insert(client, request_no, user, Phase::Resolving, now);
+        let tag =
+            self.replicas
+                .remote
+                .insert(client, request.request_no, user, Phase::Resolving, now);
         self.send_to_owner(tag, request, owner);
-        None
     }
 
     /// Sends the remote request `tag` on according to what is known of its cell's owner.
     fn send_to_owner(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
-        let (Some(link), Some(entry)) = (self.cluster.as_ref(), self.remote.get(tag)) else {
+        let (Some(link), Some(entry)) =
+            (self.replicas.link.as_ref(), self.replicas.remote.get(tag))
+        else {
             return;
         };
         let (client, user) = (entry.client, entry.user);
@@ -270,13 +235,13 @@ impl Broker {
         match owner {
             CellOwner::Here => {
                 // Resolved to this replica: cloak it here like any other.
-                self.remote.remove(tag);
-                self.pending_keys.remove(&(user, request.request_no));
-                self.cloak_here(client, request);
+                // Its key stays held: it moves from the remote requests to the pending ones.
+                self.replicas.remote.remove(tag);
+                self.cloak_here(client, user, request);
             }
             CellOwner::Unknown => {
                 let wait = millis(link.resolve_within);
-                self.remote.advance(
+                self.replicas.remote.advance(
                     tag,
                     Phase::Resolving,
                     now.saturating_add(wait).saturating_add(timeout),
@@ -289,11 +254,15 @@ impl Broker {
                     .get(&client)
                     .map(|s| Arc::clone(&s.principal))
                     .unwrap_or_else(|| Arc::from(""));
-                let service = self.provider_queues[request.service].service.clone();
+                let service = self.delivery.provider_queues[request.service]
+                    .service
+                    .clone();
                 let deadline = now
                     .saturating_add(i64::try_from(request.dt_ms).unwrap_or(i64::MAX))
                     .saturating_add(timeout);
-                self.remote.advance(tag, Phase::Forwarded, deadline);
+                self.replicas
+                    .remote
+                    .advance(tag, Phase::Forwarded, deadline);
                 if !link.forward(node, tag, &principal, &request, &service) {
                     self.end_remote(
                         tag,
@@ -309,8 +278,13 @@ impl Broker {
 
     /// The remote request `tag`, whose cell was being contended for, has an owner now (or still
     /// none).
-    pub(super) fn resolved(&mut self, tag: u64, request: AdmittedRequest, owner: CellOwner) {
-        if self.remote.get(tag).map(|e| e.phase) != Some(Phase::Resolving) {
+    pub(in crate::broker) fn resolved(
+        &mut self,
+        tag: u64,
+        request: AdmittedRequest,
+        owner: CellOwner,
+    ) {
+        if self.replicas.remote.get(tag).map(|e| e.phase) != Some(Phase::Resolving) {
             // The client went away meanwhile, or the request was given up.
             return;
         }
@@ -329,16 +303,16 @@ impl Broker {
 
     /// Ends the remote request `tag` with `rejection`, telling its client.
     fn end_remote(&mut self, tag: u64, rejection: Rejection) {
-        if let Some(entry) = self.remote.remove(tag) {
-            self.pending_keys.remove(&(entry.user, entry.request_no));
+        if let Some(entry) = self.replicas.remote.remove(tag) {
+            self.admission.release(entry.user, entry.request_no);
             self.reject(entry.client, entry.request_no, &rejection);
             self.maybe_close(entry.client);
         }
     }
 
     /// An event from the replica cloaking the remote request `tag`.
-    pub(super) fn remote_event(&mut self, tag: u64, event: LocationEvent) {
-        let Some(entry) = self.remote.get(tag) else {
+    pub(in crate::broker) fn remote_event(&mut self, tag: u64, event: LocationEvent) {
+        let Some(entry) = self.replicas.remote.get(tag) else {
             // Given up, or the client is gone: it has had its outcome already.
             return;
         };
@@ -348,8 +322,8 @@ impl Broker {
         let answer_window = self.answer_window();
         match &event.outcome {
             Some(EventOutcome::Cloaked(_)) if phase == Phase::Forwarded => {
-                self.pending_keys.remove(&(user, request_no));
-                self.remote.advance(
+                self.admission.release(user, request_no);
+                self.replicas.remote.advance(
                     tag,
                     Phase::Cloaked { answered: false },
                     now.saturating_add(answer_window),
@@ -358,15 +332,16 @@ impl Broker {
             Some(EventOutcome::Expired(_) | EventOutcome::Rejected(_))
                 if phase == Phase::Forwarded =>
             {
-                self.pending_keys.remove(&(user, request_no));
-                self.remote.remove(tag);
+                self.admission.release(user, request_no);
+                self.replicas.remote.remove(tag);
             }
             Some(EventOutcome::Reply(_)) if matches!(phase, Phase::Cloaked { .. }) => {
-                self.remote
+                self.replicas
+                    .remote
                     .advance(tag, Phase::Cloaked { answered: true }, now);
             }
             Some(EventOutcome::Undelivered(_)) if matches!(phase, Phase::Cloaked { .. }) => {
-                self.remote.remove(tag);
+                self.replicas.remote.remove(tag);
             }
             // Out of order or unexpected for its phase: not for this client.
             _ => return,
@@ -383,11 +358,12 @@ impl Broker {
     /// How long a cloaked remote request waits for its answer or `Undelivered`: the provider's
     /// replica reports `Undelivered` at `location.answer_ttl_ms`, and its event may take up to
     /// `cluster.request_timeout_ms` more.
-    pub(super) fn answer_window(&self) -> i64 {
+    pub(in crate::broker) fn answer_window(&self) -> i64 {
         i64::try_from(self.cfg.answer_ttl_ms)
             .unwrap_or(i64::MAX)
             .saturating_add(
-                self.cluster
+                self.replicas
+                    .link
                     .as_ref()
                     .map_or(0, |l| millis(l.request_timeout)),
             )
@@ -396,12 +372,12 @@ impl Broker {
     /// Ends the remote requests whose deadline passed: one still waiting for its owner is Rejected
     /// with UNAVAILABLE; a cloaked one that heard neither an answer nor `Undelivered` gets
     /// `Undelivered`; an answered one is forgotten.
-    pub(super) fn expire_remote(&mut self) {
+    pub(in crate::broker) fn expire_remote(&mut self) {
         let now = self.clock.now_ms();
-        for entry in self.remote.take_expired(now) {
+        for entry in self.replicas.remote.take_expired(now) {
             match entry.phase {
                 Phase::Resolving | Phase::Forwarded => {
-                    self.pending_keys.remove(&(entry.user, entry.request_no));
+                    self.admission.release(entry.user, entry.request_no);
                     let rejection = Rejection {
                         field: "lat",
                         reason: "the replica owning the request's cell did not answer by the request's deadline (it may have stopped; its cells move to another replica within cluster.lease_ms); retry".into(),
@@ -427,19 +403,19 @@ impl Broker {
     }
 
     /// Forgets the remote requests of a client that went away.
-    pub(super) fn forget_remote(&mut self, client: ClientId) {
-        for entry in self.remote.take_client(client) {
+    pub(in crate::broker) fn forget_remote(&mut self, client: ClientId) {
+        for entry in self.replicas.remote.take_client(client) {
             if matches!(entry.phase, Phase::Resolving | Phase::Forwarded) {
-                self.pending_keys.remove(&(entry.user, entry.request_no));
+                self.admission.release(entry.user, entry.request_no);
             }
         }
     }
 
     /// At shutdown: every remote request without an outcome is told it was not forwarded.
-    pub(super) fn shut_down_remote(&mut self) {
-        let clients: Vec<ClientId> = self.remote.by_client.keys().copied().collect();
+    pub(in crate::broker) fn shut_down_remote(&mut self) {
+        let clients: Vec<ClientId> = self.replicas.remote.by_client.keys().copied().collect();
         for client in clients {
-            for entry in self.remote.take_client(client) {
+            for entry in self.replicas.remote.take_client(client) {
                 if matches!(entry.phase, Phase::Resolving | Phase::Forwarded) {
                     let rejection = Rejection {
                         field: "request_no",
@@ -454,7 +430,7 @@ impl Broker {
 
     /// A request another replica forwarded here: a stream of its own, closed once its one request
     /// has its outcome and answer.
-    pub(super) fn submit_forwarded(
+    pub(in crate::broker) fn submit_forwarded(
         &mut self,
         client: ClientId,
         events: EventQueue,
@@ -473,8 +449,8 @@ impl Broker {
 mod tests {
     use std::time::Duration;
 
-    use super::super::message::{Command, Outbound};
-    use super::super::testing::{Events, Fixture, REQUEST_TIMEOUT, Wire, config, drain, request};
+    use crate::broker::message::{Command, Outbound};
+    use crate::broker::testing::{Events, Fixture, REQUEST_TIMEOUT, Wire, config, drain, request};
     use crate::cluster::Owner;
     use crate::proto::location_event::Outcome;
     use crate::proto::{Cloaked, LocationEvent};

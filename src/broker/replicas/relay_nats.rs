@@ -38,10 +38,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
-use super::wire::ForwardReply;
+use super::wire::{ForwardReply, RelayedRequest};
 use super::{publish_event, refused, subject};
 use crate::broker::message::{Command, EventQueue, Outbound, RelayRefusal, RemoteClient};
-use crate::broker::providers::ProviderQueues;
+use crate::broker::provider_queues::ProviderQueues;
 use crate::cluster::Cluster;
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
 use crate::store::stream_dir_name;
@@ -49,19 +49,6 @@ use crate::telemetry::catalog;
 
 /// Members of a service's queue group asked for one request before it is undelivered.
 pub(super) const RELAY_ATTEMPTS: usize = 6;
-
-/// A cloaked request on its way to a replica with a provider of its service.
-#[derive(Clone, PartialEq, prost::Message)]
-pub(in crate::broker) struct RelayedRequest {
-    /// Node id of the replica holding the client's stream.
-    #[prost(string, tag = "1")]
-    pub origin: String,
-    /// The request's tag there (what its events carry back).
-    #[prost(uint64, tag = "2")]
-    pub tag: u64,
-    #[prost(message, optional, tag = "3")]
-    pub request: Option<CloakedRequest>,
-}
 
 /// `<prefix>.location.provide.<service hex>`.
 fn provide_subject(cluster: &Cluster, service: &str) -> String {

@@ -45,7 +45,7 @@ pub fn read_roads(nodes_file: &Path, edges_file: &Path) -> anyhow::Result<Vec<Ro
 
 /// The rows of a CSV file after its header, each checked to have at least `columns` fields.
 fn rows(path: &Path, columns: usize) -> anyhow::Result<Vec<(u64, csv::StringRecord)>> {
-    let file = crate::workload::open_maybe_gz(path)
+    let file = crate::data_files::open_maybe_gz(path)
         .with_context(|| format!("cannot open {}", path.display()))?;
     let bounded = crate::lines::BoundedLines::new(file, crate::lines::Records::Csv);
     let mut reader = csv::ReaderBuilder::new()

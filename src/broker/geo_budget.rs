@@ -17,8 +17,9 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::mpsc;
 use tonic::Code;
 
+use super::Broker;
+use super::delivery::Delivery;
 use super::message::{ClientId, Command, Rejection};
-use super::{Broker, Delivery};
 use crate::ledger::{Charge, Charged, Ledger, LedgerError, Paid, UserHash};
 use crate::location::geo_ind::Reported;
 use crate::location::geo_ind::predictive::{
@@ -78,7 +79,7 @@ struct Waiting {
 impl Broker {
     /// The ledger's key of a user id, when this broker keeps a budget.
     pub(super) fn budget_user(&self, user_id: &str) -> Option<UserHash> {
-        self.budget.as_ref().map(|b| b.ledger.user(user_id))
+        self.geo_ind.budget.as_ref().map(|b| b.ledger.user(user_id))
     }
 
     /// Plans and charges a GEO_IND answer at `epsilon` for the true position (`lat`, `lon`) of
@@ -93,7 +94,7 @@ impl Broker {
     ) {
         let now_ms = self.clock.now_ms();
         let (client, request_no) = (to.client, to.request_no);
-        let Some(budget) = self.budget.as_mut() else {
+        let Some(budget) = self.geo_ind.budget.as_mut() else {
             return;
         };
         let last = budget.last.get(&user).map(|(r, _)| *r);
@@ -146,7 +147,12 @@ impl Broker {
 
     /// The ledger answered: release what the charge paid for.
     pub(super) fn budget_charged(&mut self, id: u64, result: Result<Charged, LedgerError>) {
-        let Some(waiting) = self.budget.as_mut().and_then(|b| b.waiting.remove(&id)) else {
+        let Some(waiting) = self
+            .geo_ind
+            .budget
+            .as_mut()
+            .and_then(|b| b.waiting.remove(&id))
+        else {
             return;
         };
         let Waiting {
@@ -181,7 +187,7 @@ impl Broker {
             Ok(charged) => charged,
             Err(e) => return self.budget_failed(client, request_no, &e),
         };
-        let Some(budget) = self.budget.as_ref() else {
+        let Some(budget) = self.geo_ind.budget.as_ref() else {
             return;
         };
         let policy = budget.ledger.policy();
@@ -226,7 +232,7 @@ impl Broker {
 
     fn remember_report(&mut self, user: UserHash, report: LastReport) {
         let now_ms = self.clock.now_ms();
-        let Some(budget) = self.budget.as_mut() else {
+        let Some(budget) = self.geo_ind.budget.as_mut() else {
             return;
         };
         budget.last.insert(user, (report, now_ms));

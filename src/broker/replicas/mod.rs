@@ -17,9 +17,10 @@
 //! client*), so it goes through the same broker as a local one: the same limits, the same engine and
 //! groups (k distinct users, padding), the same provider queues, acknowledgements and answer binding
 //! (only the principal whose Subscribe stream received a pseudonym may answer it). The origin keeps
-//! what it needs to end its client's stream correctly ([`super::remote`] requests).
+//! what it needs to end its client's stream correctly ([`remote_requests`]).
 //! A cloaked request goes to a provider subscribed on the owner if there is one, else it is relayed
-//! to a replica with a provider of its service ([`relay`]).
+//! to a replica with a provider of its service ([`relay_nats`]; the actor's side in
+//! [`relay_broker`]).
 //!
 //! While a cell's lease moves (its owner stopped and the lease has not lapsed yet, at most
 //! `cluster.lease_ms`), requests for it are refused with UNAVAILABLE instead of held: a held request
@@ -33,6 +34,13 @@
 //! (if the owner lost the cell meanwhile it still cloaks it: every group still comes from one
 //! engine, so every guarantee holds; only grouping across the move is lost); every request accepted
 //! on the origin gets exactly one of Cloaked, Expired or Rejected there.
+//!
+//! The replica-facing code of the broker, by side. The actor's: [`link`] (its handle on the
+//! cluster: cell owners and the outbound queue), [`remote_requests`] (requests of this replica's
+//! clients cloaked or served on another, and requests another replica forwarded here),
+//! [`relay_broker`] (whether a cloaked request is relayed, and taking one relayed here). NATS's:
+//! this file (joining, the outbound publisher, taking forwarded requests and their events),
+//! [`relay_nats`] (the provide subjects and their queue groups), [`wire`] (the messages).
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,181 +52,33 @@ use prost::Message as _;
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
-use super::message::{
-    AdmittedRequest, CellOwner, Command, EventQueue, Outbound, Rejection, RemoteClient,
-};
-use super::providers::ProviderQueues;
+use super::message::{AdmittedRequest, Command, EventQueue, Outbound, Rejection, RemoteClient};
+use super::provider_queues::ProviderQueues;
 use crate::cluster::{Cluster, ClusterError, LeaseTable, Owner};
 use crate::config::CloakModel;
 use crate::location::cells::CellGrid;
-use crate::proto::{CloakedRequest, LocationEvent};
+use crate::proto::LocationEvent;
+pub(crate) use link::ClusterLink;
+use remote_requests::RemoteRequests;
 use wire::{ForwardReply, ForwardedRequest, ReplicaEvent};
 
-mod relay;
+mod link;
+mod relay_broker;
+mod relay_nats;
+mod remote_requests;
 pub(crate) mod wire;
+
+/// The broker's replica state: its link to the cluster and the requests of its clients that
+/// another replica cloaks or serves ([`remote_requests`]).
+#[derive(Default)]
+pub(super) struct ReplicaState {
+    /// Cell owners and the way to other replicas (`None`: standalone).
+    pub(super) link: Option<ClusterLink>,
+    pub(super) remote: RemoteRequests,
+}
 
 /// Messages waiting for the NATS publisher; past this the broker treats the replica as too slow.
 const OUTBOUND_QUEUE: usize = 65_536;
-
-/// Who owns the grid cells, as the broker asks.
-#[derive(Clone)]
-enum Cells {
-    /// The cell leases of the cluster.
-    Leased(LeaseTable),
-    /// Every cell has this owner, and none is ever contended for: the broker's unit tests drive one
-    /// replica without NATS.
-    #[cfg(test)]
-    Fixed(Owner),
-}
-
-impl Cells {
-    fn owner(&self, name: &str) -> Owner {
-        match self {
-            Cells::Leased(table) => table.owner(name),
-            #[cfg(test)]
-            Cells::Fixed(owner) => owner.clone(),
-        }
-    }
-
-    async fn resolve(&self, name: &str, wait: Duration) -> Owner {
-        match self {
-            Cells::Leased(table) => table.resolve(name, wait).await,
-            #[cfg(test)]
-            Cells::Fixed(owner) => owner.clone(),
-        }
-    }
-}
-
-/// The broker's handle on the cluster: who owns which cell, and the way out to NATS.
-pub(crate) struct ClusterLink {
-    cells: Cells,
-    grid: CellGrid,
-    node: Arc<str>,
-    out: mpsc::Sender<Outbound>,
-    commands: mpsc::Sender<Command>,
-    /// The services with a provider subscribed here: this replica takes relayed requests of them.
-    providing: watch::Sender<BTreeSet<String>>,
-    /// How long a request waits for a cell nobody is known to hold to get an owner.
-    pub(super) resolve_within: Duration,
-    /// How long the origin waits past a request's deadline for its owner's outcome.
-    pub(super) request_timeout: Duration,
-}
-
-impl ClusterLink {
-    /// This replica's node id.
-    pub(super) fn node(&self) -> &Arc<str> {
-        &self.node
-    }
-
-    /// Sends a cloaked request to a replica with a provider of its service, its events to `to`;
-    /// false when the outbound queue is full.
-    pub(super) fn relay(&self, to: RemoteClient, request: CloakedRequest) -> bool {
-        self.out.try_send(Outbound::Relay { to, request }).is_ok()
-    }
-
-    /// The services with at least one provider subscribed on this replica now.
-    pub(super) fn providing(&self, services: BTreeSet<String>) {
-        self.providing.send_if_modified(|current| {
-            let changed = *current != services;
-            *current = services;
-            changed
-        });
-    }
-
-    /// The owner of the cell of `(lat, lon)` as far as this replica knows now.
-    pub(super) fn owner_of(&self, lat: f64, lon: f64) -> CellOwner {
-        match self.cells.owner(&self.grid.cell_of(lat, lon).key()) {
-            Owner::Local => CellOwner::Here,
-            Owner::Remote(node) => CellOwner::Replica(node),
-            Owner::Vacant => CellOwner::Unknown,
-        }
-    }
-
-    /// Contends for the cell of `request` and hands the request back to the broker
-    /// ([`Command::Resolved`]) once someone holds it, or after [`Self::resolve_within`].
-    pub(super) fn resolve(&self, tag: u64, request: AdmittedRequest) {
-        let cells = self.cells.clone();
-        let name = self.grid.cell_of(request.lat, request.lon).key();
-        let commands = self.commands.clone();
-        let wait = self.resolve_within;
-        tokio::spawn(async move {
-            let owner = match cells.resolve(&name, wait).await {
-                Owner::Local => CellOwner::Here,
-                Owner::Remote(node) => CellOwner::Replica(node),
-                Owner::Vacant => CellOwner::Unknown,
-            };
-            let _ = commands
-                .send(Command::Resolved {
-                    tag,
-                    request,
-                    owner,
-                })
-                .await;
-        });
-    }
-
-    /// Sends `request` to `owner`; false when the outbound queue is full.
-    pub(super) fn forward(
-        &self,
-        owner: String,
-        tag: u64,
-        principal: &str,
-        request: &AdmittedRequest,
-        service: &str,
-    ) -> bool {
-        let request = ForwardedRequest {
-            origin: self.node.to_string(),
-            tag,
-            principal: principal.to_string(),
-            user_id: request.user_id.clone(),
-            request_no: request.request_no,
-            lat: request.lat,
-            lon: request.lon,
-            k: request.k,
-            dx_m: request.dx_m,
-            dy_m: request.dy_m,
-            dt_ms: request.dt_ms,
-            payload: request.payload.clone(),
-            service: service.to_string(),
-        };
-        self.out
-            .try_send(Outbound::Forward {
-                owner,
-                tag,
-                request,
-            })
-            .is_ok()
-    }
-}
-
-#[cfg(test)]
-impl ClusterLink {
-    /// The link of replica `node` in the broker's unit tests, which drive one replica without NATS:
-    /// every cell is owned by `owner`; what the replica sends other replicas waits on `out` (the
-    /// channel the NATS side reads), and what it hands itself on `commands`.
-    pub(super) fn detached(
-        node: &str,
-        owner: Owner,
-        out: mpsc::Sender<Outbound>,
-        commands: mpsc::Sender<Command>,
-        request_timeout: Duration,
-    ) -> ClusterLink {
-        ClusterLink {
-            cells: Cells::Fixed(owner),
-            grid: CellGrid::new(
-                crate::config::Config::embedded_defaults()
-                    .cluster
-                    .cell_size_m,
-            ),
-            node: Arc::from(node),
-            out,
-            commands,
-            providing: watch::channel(BTreeSet::new()).0,
-            resolve_within: request_timeout,
-            request_timeout,
-        }
-    }
-}
 
 /// The NATS side of location across replicas, before the broker starts.
 pub(crate) struct LocationCluster {
@@ -273,17 +133,16 @@ impl LocationCluster {
         let nats = self.cluster.config.nats.as_ref();
         let request_timeout = nats.map_or(Duration::from_secs(5), |n| n.request_timeout);
         let (providing, wanted) = watch::channel(BTreeSet::new());
-        let link = ClusterLink {
-            cells: Cells::Leased(self.cells.clone()),
-            grid: self.grid,
+        let link = ClusterLink::leased(
+            self.cells.clone(),
+            self.grid,
             node,
-            out: out.clone(),
-            commands: commands.clone(),
+            out.clone(),
+            commands.clone(),
             providing,
-            resolve_within: request_timeout,
             request_timeout,
-        };
-        tokio::spawn(relay::serve(relay::Providing {
+        );
+        tokio::spawn(relay_nats::serve(relay_nats::Providing {
             cluster: self.cluster.clone(),
             wanted,
             commands: commands.clone(),
@@ -365,7 +224,7 @@ async fn publish(
             Outbound::Relay { to, request } => {
                 // Published after every earlier event (the client's Cloaked among them), each in
                 // its own task.
-                tokio::spawn(relay::send(cluster.clone(), to, request));
+                tokio::spawn(relay_nats::send(cluster.clone(), to, request));
             }
             Outbound::Forward {
                 owner,
