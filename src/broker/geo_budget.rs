@@ -20,7 +20,7 @@ use tonic::Code;
 use super::Broker;
 use super::delivery::Delivery;
 use super::message::{ClientId, Command, Rejection};
-use crate::ledger::{Charge, Charged, Ledger, LedgerError, Paid, UserHash};
+use crate::ledger::{Answers, Charge, Charged, Ledger, LedgerError, Paid, UserHash};
 use crate::location::geo_ind::Reported;
 use crate::location::geo_ind::predictive::{
     self, LastReport, Plan, PredictiveParams, reused_radius_m,
@@ -34,8 +34,9 @@ const SWEEP_EVERY: usize = 4096;
 /// The budget state of a broker that keeps one.
 pub(crate) struct GeoBudget {
     ledger: Ledger,
-    /// The broker's own command channel: the ledger's answers come back on it.
-    commands: mpsc::Sender<Command>,
+    /// Where the ledger sends the answers of this broker's charges, one message per group commit;
+    /// a task hands each message to the broker as one [`Command::BudgetCharged`].
+    answers: mpsc::Sender<Answers>,
     params: PredictiveParams,
     /// Per user (the ledger's key): the last released report and when (Unix ms).
     last: HashMap<UserHash, (LastReport, i64)>,
@@ -48,14 +49,29 @@ pub(crate) struct GeoBudget {
 }
 
 impl GeoBudget {
+    /// Starts the task that hands the ledger's answers to the broker (on the current runtime).
     pub(crate) fn new(
         ledger: Ledger,
         commands: mpsc::Sender<Command>,
         params: PredictiveParams,
     ) -> GeoBudget {
+        // Each message holds at least one answer of a charge that waited in the ledger's queue, so
+        // this many places never hold up its writer for long.
+        let (answers, mut from_ledger) = mpsc::channel::<Answers>(ledger.queue());
+        tokio::spawn(async move {
+            while let Some(answers) = from_ledger.recv().await {
+                if commands
+                    .send(Command::BudgetCharged { answers })
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
         GeoBudget {
             ledger,
-            commands,
+            answers,
             params,
             last: HashMap::new(),
             swept_at_len: 0,
@@ -113,10 +129,9 @@ impl Broker {
             fallback,
             now_ms,
         };
-        match budget.ledger.try_charge(charge) {
-            Ok(answer) => {
-                let commands = budget.commands.clone();
-                let id = budget.next_waiting;
+        let id = budget.next_waiting;
+        match budget.ledger.try_charge_tagged(charge, id, &budget.answers) {
+            Ok(()) => {
                 budget.next_waiting = budget.next_waiting.wrapping_add(1);
                 budget.waiting.insert(
                     id,
@@ -133,10 +148,6 @@ impl Broker {
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.awaiting_answer += 1;
                 }
-                tokio::spawn(async move {
-                    let result = answer.await.unwrap_or(Err(LedgerError::Stopped));
-                    let _ = commands.send(Command::BudgetCharged { id, result }).await;
-                });
             }
             Err(e) => {
                 self.budget_failed(client, request_no, &e);

@@ -212,11 +212,11 @@ pub(crate) enum Command {
     },
     /// Cluster: an event for the remote request `tag` (another replica cloaks it).
     RemoteEvent { tag: u64, event: LocationEvent },
-    /// The budget ledger answered the charge of a GEO_IND answer ([`super::geo_budget`]).
+    /// The budget ledger answered the charges of GEO_IND answers, those of one group commit
+    /// ([`super::geo_budget`]).
     BudgetCharged {
-        /// Which waiting answer (the broker keeps them by this number).
-        id: u64,
-        result: Result<crate::ledger::Charged, crate::ledger::LedgerError>,
+        /// Per charge, which waiting answer (the broker keeps them by this number) and the answer.
+        answers: crate::ledger::Answers,
     },
     /// Cluster: a cloaked request another replica relayed to this one's providers of `service`;
     /// `client` is a new stream of this one request whose events go to the client's replica.

@@ -245,7 +245,11 @@ impl Broker {
                 owner,
             } => self.resolved(tag, request, owner),
             Command::RemoteEvent { tag, event } => self.remote_event(tag, event),
-            Command::BudgetCharged { id, result } => self.budget_charged(id, result),
+            Command::BudgetCharged { answers } => {
+                for (id, result) in answers {
+                    self.budget_charged(id, result);
+                }
+            }
             Command::Relayed {
                 client,
                 events,

@@ -19,7 +19,8 @@
 //!    concurrent change by another replica makes the update fail, and it is decided again).
 //! 4. **Group commit.** One writer task takes every charge waiting (at most `max_batch`), decides
 //!    them in order, makes them durable together (one append and one fsync for the file backend)
-//!    and then answers them all.
+//!    and then answers them all: each on its own channel, or, for charges queued with
+//!    [`Ledger::try_charge_tagged`], in one message per receiver per commit.
 //! 5. **Windows.** Window `w` is `[w × window_ms, (w + 1) × window_ms)` in Unix milliseconds; what a
 //!    user spent in an earlier window no longer counts. An entry from a *later* window than the
 //!    caller's clock (clocks of two replicas differ) still counts: the ledger errs towards charging.
@@ -187,7 +188,21 @@ pub trait Backend: Send + 'static {
 
 struct Pending {
     charge: Charge,
-    reply: oneshot::Sender<Result<Charged, LedgerError>>,
+    reply: Reply,
+}
+
+/// The answers of tagged charges ([`Ledger::try_charge_tagged`]): one message per group commit,
+/// each answer with the tag its charge was given, in the order of the charges.
+pub type Answers = Vec<(u64, Result<Charged, LedgerError>)>;
+
+/// Where a charge's answer goes.
+enum Reply {
+    One(oneshot::Sender<Result<Charged, LedgerError>>),
+    /// Sent with the other answers of its commit for the same receiver, in one message.
+    Tagged {
+        tag: u64,
+        to: mpsc::Sender<Answers>,
+    },
 }
 
 /// The handle the broker charges through; cheap to clone.
@@ -251,8 +266,36 @@ impl Ledger {
         charge: Charge,
     ) -> Result<oneshot::Receiver<Result<Charged, LedgerError>>, LedgerError> {
         let (reply, rx) = oneshot::channel();
-        match self.tx.try_send(Pending { charge, reply }) {
-            Ok(()) => Ok(rx),
+        self.try_queue(Pending {
+            charge,
+            reply: Reply::One(reply),
+        })
+        .map(|()| rx)
+    }
+
+    /// Queues a charge without waiting; its answer comes on `to`, tagged `tag`, in one message with
+    /// the other answers of its group commit for `to` (a caller charging many at once is woken once
+    /// per commit, not once per charge). A full queue is [`LedgerError::Busy`]. `to` should hold
+    /// room for as many messages as the caller may have charges waiting: the writer waits for room,
+    /// holding up the commits after it.
+    pub fn try_charge_tagged(
+        &self,
+        charge: Charge,
+        tag: u64,
+        to: &mpsc::Sender<Answers>,
+    ) -> Result<(), LedgerError> {
+        self.try_queue(Pending {
+            charge,
+            reply: Reply::Tagged {
+                tag,
+                to: to.clone(),
+            },
+        })
+    }
+
+    fn try_queue(&self, pending: Pending) -> Result<(), LedgerError> {
+        match self.tx.try_send(pending) {
+            Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 Err(LedgerError::Busy { queued: self.queue })
             }
@@ -260,11 +303,19 @@ impl Ledger {
         }
     }
 
+    /// Most charges that wait for the writer at once (`ledger_queue`).
+    pub fn queue(&self) -> usize {
+        self.queue
+    }
+
     /// Charges and waits until the charge is durable (or refused).
     pub async fn charge(&self, charge: Charge) -> Result<Charged, LedgerError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Pending { charge, reply })
+            .send(Pending {
+                charge,
+                reply: Reply::One(reply),
+            })
             .await
             .map_err(|_| LedgerError::Stopped)?;
         rx.await.map_err(|_| LedgerError::Stopped)?
@@ -364,6 +415,8 @@ async fn write(
             );
         }
         let mut answers = result.into_iter();
+        // Tagged answers grouped by receiver (in practice one: the broker).
+        let mut tagged: Vec<(mpsc::Sender<Answers>, Answers)> = Vec::new();
         for pending in batch.drain(..) {
             let answer = answers.next().unwrap_or(Err(LedgerError::Stopped));
             let outcome = match &answer {
@@ -378,7 +431,21 @@ async fn write(
                 }
             };
             metrics::counter!(catalog::GEO_BUDGET_CHARGES, "outcome" => outcome).increment(1);
-            let _ = pending.reply.send(answer);
+            match pending.reply {
+                Reply::One(reply) => {
+                    let _ = reply.send(answer);
+                }
+                Reply::Tagged { tag, to } => {
+                    match tagged.iter_mut().find(|(sink, _)| sink.same_channel(&to)) {
+                        Some((_, group)) => group.push((tag, answer)),
+                        None => tagged.push((to, vec![(tag, answer)])),
+                    }
+                }
+            }
+        }
+        for (to, group) in tagged {
+            // A receiver that is gone has nobody left to tell.
+            let _ = to.send(group).await;
         }
     }
 }

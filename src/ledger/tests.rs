@@ -274,3 +274,47 @@ async fn charges_waiting_together_are_committed_together() {
         .len();
     assert_eq!(len, 8 * 56);
 }
+
+#[tokio::test]
+async fn tagged_charges_of_one_commit_are_answered_in_one_message_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (backend, hash, _) = FileLedger::open(dir.path(), POLICY, 0).unwrap();
+    let ledger = Ledger::start(
+        backend,
+        POLICY,
+        hash,
+        Batching {
+            queue: 64,
+            max_batch: 64,
+        },
+    );
+    let (to, mut answers) = mpsc::channel(4);
+    // Queued before the writer runs (this test's runtime is single-threaded): one commit, with a
+    // charge answered on its own channel among the tagged ones.
+    let user = ledger.user("alice");
+    let charge = |amount| Charge {
+        user,
+        amount,
+        fallback: None,
+        now_ms: 0,
+    };
+    for tag in [7, 3, 9] {
+        ledger.try_charge_tagged(charge(0.4), tag, &to).unwrap();
+    }
+    let alone = ledger.try_charge(charge(0.1)).unwrap();
+    ledger.try_charge_tagged(charge(0.1), 1, &to).unwrap();
+    let message = answers.recv().await.unwrap();
+    let tags: Vec<u64> = message.iter().map(|(tag, _)| *tag).collect();
+    assert_eq!(tags, [7, 3, 9, 1], "the charges' order, in one message");
+    let paid: Vec<Paid> = message
+        .iter()
+        .map(|(_, answer)| answer.as_ref().unwrap().paid)
+        .collect();
+    assert_eq!(
+        paid,
+        [Paid::Amount, Paid::Amount, Paid::Nothing, Paid::Amount],
+        "0.4 + 0.4 fit a budget of 1, a third 0.4 does not, then 0.1 + 0.1 do"
+    );
+    assert_eq!(alone.await.unwrap().unwrap().paid, Paid::Amount);
+    assert!(answers.try_recv().is_err(), "one message for the commit");
+}
