@@ -1,14 +1,17 @@
 //! The `cloakd` binary: parses the command line, sets up logging and calls into the library. The
-//! load tools (`simulate`, `soak`, `publish-load`) are commands of this binary only: their modules
-//! (files under `src/cli/`) are declared here, so they are no part of the library's surface.
+//! load tools (`simulate`, `soak`, `publish-load`) and the reference provider's process
+//! (`provider`) are commands of this binary only: their modules (files under `src/cli/`) are
+//! declared here, so they are no part of the library's surface (the provider itself is the
+//! library's `provider` module).
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 // The load tools name the library's modules as `crate::...`.
-use cloakd::{data_files, location, plots, poi, proto, provider};
+use cloakd::{daemon, data_files, lines, location, plots, poi, proto, provider};
 
 /// The binary's own commands, beside the library's (`cloakd::cli`).
 mod cli {
+    pub mod provider;
     pub mod publish_load;
     pub mod simulate;
     pub mod soak;
@@ -42,6 +45,9 @@ enum Command {
     /// Publish records as fast as a daemon (or several replicas) acknowledges them; report records/s
     /// and, with --pid, CPU seconds per record of each process.
     PublishLoad(cli::publish_load::PublishLoadArgs),
+    /// The reference LBS provider of points of interest: subscribes to a service of a running broker
+    /// and answers each cloaked `PoiQuery` with the candidate list of its box (docs/provider.md).
+    Provider(cli::provider::ProviderArgs),
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
@@ -50,6 +56,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Soak(args) => cli::soak::run(args),
         Command::PublishLoad(args) => cli::publish_load::run(args),
+        Command::Provider(args) => cli::provider::run(args),
     }
 }
 

@@ -1,12 +1,11 @@
 //! Command line: `cloakd serve`, `cloakd table ...`, `cloakd transactions ...`, `cloakd config ...`,
-//! `cloakd store ...`, `cloakd provider`, `cloakd poi generate`, `cloakd auth`. The load tools
-//! (`simulate`, `soak`, `publish-load`) are commands of the binary alone (`src/main.rs` declares
-//! them and adds them to these), not of the library.
+//! `cloakd store ...`, `cloakd poi generate`, `cloakd auth`. The load tools (`simulate`, `soak`,
+//! `publish-load`) and the reference provider's process (`provider`) are commands of the binary
+//! alone (`src/main.rs` declares them and adds them to these), not of the library.
 use clap::Subcommand;
 
 pub mod config;
 pub mod poi;
-pub mod provider;
 pub mod store;
 pub mod table;
 pub mod transactions;
@@ -50,9 +49,6 @@ pub enum Command {
     /// Configuration: `cloakd config check FILE` (validate, print the effective configuration with
     /// secrets redacted) and `cloakd config default` (print the embedded defaults).
     Config(config::ConfigArgs),
-    /// The reference LBS provider of points of interest: subscribes to a service of a running broker
-    /// and answers each cloaked `PoiQuery` with the candidate list of its box (docs/provider.md).
-    Provider(provider::ProviderArgs),
     /// Points of interest: `cloakd poi generate` writes a seeded synthetic POI file along a road network.
     Poi(poi::PoiArgs),
     /// Credentials: `cloakd auth hash-token < token-file` prints the `token_sha256` line to paste.
@@ -128,7 +124,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Table(args) => table::run(args),
         Command::Transactions(args) => transactions::run(args),
         Command::Config(args) => config::run(args),
-        Command::Provider(args) => provider::run(args),
         Command::Poi(args) => poi::run(args),
         Command::Store(args) => {
             if store::run(args, &mut std::io::stdout().lock())? {
