@@ -270,7 +270,17 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
                 .with_context(|| format!("cannot connect to {addr}"))
         }
     };
-    // The providers, one per replica: each answers every cloaked request at once.
+    // The providers, one per replica: each answers every cloaked request at once. A request cloaked
+    // before this run began was left on the daemon's queue by an earlier run (of `--compare`, or
+    // another simulator) whose provider fell behind: it is acknowledged without an answer, so this
+    // run's provider does not spend its time on answers nobody waits for.
+    let run_began_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX);
     let mut provider_tasks = Vec::new();
     let providers = args.providers.unwrap_or(endpoints.len());
     anyhow::ensure!(
@@ -294,6 +304,17 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         let poi_provider = poi_check.as_ref().map(|c| Arc::clone(&c.provider));
         provider_tasks.push(tokio::spawn(async move {
             while let Ok(Some(cloaked)) = cloaked_feed.message().await {
+                if cloaked.t_end_ms < run_began_ms {
+                    let ack = LbsAnswer {
+                        pseudonym: cloaked.pseudonym,
+                        payload: Vec::new(),
+                        ack: true,
+                    };
+                    if answer_tx.send(ack).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
                 let payload = match &poi_provider {
                     Some(provider) => provider.answer(&cloaked),
                     None => b"cafe at the corner".to_vec(),
