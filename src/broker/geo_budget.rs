@@ -166,6 +166,15 @@ impl Broker {
         else {
             return;
         };
+        let client = waiting.to.client;
+        if let Some(state) = self.clients.get_mut(&client) {
+            state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
+        }
+        self.release_charged(waiting, result);
+        self.maybe_close(client);
+    }
+
+    fn release_charged(&mut self, waiting: Waiting, result: Result<Charged, LedgerError>) {
         let Waiting {
             to,
             user,
@@ -174,25 +183,6 @@ impl Broker {
             epsilon,
             plan,
         } = waiting;
-        let client = to.client;
-        if let Some(state) = self.clients.get_mut(&client) {
-            state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
-        }
-        self.release_charged(to, user, lat, lon, epsilon, plan, result);
-        self.maybe_close(client);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn release_charged(
-        &mut self,
-        to: Delivery,
-        user: UserHash,
-        lat: f64,
-        lon: f64,
-        epsilon: f64,
-        plan: Plan,
-        result: Result<Charged, LedgerError>,
-    ) {
         let (client, request_no) = (to.client, to.request_no);
         let charged = match result {
             Ok(charged) => charged,
