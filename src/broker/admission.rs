@@ -154,6 +154,12 @@ impl Broker {
 
     /// Answers a request with `Rejected`, counting it by field and code.
     pub(super) fn reject(&mut self, client: ClientId, request_no: u64, rejection: &Rejection) {
+        self.count_rejection(rejection);
+        self.send(client, rejection.to_event(request_no));
+    }
+
+    /// Counts a rejection by field and code (every `Rejected` the broker sends).
+    pub(super) fn count_rejection(&self, rejection: &Rejection) {
         self.metrics.rejected.increment(1);
         metrics::counter!(
             catalog::LOCATION_REJECTIONS,
@@ -161,7 +167,6 @@ impl Broker {
             "code" => crate::telemetry::grpc::code_name(rejection.code),
         )
         .increment(1);
-        self.send(client, rejection.to_event(request_no));
     }
 
     /// The broker-lifetime key of a user id (a keyed hash, so no table of user ids is kept for it).

@@ -259,13 +259,7 @@ impl Broker {
                 charged.left, charged.refill_at_ms
             ),
         );
-        self.metrics.rejected.increment(1);
-        metrics::counter!(
-            catalog::LOCATION_REJECTIONS,
-            "field" => rejection.field,
-            "code" => crate::telemetry::grpc::code_name(rejection.code),
-        )
-        .increment(1);
+        self.count_rejection(&rejection);
         let mut event = rejection.to_event(request_no);
         if let Some(location_event::Outcome::Rejected(rejected)) = event.outcome.as_mut() {
             rejected.refill_at_ms = Some(charged.refill_at_ms);
