@@ -269,7 +269,7 @@ async fn serve_inner(
         ))
         .http2_max_local_error_reset_streams(Some(server_cfg.http2_max_local_error_reset_streams))
         // Outermost first: the metrics layer also counts calls the auth layer refuses.
-        .layer(crate::telemetry::grpc::GrpcMetricsLayer::new(&[
+        .layer(crate::telemetry::grpc_layer::GrpcMetricsLayer::new(&[
             crate::proto::FILE_DESCRIPTOR_SET,
             tonic_health::pb::FILE_DESCRIPTOR_SET,
             tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,

@@ -164,7 +164,7 @@ impl Broker {
         metrics::counter!(
             catalog::LOCATION_REJECTIONS,
             "field" => rejection.field,
-            "code" => crate::telemetry::grpc::code_name(rejection.code),
+            "code" => crate::telemetry::grpc_layer::code_name(rejection.code),
         )
         .increment(1);
     }

@@ -33,12 +33,12 @@ use crate::proto::{
 
 pub mod compare;
 mod plan;
-mod poi;
-mod report;
+mod poi_answers;
+mod tally;
 
 use plan::{Plan, plan};
-pub use report::SimulationReport;
-use report::{RunFacts, Tally, print_report};
+pub use tally::SimulationReport;
+use tally::{RunFacts, Tally, print_report};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
@@ -236,10 +236,10 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
         updates,
     } = plan(args, points)?;
     let poi_check = match &args.pois {
-        Some(file) => Some(Arc::new(poi::PoiCheck::new(file, &args.poi_query)?)),
+        Some(file) => Some(Arc::new(poi_answers::PoiCheck::new(file, &args.poi_query)?)),
         None => None,
     };
-    let mut poi_report = poi::PoiReport::default();
+    let mut poi_report = poi_answers::PoiReport::default();
     for p in planned.iter_mut().filter(|_| poi_check.is_some()) {
         p.request.payload = poi_check.as_ref().map(|c| c.payload()).unwrap_or_default();
     }

@@ -12,7 +12,7 @@
 //! has returned (its reservations are dropped with it); [`anonymize_job`] is the anonymization of a job (its timing in
 //! `report.seconds`), the same for the CLI, gRPC and HTTP.
 pub mod files;
-pub mod report;
+pub mod release_report;
 pub mod sweep;
 
 use std::sync::Arc;

@@ -366,7 +366,7 @@ pub fn measure_release(
 fn release_risk(
     release: &crate::relational::release::Release,
 ) -> Result<Option<crate::measures::frontier::ReleaseRisk>, String> {
-    let profile = super::report::release_risk(release).map_err(|e| format!("risk: {e}"))?;
+    let profile = super::release_report::release_risk(release).map_err(|e| format!("risk: {e}"))?;
     Ok(match profile.prosecutor {
         crate::risk::Measured::Value(p) => Some(crate::measures::frontier::ReleaseRisk {
             highest: p.highest,

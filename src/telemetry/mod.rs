@@ -5,14 +5,14 @@
 //! Every metric is defined once in [`catalog`] (name, kind, labels, buckets) and documented in the
 //! table of `docs/operations.md`. Latencies and sizes are histograms with explicit buckets (never
 //! summaries), so they aggregate across replicas. gRPC calls are counted by one tower layer in front
-//! of every service ([`grpc::GrpcMetricsLayer`]); the services and actors record their own domain
+//! of every service ([`grpc_layer::GrpcMetricsLayer`]); the services and actors record their own domain
 //! metrics with the facade's macros, naming them by the catalog's constants.
 //!
 //! Invariants: the recorder is installed once per process (daemons started by tests in one process
 //! share it); no label value is a user id, token, position or pseudonym; the metrics listener serves
 //! only `/metrics` and never the gRPC services.
 pub mod catalog;
-pub mod grpc;
+pub mod grpc_layer;
 pub mod saturation;
 
 use std::net::SocketAddr;

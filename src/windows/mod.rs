@@ -18,7 +18,7 @@
 //! writer's state after a failed append.
 mod metrics;
 pub mod pipeline;
-pub mod release;
+pub mod release_window;
 mod releaser;
 pub mod replicas;
 #[cfg(test)]

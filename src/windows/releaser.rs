@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::metrics::StreamMetrics;
-use super::release::release_window;
+use super::release_window::release_window;
 use crate::store::{ReleaseStore, Stored, StoredRecord, WindowClose, WindowOutcome};
 use crate::telemetry::catalog;
 

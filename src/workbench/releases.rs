@@ -230,8 +230,8 @@ fn record_refusal(code: Code, message: String) -> ApiError {
 
 /// The report as `cloakd table anonymize --report` writes it (pretty JSON and a newline).
 pub fn report_bytes(report: &Report, release: &Release) -> Result<Vec<u8>, ApiError> {
-    let risk = crate::jobs::report::release_risk(release).map_err(ApiError::internal)?;
-    let report = crate::jobs::report::AnonymizeReport {
+    let risk = crate::jobs::release_report::release_risk(release).map_err(ApiError::internal)?;
+    let report = crate::jobs::release_report::AnonymizeReport {
         report,
         risk: &risk,
     };

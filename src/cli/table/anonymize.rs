@@ -223,7 +223,7 @@ pub(super) fn anonymize(args: AnonymizeArgs) -> anyhow::Result<()> {
         job.formulas,
         &args.output,
         args.report.as_deref(),
-        &crate::jobs::report::AnonymizeReport {
+        &crate::jobs::release_report::AnonymizeReport {
             report: &report,
             risk: &risk,
         },

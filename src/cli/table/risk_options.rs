@@ -73,7 +73,7 @@ pub enum Defaults {
     /// job's k unless `--k-map`.
     Profile,
     /// The `risk` object of `table evaluate`'s and `table anonymize --report`'s reports
-    /// ([`crate::jobs::report::report_options`]): SUDA only with `--suda-max-size`, k-map only with
+    /// ([`crate::jobs::release_report::report_options`]): SUDA only with `--suda-max-size`, k-map only with
     /// `--k-map`.
     Report,
 }
@@ -124,7 +124,7 @@ impl RiskOptionArgs {
     pub fn options(&self, defaults: Defaults, job: &JobSpec) -> anyhow::Result<RiskOptions> {
         let base = match defaults {
             Defaults::Profile => RiskOptions::default(),
-            Defaults::Report => crate::jobs::report::report_options(),
+            Defaults::Report => crate::jobs::release_report::report_options(),
         };
         let significance = self
             .k_map_significance
@@ -227,7 +227,7 @@ k = 3
         let args = RiskOptionArgs::default();
         assert_eq!(
             args.options(Defaults::Report, &job()).unwrap(),
-            crate::jobs::report::report_options()
+            crate::jobs::release_report::report_options()
         );
         let profile = args.options(Defaults::Profile, &job()).unwrap();
         assert!(profile.suda);

@@ -1,6 +1,6 @@
 //! The R-tree [`PointIndex`] (`location.index = "rtree"`, the default): R-trees of the points
 //! (longitude, latitude in degrees), one tree per *reach class*, each entry carrying its reach box
-//! and slot; the trees are [`tree::Tree`]s, hand-written R-trees in an arena of fixed-size nodes.
+//! and slot; the trees are [`arena::Tree`]s, hand-written R-trees in an arena of fixed-size nodes.
 //!
 //! Invariants: every live point is in exactly one tree, the tree of its reach class (below), and
 //! nowhere else; a slot holds at most one point, and the slot map names its tree, leaf and position;
@@ -38,9 +38,9 @@
 //!
 //! Queries return slots in an order that depends on the trees' history; the engine sorts neighbours
 //! with a total order, so its output does not depend on it.
-mod tree;
+mod arena;
 
-use self::tree::{Entry, Loc, Locs, Tree};
+use self::arena::{Entry, Loc, Locs, Tree};
 use super::PointIndex;
 use crate::location::geo::GeoBox;
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use hdrhistogram::Histogram;
 
-use super::poi;
+use super::poi_answers;
 use crate::location::geo::METRES_PER_DEGREE_LAT;
 use crate::location::tracking::{CloakedObservation, SessionAnonymity, session_anonymity};
 use crate::location::yardstick::Observed;
@@ -49,7 +49,7 @@ pub struct SimulationReport {
     pub session_anonymity: Option<SessionAnonymity>,
     /// With `--pois`: the clients' refined POI answers against their exact answers.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub poi: Option<poi::PoiReport>,
+    pub poi: Option<poi_answers::PoiReport>,
     /// Rejected with RESOURCE_EXHAUSTED (the user's privacy budget spent).
     pub budget_exhausted: u64,
     /// With `observe` (`--compare`): per answer, the true position and what the provider saw.
@@ -125,7 +125,7 @@ pub(super) struct RunFacts {
     pub(super) updates_sent: u64,
     pub(super) updates_accepted: u64,
     pub(super) session_ms: Option<u64>,
-    pub(super) poi: Option<poi::PoiReport>,
+    pub(super) poi: Option<poi_answers::PoiReport>,
 }
 
 fn latency_histogram() -> anyhow::Result<Histogram<u64>> {
