@@ -279,6 +279,26 @@ impl Broker {
         }
     }
 
+    /// Starts tracking a provider's Subscribe stream for `service` (its queue's index).
+    pub(super) fn open_provider(
+        &mut self,
+        provider: ProviderId,
+        service: usize,
+        window: Arc<ProviderWindow>,
+        close: oneshot::Sender<StreamEnd>,
+    ) {
+        self.delivery.providers.insert(
+            provider,
+            ProviderState {
+                service,
+                window,
+                close,
+                unacknowledged: HashSet::new(),
+            },
+        );
+        self.providers_changed();
+    }
+
     /// Forgets a provider stream (closing it with a status when it stalled) and hands on every
     /// request it has not acknowledged.
     pub(super) fn end_provider(&mut self, provider: ProviderId, why: HandOver) {

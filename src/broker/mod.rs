@@ -55,7 +55,7 @@ use crate::config::LocationConfig;
 use crate::location::RequestId;
 use crate::telemetry;
 use clients::ClientState;
-use delivery::{HandOver, ProviderState};
+use delivery::HandOver;
 use message::{Command, Rejection, StreamEnd};
 use provider_queues::ProviderQueues;
 use replicas::ClusterLink;
@@ -190,18 +190,7 @@ impl Broker {
                 service,
                 window,
                 close,
-            } => {
-                self.delivery.providers.insert(
-                    provider,
-                    ProviderState {
-                        service,
-                        window,
-                        close,
-                        unacknowledged: std::collections::HashSet::new(),
-                    },
-                );
-                self.providers_changed();
-            }
+            } => self.open_provider(provider, service, window, close),
             Command::ProviderGone { provider } => self.end_provider(provider, HandOver::Gone),
             Command::Delivered {
                 pseudonyms,
