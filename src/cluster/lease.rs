@@ -98,20 +98,22 @@ impl Contender {
             tenure,
         };
         let bytes = Bytes::from(serde_json::to_vec(&value).expect("a lease value serializes"));
-        let entry = self.kv.entry(&self.key).await.map_err(|e| self.error(e))?;
+        let entry = leader_entry(&self.kv, &self.key)
+            .await
+            .map_err(|e| self.error(e))?;
         let live = entry
             .as_ref()
             .filter(|e| e.operation == kv::Operation::Put)
             .map(|e| (e.revision, holder_of(&e.value)));
         let sent = Instant::now();
         let written = match live {
-            None => match self.kv.create(&self.key, bytes).await {
-                Ok(revision) => revision,
-                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                    // Someone created it since we looked: it is theirs for now.
-                    return Ok(self.observe(0, "(unknown)".into()));
-                }
-                Err(e) => return Err(self.error(e)),
+            None => match create(&self.kv, &self.key, bytes)
+                .await
+                .map_err(|e| self.error(e))?
+            {
+                Some(revision) => revision,
+                // Someone created it since we looked: it is theirs for now.
+                None => return Ok(self.observe(0, "(unknown)".into())),
             },
             Some((revision, holder)) => {
                 let first_seen = match self.seen {
@@ -213,6 +215,60 @@ impl Contender {
             key: self.key.clone(),
             message: err.to_string(),
         }
+    }
+}
+
+/// The key's last entry as the bucket's stream leader has it.
+///
+/// `kv::Store::entry` is a direct get, which any replica of the bucket may answer, and a replica
+/// that has not yet applied the latest write answers with the one before it. A contender woken by a
+/// release's delete then read the released tenure, believed the key held, and waited a whole lease
+/// before trying again (seen once in `cluster::lease`'s restart test). Every read a lease decides
+/// by goes to the leader, which answers only what is committed.
+pub(crate) async fn leader_entry(kv: &kv::Store, key: &str) -> Result<Option<kv::Entry>, String> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let subject = format!("{}{}", kv.prefix, key);
+    let message = match kv.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(message) => message,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let operation = match message.headers.get("KV-Operation") {
+        Some(op) => op
+            .as_str()
+            .parse::<kv::Operation>()
+            .map_err(|e| e.to_string())?,
+        None => kv::Operation::Put,
+    };
+    Ok(Some(kv::Entry {
+        bucket: kv.name.clone(),
+        key: key.to_string(),
+        value: message.payload,
+        revision: message.sequence,
+        delta: 0,
+        created: message.time,
+        operation,
+        seen_current: false,
+    }))
+}
+
+/// Writes `value` to `key` if the key is absent or deleted (`kv::Store::create`, deciding by the
+/// leader's entry): the revision written, or `None` when someone else's write is there.
+async fn create(kv: &kv::Store, key: &str, value: Bytes) -> Result<Option<u64>, String> {
+    let first = match kv.update(key, value.clone(), 0).await {
+        Ok(revision) => return Ok(Some(revision)),
+        Err(e) => e,
+    };
+    match leader_entry(kv, key).await? {
+        Some(entry) if entry.operation != kv::Operation::Put => {
+            match kv.update(key, value, entry.revision).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Some(_) => Ok(None),
+        None => Err(first.to_string()),
     }
 }
 
@@ -379,7 +435,7 @@ async fn delete_tenure(tenure: &Tenure) -> Result<(), ClusterError> {
         Ok(()) => return Ok(()),
         Err(e) => e,
     };
-    match tenure.kv.entry(&tenure.key).await {
+    match leader_entry(&tenure.kv, &tenure.key).await {
         Ok(Some(entry)) if tenure.holds(&entry) => tenure
             .kv
             .delete_expect_revision(&tenure.key, Some(entry.revision))
@@ -461,7 +517,7 @@ async fn renew_once(tenure: &Tenure) {
         Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
             // Our own earlier renewal may have been written although its acknowledgement was lost:
             // the key then still holds our tenure under a newer revision.
-            match tenure.kv.entry(&tenure.key).await {
+            match leader_entry(&tenure.kv, &tenure.key).await {
                 Ok(Some(entry)) if tenure.holds(&entry) => {
                     *tenure.revision.lock().expect("lease revision lock") = entry.revision;
                 }

@@ -181,12 +181,9 @@ impl LeaseTable {
     /// Whether `name`'s key exists in the bucket (held now, or held once and released).
     pub async fn ever_leased(&self, name: &str) -> Result<bool, super::ClusterError> {
         let key = self.key(name);
-        match self.shared.kv.entry(&key).await {
+        match super::lease::leader_entry(&self.shared.kv, &key).await {
             Ok(entry) => Ok(entry.is_some()),
-            Err(e) => Err(super::ClusterError::KeyValue {
-                key,
-                message: e.to_string(),
-            }),
+            Err(message) => Err(super::ClusterError::KeyValue { key, message }),
         }
     }
 

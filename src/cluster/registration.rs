@@ -183,10 +183,12 @@ async fn keep(
 
 /// The revision and holder of `key` if it holds a registration now.
 async fn live_revision(kv: &kv::Store, key: &str) -> Result<Option<(u64, String)>, ClusterError> {
-    let entry = kv.entry(key).await.map_err(|e| ClusterError::KeyValue {
-        key: key.to_string(),
-        message: e.to_string(),
-    })?;
+    let entry = super::lease::leader_entry(kv, key)
+        .await
+        .map_err(|message| ClusterError::KeyValue {
+            key: key.to_string(),
+            message,
+        })?;
     Ok(entry
         .filter(|e| e.operation == kv::Operation::Put)
         .map(|e| (e.revision, super::lease::holder_of(&e.value))))
