@@ -101,9 +101,14 @@ async fn twenty_thousand_streams_release_on_a_bounded_pool() {
         before.0, before.1
     );
     // The test's runtime (2 workers), the daemon's writer and the release pool, with slack for
-    // short blocking calls; far from a thread per stream.
+    // tokio's blocking pool, which starts a thread for a blocking call whenever none of its threads
+    // is idle at that instant and keeps it for 10 s: on a loaded machine (a build's writes being
+    // flushed) the peak reached 70 threads, although the daemon makes few blocking calls at once
+    // (the release pool's places and the one writer).
+    // A thread per stream would be 20,000 (tokio caps its pool at 512), so the bound stays far
+    // below that.
     assert!(
-        peak <= before.0 + WORKERS + 32,
+        peak <= before.0 + WORKERS + 128,
         "threads grew from {} to {peak}",
         before.0
     );
