@@ -17,7 +17,7 @@
 //!    charge stays at most the budget ([`decide`]), decided against the durable state by the one
 //!    writer of the data directory (file) or by compare-and-set on the user's key (key-value: a
 //!    concurrent change by another replica makes the update fail, and it is decided again).
-//! 4. **Group commit.** One writer task takes every charge waiting (at most `max_batch`), decides
+//! 4. **Group commit.** One writer (a thread of its own for the file, a task for the bucket) takes every charge waiting (at most `max_batch`), decides
 //!    them in order, makes them durable together (one append and one fsync for the file backend)
 //!    and then answers them all: each on its own channel, or, for charges queued with
 //!    [`Ledger::try_charge_tagged`], in one message per receiver per commit.
@@ -250,6 +250,35 @@ impl Ledger {
         }
     }
 
+    /// Starts the file ledger's writer on a thread of its own: it blocks in the append and the
+    /// `fdatasync` of each group commit itself, so a commit costs no hop to tokio's blocking pool
+    /// and no task wake-up on the runtime the broker's streams share. The thread ends once every
+    /// handle is dropped.
+    pub fn start_file(
+        file: file::FileLedger,
+        policy: Policy,
+        hash: KeyedHash,
+        batching: Batching,
+    ) -> Result<Ledger, LedgerError> {
+        let queue = batching.queue.max(1);
+        let (tx, rx) = mpsc::channel(queue);
+        let max_batch = batching.max_batch.max(1);
+        std::thread::Builder::new()
+            .name("cloakd-ledger".into())
+            .spawn(move || write_file(&file, policy, rx, max_batch))
+            .map_err(|e| LedgerError::Io {
+                path: "budget ledger".into(),
+                action: "starting the writer thread",
+                detail: e.to_string().into(),
+            })?;
+        Ok(Ledger {
+            tx,
+            policy,
+            hash: Arc::new(hash),
+            queue,
+        })
+    }
+
     pub fn policy(&self) -> Policy {
         self.policy
     }
@@ -368,7 +397,7 @@ pub async fn open(
         compacted = opened.compacted,
         "privacy budget ledger opened"
     );
-    Ok(Ledger::start(backend, policy, hash, batching))
+    Ledger::start_file(backend, policy, hash, batching)
 }
 
 /// Attempts at opening the budget bucket before the daemon gives up (about 30 s in all).
@@ -391,7 +420,8 @@ async fn open_bucket(
     kv::KvLedger::open(bucket).await
 }
 
-/// The writer: group commit of every charge waiting.
+/// The writer of an asynchronous backend (the key-value bucket): group commit of every charge
+/// waiting.
 async fn write(
     mut backend: impl Backend,
     policy: Policy,
@@ -401,53 +431,93 @@ async fn write(
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, max_batch).await > 0 {
         let charges: Vec<Charge> = batch.iter().map(|p| p.charge).collect();
-        let size = charges.len();
         let started = std::time::Instant::now();
         let result = backend.apply(policy, charges).await;
-        metrics::histogram!(catalog::GEO_BUDGET_COMMIT_SECONDS)
-            .record(started.elapsed().as_secs_f64());
-        metrics::histogram!(catalog::GEO_BUDGET_BATCH_SIZE).record(size as f64);
-        if result.len() != size {
-            tracing::error!(
-                charges = size,
-                answers = result.len(),
-                "the budget ledger's backend answered a batch wrongly"
-            );
-        }
-        let mut answers = result.into_iter();
-        // Tagged answers grouped by receiver (in practice one: the broker).
-        let mut tagged: Vec<(mpsc::Sender<Answers>, Answers)> = Vec::new();
-        for pending in batch.drain(..) {
-            let answer = answers.next().unwrap_or(Err(LedgerError::Stopped));
-            let outcome = match &answer {
-                Ok(Charged {
-                    paid: Paid::Nothing,
-                    ..
-                }) => "refused",
-                Ok(_) => "granted",
-                Err(e) => {
-                    tracing::error!(error = %e, "a budget charge failed; it is refused");
-                    "failed"
-                }
-            };
-            metrics::counter!(catalog::GEO_BUDGET_CHARGES, "outcome" => outcome).increment(1);
-            match pending.reply {
-                Reply::One(reply) => {
-                    let _ = reply.send(answer);
-                }
-                Reply::Tagged { tag, to } => {
-                    match tagged.iter_mut().find(|(sink, _)| sink.same_channel(&to)) {
-                        Some((_, group)) => group.push((tag, answer)),
-                        None => tagged.push((to, vec![(tag, answer)])),
-                    }
-                }
-            }
-        }
-        for (to, group) in tagged {
+        for (to, group) in settle(&mut batch, result, started) {
             // A receiver that is gone has nobody left to tell.
             let _ = to.send(group).await;
         }
     }
+}
+
+/// The file ledger's writer, on its own thread ([`Ledger::start_file`]): takes every charge
+/// waiting (at most `max_batch`), makes them durable with one append and one `fdatasync`, answers
+/// them, and waits for the next.
+fn write_file(
+    ledger: &file::FileLedger,
+    policy: Policy,
+    mut rx: mpsc::Receiver<Pending>,
+    max_batch: usize,
+) {
+    let mut batch = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(pending) => batch.push(pending),
+                Err(_) => break,
+            }
+        }
+        let charges: Vec<Charge> = batch.iter().map(|p| p.charge).collect();
+        let started = std::time::Instant::now();
+        let result = match ledger.apply_now(policy, &charges) {
+            Ok(answers) => answers.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e); charges.len()],
+        };
+        for (to, group) in settle(&mut batch, result, started) {
+            let _ = to.blocking_send(group);
+        }
+    }
+}
+
+/// Answers a committed batch (emptying it): each charge on its own channel, and the tagged ones
+/// returned grouped by receiver, for the caller to send in one message each. Records the commit's
+/// metrics (`started` is when its backend was called).
+fn settle(
+    batch: &mut Vec<Pending>,
+    result: Vec<Result<Charged, LedgerError>>,
+    started: std::time::Instant,
+) -> Vec<(mpsc::Sender<Answers>, Answers)> {
+    let size = batch.len();
+    metrics::histogram!(catalog::GEO_BUDGET_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(catalog::GEO_BUDGET_BATCH_SIZE).record(size as f64);
+    if result.len() != size {
+        tracing::error!(
+            charges = size,
+            answers = result.len(),
+            "the budget ledger's backend answered a batch wrongly"
+        );
+    }
+    let mut answers = result.into_iter();
+    // Tagged answers grouped by receiver (in practice one: the broker).
+    let mut tagged: Vec<(mpsc::Sender<Answers>, Answers)> = Vec::new();
+    for pending in batch.drain(..) {
+        let answer = answers.next().unwrap_or(Err(LedgerError::Stopped));
+        let outcome = match &answer {
+            Ok(Charged {
+                paid: Paid::Nothing,
+                ..
+            }) => "refused",
+            Ok(_) => "granted",
+            Err(e) => {
+                tracing::error!(error = %e, "a budget charge failed; it is refused");
+                "failed"
+            }
+        };
+        metrics::counter!(catalog::GEO_BUDGET_CHARGES, "outcome" => outcome).increment(1);
+        match pending.reply {
+            Reply::One(reply) => {
+                let _ = reply.send(answer);
+            }
+            Reply::Tagged { tag, to } => {
+                match tagged.iter_mut().find(|(sink, _)| sink.same_channel(&to)) {
+                    Some((_, group)) => group.push((tag, answer)),
+                    None => tagged.push((to, vec![(tag, answer)])),
+                }
+            }
+        }
+    }
+    tagged
 }
 
 #[cfg(test)]

@@ -318,3 +318,61 @@ async fn tagged_charges_of_one_commit_are_answered_in_one_message_in_order() {
     assert_eq!(alone.await.unwrap().unwrap().paid, Paid::Amount);
     assert!(answers.try_recv().is_err(), "one message for the commit");
 }
+
+/// The daemon's file ledger runs its writer on a thread of its own ([`Ledger::start_file`]):
+/// charges on their own channel and tagged ones are all answered, in the budget, and durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_thread_answers_every_charge_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, hash, _) = FileLedger::open(dir.path(), POLICY, 0).unwrap();
+    let ledger = Ledger::start_file(
+        file,
+        POLICY,
+        hash,
+        Batching {
+            queue: 64,
+            max_batch: 8,
+        },
+    )
+    .unwrap();
+    let (to, mut tagged) = mpsc::channel(64);
+    let mut own = Vec::new();
+    for i in 0..20u64 {
+        let charge = Charge {
+            user: ledger.user(&format!("user{}", i % 2)),
+            amount: 0.25,
+            fallback: None,
+            now_ms: 0,
+        };
+        if i % 2 == 0 {
+            own.push(ledger.try_charge(charge).unwrap());
+        } else {
+            ledger.try_charge_tagged(charge, i, &to).unwrap();
+        }
+    }
+    let mut granted = 0;
+    for rx in own {
+        if rx.await.unwrap().unwrap().paid == Paid::Amount {
+            granted += 1;
+        }
+    }
+    let mut tags = Vec::new();
+    while tags.len() < 10 {
+        for (tag, answer) in tagged.recv().await.unwrap() {
+            tags.push(tag);
+            if answer.unwrap().paid == Paid::Amount {
+                granted += 1;
+            }
+        }
+    }
+    assert_eq!(tags, (1..20).step_by(2).collect::<Vec<u64>>(), "in order");
+    assert_eq!(
+        granted, 8,
+        "four charges of 0.25 per user fit in a budget of 1"
+    );
+    let len = std::fs::metadata(dir.path().join(DIR).join(LEDGER_FILE))
+        .unwrap()
+        .len();
+    assert_eq!(len, 8 * 56);
+    drop(ledger);
+}
