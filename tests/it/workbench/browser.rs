@@ -177,10 +177,31 @@ impl Browser {
         self.find(css).await.click().await.unwrap();
     }
 
+    /// Types `text` into the field, once the page lets it be typed into: a field found while the
+    /// page is still showing it (or re-rendering it) is "not interactable" for a moment, which a
+    /// loaded machine made long enough to fail a test.
     pub(super) async fn fill(&self, css: &str, text: &str) {
-        let e = self.find(css).await;
-        e.clear().await.unwrap();
-        e.send_keys(text).await.unwrap();
+        use fantoccini::error::{CmdError, ErrorStatus};
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let e = self.find(css).await;
+            let typed = match e.clear().await {
+                Ok(()) => e.send_keys(text).await,
+                Err(err) => Err(err),
+            };
+            match typed {
+                Ok(()) => return,
+                Err(CmdError::Standard(w))
+                    if matches!(
+                        w.error,
+                        ErrorStatus::ElementNotInteractable | ErrorStatus::StaleElementReference
+                    ) && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(err) => panic!("typing into {css}: {err}"),
+            }
+        }
     }
 
     pub(super) async fn select(&self, css: &str, value: &str) {
