@@ -306,6 +306,9 @@ impl Inner {
     }
 }
 
+/// The file as an asynchronous backend, each commit on tokio's blocking pool: what the tests that
+/// need a deterministic batch (one commit of everything queued before a single-threaded runtime
+/// yields) run through [`super::Ledger::start`]. The daemon uses [`super::Ledger::start_file`].
 #[async_trait]
 impl Backend for FileLedger {
     async fn apply(
@@ -330,7 +333,8 @@ impl Backend for FileLedger {
 }
 
 impl FileLedger {
-    /// The same as [`Backend::apply`], on the calling thread (tests and tools).
+    /// Decides the charges in order and makes every granted one durable, on the calling thread:
+    /// the daemon's writer thread ([`super::Ledger::start_file`]), tests and tools.
     pub fn apply_now(&self, policy: Policy, batch: &[Charge]) -> Result<Vec<Charged>, LedgerError> {
         let mut inner = self.inner.lock().map_err(|_| LedgerError::Stopped)?;
         inner.apply(policy, batch)
