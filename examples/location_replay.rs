@@ -9,7 +9,8 @@
 //!     500m rtree local_k 3
 //! cargo run --release --example location_replay -- ../shared/data/mobility/oldenburg_10k.csv.gz all
 //! ```
-//! Arguments: the trace; the workload (`500m`, `log_uniform`, `hot_spot`, or `all` for one run of
+//! Arguments: the trace; the workload (`500m`, `log_uniform`, `hot_spot`, `500m_at_50k` (the 500m
+//! requests arriving at 50,000/s, as in `cloakd simulate --rate 50000`), or `all` for one run of
 //! every workload, index and mode printing only the quality and the hash); the index (`rtree`,
 //! `grid`); the mode (`local_k`, `nbr_k`); the number of iterations (the best is reported). A second
 //! line counts the work per arrival ([`cloakd::location::SearchStats`]): pending requests, what the
@@ -86,7 +87,14 @@ fn main() -> anyhow::Result<()> {
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
     let path = arg(0, "../shared/data/mobility/oldenburg_10k.csv.gz");
     let points = cloakd::data_files::read_trace_file(std::path::Path::new(&path), Some(PREFIX))?;
-    let all = workloads(requests_from_trace(&points, &ReplayParams::OLDENBURG));
+    let mut all = workloads(requests_from_trace(&points, &ReplayParams::OLDENBURG));
+    // Issue 44's daemon run: the 500m requests in trace order, arriving at 50,000/s (`cloakd
+    // simulate --rate 50000`), so ten seconds of tolerance hold the whole run.
+    let mut at_rate = all[0].1.clone();
+    for (i, req) in at_rate.iter_mut().enumerate() {
+        req.arrival_ms = i as i64 / 50;
+    }
+    all.push(("500m_at_50k", at_rate));
     let modes = [("local_k", SearchMode::LocalK), ("nbr_k", SearchMode::NbrK)];
     let workload = arg(1, "500m");
     if workload == "all" {
