@@ -55,7 +55,7 @@ listening() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# run BINARY [simulate options]: one daemon, one replay; writes "success p50 p99 cpu_us" to
+# run BINARY [simulate options]: one daemon, one replay; writes "success p50 p99 cpu_us sim_cpu_us" to
 # $work/result.
 run() {
     local bin=$1 dir
@@ -76,18 +76,19 @@ run() {
         /^success rate/ { s = $3 }
         /^broker overhead/ { gsub(",", ""); p50 = $4; p99 = $10 }
         /^CPU of --pid/ { c = $6 }
-        END { printf "%s %s %s %s\n", s, p50, p99, c }
+        /^CPU of simulate/ { sim = $6 }
+        END { printf "%s %s %s %s %s\n", s, p50, p99, c, sim }
     ' "$dir/simulate.out" >"$work/result"
 }
 
-printf '%-6s %-16s %-10s %-12s %-12s %-14s %s\n' round build success "p50 (ms)" "p99 (ms)" "CPU/req (µs)" load
+printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %s\n' round build success "p50 (ms)" "p99 (ms)" "CPU/req (µs)" "sim CPU (µs)" load
 for r in $(seq 1 "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then order="base current"; else order="current base"; fi
     for which in $order; do
         if [ "$which" = base ]; then bin=$base; name=$base_sha; else bin=$current; name=$current_sha; fi
         run "$bin" "$@"
-        read -r success p50 p99 cpu <"$work/result"
+        read -r success p50 p99 cpu sim <"$work/result"
         load=$(cut -d' ' -f1 /proc/loadavg)
-        printf '%-6s %-16s %-10s %-12s %-12s %-14s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "$load"
+        printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "${sim:--}" "$load"
     done
 done

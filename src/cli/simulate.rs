@@ -355,6 +355,7 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     );
     let (obs_tx, mut obs_rx) = mpsc::channel::<Observation>(65_536);
     let cpu_before = cpu_of(&args.pid);
+    let own_cpu_before = super::publish_load::cpu_seconds(std::process::id());
     let start = Instant::now();
     let tokio_start = tokio::time::Instant::now();
     let mut senders = Vec::new();
@@ -513,6 +514,9 @@ async fn simulate(args: &SimulateArgs, points: &[TracePoint]) -> anyhow::Result<
     tally.report(RunFacts {
         sending_seconds,
         cpu_seconds: cpu_before.zip(cpu_of(&args.pid)).map(|(a, b)| b - a),
+        simulator_cpu_seconds: own_cpu_before
+            .zip(super::publish_load::cpu_seconds(std::process::id()))
+            .map(|(a, b)| b - a),
         updates_sent,
         updates_accepted,
         session_ms: args.session_ms,

@@ -44,6 +44,10 @@ pub struct SimulationReport {
     /// With `--pid`: user plus system CPU seconds those processes used during the run, together.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<f64>,
+    /// The simulator's own user plus system CPU seconds over the same span: the load generator's
+    /// share of a machine it shares with the daemon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulator_cpu_seconds: Option<f64>,
     /// With `--session-ms`: what intersecting each user's groups over a session leaves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_anonymity: Option<SessionAnonymity>,
@@ -122,6 +126,7 @@ pub(super) struct RunFacts {
     /// From the first to the last send.
     pub(super) sending_seconds: f64,
     pub(super) cpu_seconds: Option<f64>,
+    pub(super) simulator_cpu_seconds: Option<f64>,
     pub(super) updates_sent: u64,
     pub(super) updates_accepted: u64,
     pub(super) session_ms: Option<u64>,
@@ -315,6 +320,7 @@ impl Tally {
         let cloaked = self.cloaked;
         Ok(SimulationReport {
             cpu_seconds: facts.cpu_seconds,
+            simulator_cpu_seconds: facts.simulator_cpu_seconds,
             requests: total as u64,
             cloaked,
             expired: self.expired,
@@ -415,6 +421,12 @@ pub(super) fn print_report(r: &SimulationReport) {
             "CPU of --pid        {cpu:.2} s, {:.1} us per request, {:.0} requests per CPU second",
             1e6 * cpu / r.requests.max(1) as f64,
             r.requests as f64 / cpu.max(1e-9)
+        );
+    }
+    if let Some(cpu) = r.simulator_cpu_seconds {
+        println!(
+            "CPU of simulate     {cpu:.2} s, {:.1} us per request",
+            1e6 * cpu / r.requests.max(1) as f64,
         );
     }
     if let Some(p) = &r.poi {
