@@ -60,8 +60,28 @@ mod partition;
 
 use partition::{OrderedSnapshot, OrderedUser, Partition, SHIFTS, partition_snapshot};
 
-/// Entries of `by_age` beyond twice the users before the outdated ones are dropped.
+/// Entries of `by_age` beyond twice the users before the outdated ones are swept out (the unit
+/// tests use a small slack, so that a few users start many sweeps).
+#[cfg(not(test))]
 const AGE_SLACK: usize = 1024;
+#[cfg(test)]
+const AGE_SLACK: usize = 16;
+
+/// Entries of `by_age` a sweep looks at per update: more than the one an update may append, so a
+/// sweep ends, and few enough that no update stalls the broker (sweeping 20,000 entries at once
+/// took 0.1-0.7 ms of one update, 1-1.6 ms in the daemon: docs/performance.md).
+const SWEEP_STEP: usize = 4;
+
+/// An in-place sweep of `by_age` in progress, dropping the entries that no longer match their
+/// user's `last_ms`: `by_age[..write]` holds the current entries of `by_age[..read]` in their order,
+/// `by_age[write..read]` is left over (each entry there outdated, or a copy of one before `write`),
+/// and `by_age[read..]` is not looked at yet. Every part is oldest first, and an entry before `read`
+/// is never newer than one after it.
+#[derive(Debug, Clone, Copy)]
+struct Sweep {
+    read: usize,
+    write: usize,
+}
 
 /// Limits of the presence engine.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -185,9 +205,11 @@ pub struct PresenceEngine {
     unplaced: Vec<UserKey>,
     /// (time of a position, user), oldest first, one entry per update that moved a user's time;
     /// an entry is current while it matches its user's `last_ms` (the others are skipped when they
-    /// come up, and dropped whenever they outnumber the users, so it holds at most twice the
-    /// users plus [`AGE_SLACK`]). Appending keeps an update O(1) where a sorted set moved it.
+    /// come up). Once they outnumber the users (twice the users plus [`AGE_SLACK`] entries), a
+    /// [`Sweep`] drops them, [`SWEEP_STEP`] entries per update, so it holds at most about 4/3 of
+    /// that while the users stay as many. Appending keeps an update O(1) where a sorted set moved it.
     by_age: VecDeque<(i64, UserKey)>,
+    sweep: Option<Sweep>,
     now_ms: i64,
     /// Bumped whenever the snapshot's positions change.
     generation: u64,
@@ -208,6 +230,7 @@ impl PresenceEngine {
             order: BTreeMap::new(),
             unplaced: Vec::new(),
             by_age: VecDeque::new(),
+            sweep: None,
             now_ms: i64::MIN,
             generation: 0,
             ordered: OrderedSnapshot::default(),
@@ -282,12 +305,38 @@ impl PresenceEngine {
         if self.unplaced.len() > 2 * self.users.len() + AGE_SLACK {
             self.place();
         }
-        if self.by_age.len() > 2 * self.users.len() + AGE_SLACK {
-            let users = &self.users;
-            self.by_age
-                .retain(|(ms, user)| users.get(user).is_some_and(|t| t.last_ms == *ms));
+        if self.sweep.is_none() && self.by_age.len() > 2 * self.users.len() + AGE_SLACK {
+            self.sweep = Some(Sweep { read: 0, write: 0 });
         }
+        self.sweep_step();
         Ok(())
+    }
+
+    /// Moves the sweep of `by_age` on by up to [`SWEEP_STEP`] entries, and ends it (dropping the
+    /// left-over part) once it has looked at every entry.
+    fn sweep_step(&mut self) {
+        let Some(Sweep {
+            mut read,
+            mut write,
+        }) = self.sweep
+        else {
+            return;
+        };
+        let end = (read + SWEEP_STEP).min(self.by_age.len());
+        while read < end {
+            let (ms, user) = self.by_age[read];
+            if self.users.get(&user).is_some_and(|t| t.last_ms == ms) {
+                self.by_age[write] = (ms, user);
+                write += 1;
+            }
+            read += 1;
+        }
+        if read == self.by_age.len() {
+            self.by_age.truncate(write);
+            self.sweep = None;
+        } else {
+            self.sweep = Some(Sweep { read, write });
+        }
     }
 
     /// Forgets every position older than `max_age_ms` at `now_ms` (time never goes back: an earlier
@@ -302,6 +351,14 @@ impl PresenceEngine {
                 break;
             }
             self.by_age.pop_front();
+            // The sweep's parts move down by one: the entry came off the kept part, else off the
+            // left-over part, else off the part not looked at yet.
+            if let Some(sweep) = &mut self.sweep {
+                if sweep.write > 0 {
+                    sweep.write -= 1;
+                }
+                sweep.read = sweep.read.saturating_sub(1);
+            }
             if self.users.get(&user).is_some_and(|t| t.last_ms == last_ms)
                 && let Some(tracked) = self.users.remove(&user)
             {
@@ -884,13 +941,79 @@ pub(crate) mod tests {
         assert!(lazy.unplaced.is_empty());
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The age queue, swept a few entries per update, forgets exactly the users a plain map of
+        /// each user's latest time says are stale, whatever the updates, forgets and agings in
+        /// between (long runs of few users, so several sweeps start and end, some cut short by
+        /// agings popping entries off the front).
+        #[test]
+        fn sweeping_the_age_queue_forgets_exactly_the_stale_users(
+            ops in prop::collection::vec((0u8..10, 0u64..8, 0i64..4), 500..3000),
+        ) {
+            // About 45 entries within an age: past the 32 that start a sweep with 8 users, and
+            // entries age out at the front while a sweep runs.
+            let max_age_ms = 100;
+            let mut engine = PresenceEngine::new(params(max_age_ms, 1_000), 3);
+            let mut latest: HashMap<UserKey, i64> = HashMap::new();
+            let mut now = 0i64;
+            let mut sweeps = 0;
+            for (kind, user, step) in ops {
+                let sweeping = engine.sweep.is_some();
+                now += step;
+                match kind {
+                    0 => {
+                        engine.forget(user);
+                        latest.remove(&user);
+                    }
+                    1 => engine.forget_stale(now),
+                    _ => {
+                        engine.update(user, 53.0, 8.0, now).unwrap();
+                        latest.insert(user, now);
+                    }
+                }
+                latest.retain(|_, &mut t| t >= now - max_age_ms as i64);
+                engine.forget_stale(now);
+                prop_assert_eq!(engine.tracked_len(), latest.len());
+                for user in latest.keys() {
+                    prop_assert!(engine.latest_position(*user).is_some());
+                }
+                // Every tracked user's current entry is queued outside a running sweep's
+                // left-over part (twice when the user was forgotten and came back in the same
+                // millisecond) (a sweep that lost one would keep that user past its
+                // age), and the queue outside that part is oldest first.
+                let (write, read) = engine.sweep.map_or((0, 0), |sw| (sw.write, sw.read));
+                let outside: Vec<(i64, UserKey)> = engine
+                    .by_age
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| i < write || i >= read)
+                    .map(|(_, &e)| e)
+                    .collect();
+                prop_assert!(outside.windows(2).all(|w| w[0].0 <= w[1].0));
+                for (user, tracked) in &engine.users {
+                    let current = (tracked.last_ms, *user);
+                    prop_assert!(outside.contains(&current));
+                }
+                prop_assert!(engine.by_age.len() <= 4 * (2 * 8 + AGE_SLACK + 1) / 3 + 1);
+                if !sweeping && engine.sweep.is_some() {
+                    sweeps += 1;
+                }
+            }
+            prop_assert!(sweeps >= 2, "only {} sweeps started", sweeps);
+        }
+    }
+
     #[test]
     fn the_age_queue_stays_bounded_and_ages_out_the_latest_time() {
         let mut engine = PresenceEngine::new(params(1_000_000, 100), 1);
         // Three users updating every millisecond for a long time.
         for t in 0..20_000i64 {
             engine.update((t % 3) as u64, 53.0, 8.0, t).unwrap();
-            assert!(engine.by_age.len() <= 2 * engine.users.len() + AGE_SLACK);
+            // A sweep starts past twice the users plus the slack and, taking SWEEP_STEP entries
+            // per update while an update appends one, ends within a third more.
+            assert!(engine.by_age.len() <= 4 * (2 * engine.users.len() + AGE_SLACK + 1) / 3 + 1);
         }
         engine.forget(1);
         assert_eq!(engine.tracked_len(), 2);
