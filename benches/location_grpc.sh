@@ -11,6 +11,8 @@
 # turn (which goes first alternates) on its embedded defaults, on loopback port $PORT (default
 # 25051), in a temporary directory, and replays the trace against it with the simulator on the same
 # machine. Default simulate options: issue 44's run, the Oldenburg 10k trace at 50,000 requests/s.
+# Each row also gives the simulator's own CPU per request and what a probe thread beside the run saw
+# of the machine's scheduling delay (p99 and longest, see probe() below).
 #
 #   cargo build --release
 #   benches/location_grpc.sh 41db5d7 3
@@ -55,8 +57,31 @@ listening() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# run BINARY [simulate options]: one daemon, one replay; writes "success p50 p99 cpu_us sim_cpu_us" to
-# $work/result.
+# probe STOPFILE: the machine's own scheduling delay while a run goes on. A thread sleeps 1 ms in a
+# loop and records how late it wakes, until STOPFILE appears; then prints the p99 and the longest
+# delay in ms ("- -" without python3). A run's tail can be told from the machine's this way: this
+# VM's hypervisor alone delays a wake-up by up to several ms now and then (docs/performance.md,
+# "Where the tail comes from").
+probe() {
+    if ! command -v python3 >/dev/null; then
+        echo "- -"
+        return
+    fi
+    python3 - "$1" <<'PY'
+import os, sys, time
+late = []
+while not os.path.exists(sys.argv[1]):
+    t = time.perf_counter()
+    time.sleep(0.001)
+    late.append(time.perf_counter() - t - 0.001)
+late.sort()
+n = len(late)
+print("%.2f %.2f" % (late[int(0.99 * (n - 1))] * 1e3, late[-1] * 1e3) if n else "- -")
+PY
+}
+
+# run BINARY [simulate options]: one daemon, one replay; writes "success p50 p99 cpu_us sim_cpu_us
+# probe_p99_ms probe_max_ms" to $work/result.
 run() {
     local bin=$1 dir
     shift
@@ -68,7 +93,11 @@ run() {
         if listening "$port"; then break; fi
         sleep 0.1
     done
+    probe "$dir/stop" >"$dir/probe.out" &
+    local prober=$!
     "$current" simulate --addr "http://127.0.0.1:$port" --pid "$daemon" "$@" >"$dir/simulate.out" 2>&1
+    touch "$dir/stop"
+    wait "$prober" || true
     kill "$daemon" 2>/dev/null || true
     wait "$daemon" 2>/dev/null || true
     daemon=
@@ -77,18 +106,19 @@ run() {
         /^broker overhead/ { gsub(",", ""); p50 = $4; p99 = $10 }
         /^CPU of --pid/ { c = $6 }
         /^CPU of simulate/ { sim = $6 }
-        END { printf "%s %s %s %s %s\n", s, p50, p99, c, sim }
+        END { printf "%s %s %s %s %s ", s, p50, p99, c, sim }
     ' "$dir/simulate.out" >"$work/result"
+    cat "$dir/probe.out" >>"$work/result"
 }
 
-printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %s\n' round build success "p50 (ms)" "p99 (ms)" "CPU/req (µs)" "sim CPU (µs)" load
+printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %-18s %s\n' round build success "p50 (ms)" "p99 (ms)" "CPU/req (µs)" "sim CPU (µs)" "probe p99/max (ms)" load
 for r in $(seq 1 "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then order="base current"; else order="current base"; fi
     for which in $order; do
         if [ "$which" = base ]; then bin=$base; name=$base_sha; else bin=$current; name=$current_sha; fi
         run "$bin" "$@"
-        read -r success p50 p99 cpu sim <"$work/result"
+        read -r success p50 p99 cpu sim probe_p99 probe_max <"$work/result"
         load=$(cut -d' ' -f1 /proc/loadavg)
-        printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "${sim:--}" "$load"
+        printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %-18s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "${sim:--}" "$probe_p99/$probe_max" "$load"
     done
 done

@@ -74,7 +74,7 @@ const SWEEP_STEP: usize = 4;
 
 /// An in-place sweep of `by_age` in progress, dropping the entries that no longer match their
 /// user's `last_ms`: `by_age[..write]` holds the current entries of `by_age[..read]` in their order,
-/// `by_age[write..read]` is left over (each entry there outdated, or a copy of one before `write`),
+/// `by_age[write..read]` is left over (each entry there outdated, or equal to one kept elsewhere),
 /// and `by_age[read..]` is not looked at yet. Every part is oldest first, and an entry before `read`
 /// is never newer than one after it.
 #[derive(Debug, Clone, Copy)]
@@ -980,9 +980,9 @@ pub(crate) mod tests {
                     prop_assert!(engine.latest_position(*user).is_some());
                 }
                 // Every tracked user's current entry is queued outside a running sweep's
-                // left-over part (twice when the user was forgotten and came back in the same
-                // millisecond) (a sweep that lost one would keep that user past its
-                // age), and the queue outside that part is oldest first.
+                // left-over part, and that much of the queue is oldest first: a sweep that lost
+                // an entry would keep its user past its age. (An entry may be there twice: a user
+                // forgotten and back in the same millisecond.)
                 let (write, read) = engine.sweep.map_or((0, 0), |sw| (sw.write, sw.read));
                 let outside: Vec<(i64, UserKey)> = engine
                     .by_age
