@@ -1,7 +1,8 @@
 //! cloakd: a privacy broker.
 //!
 //! Six engines hold the science and nothing else (plain synchronous Rust, time passed in, randomness
-//! from a seeded RNG): [`location`] (CliqueCloak and presence k-anonymous location cloaking),
+//! from a seeded RNG; a crate of their own, `cloakd-engines` in `crates/engines`, re-exported here
+//! under the same names with the helpers they share, `text`, `budget` and `lines`): [`location`] (CliqueCloak and presence k-anonymous location cloaking),
 //! [`poi`] (the reference provider's exact candidate lists for a cloaked box), [`transactions`]
 //! (personalized rho-uncertainty by suppression), [`relational`] (Mondrian, KACA and OLA with
 //! k-anonymity, l-diversity, t-closeness, delta-disclosure), the privacy/utility [`measures`] and
@@ -16,10 +17,13 @@
 //! [`cli`] (batch commands).
 #![forbid(unsafe_code)]
 
+pub use cloakd_engines::{
+    budget, learning, lines, location, measures, poi, relational, risk, text, transactions,
+};
+
 pub mod atomic_file;
 pub mod auth;
 pub mod broker;
-pub mod budget;
 pub mod cli;
 pub mod cluster;
 pub mod config;
@@ -27,23 +31,14 @@ pub mod connections;
 pub mod daemon;
 pub mod data_files;
 pub mod jobs;
-pub mod learning;
 pub mod ledger;
-pub mod lines;
-pub mod location;
-pub mod measures;
 pub mod plots;
-pub mod poi;
 pub mod provider;
-pub mod relational;
 pub mod reload;
-pub mod risk;
 pub mod service;
 pub mod store;
 pub mod telemetry;
-pub mod text;
 pub mod tls;
-pub mod transactions;
 pub mod windows;
 pub mod workbench;
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 // The load tools name the library's modules as `crate::...`.
-use cloakd::{daemon, data_files, lines, location, plots, poi, proto, provider};
+use cloakd::{daemon, data_files, location, plots, poi, proto, provider};
 
 /// The binary's own commands, beside the library's (`cloakd::cli`).
 mod cli {

@@ -64,7 +64,7 @@ pub struct ProviderArgs {
 
 fn read_token(path: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     let token = match path {
-        Some(path) => crate::lines::read_text_file(path)
+        Some(path) => crate::data_files::read_text_file(path)
             .with_context(|| format!("--token-file: cannot read {}", path.display()))?,
         None => std::env::var("CLOAKD_TOKEN").unwrap_or_default(),
     };

@@ -138,10 +138,11 @@ impl Config {
                 message: e.to_string(),
             })?;
         if let Some(path) = file {
-            let text = crate::lines::read_text_file(path).map_err(|source| ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            let text =
+                crate::data_files::read_text_file(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
             let overlay: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
                 origin: path.display().to_string(),
                 message: e.to_string(),

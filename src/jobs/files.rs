@@ -34,7 +34,7 @@ impl<R: Read> Read for Counting<R> {
 
 /// Reads and parses a job file.
 pub fn read_job(path: &Path) -> anyhow::Result<JobSpec> {
-    let text = crate::lines::read_text_file(path)
+    let text = crate::data_files::read_text_file(path)
         .with_context(|| format!("{}: cannot read the job file", path.display()))?;
     Ok(JobSpec::parse(&path.display().to_string(), &text)?)
 }
@@ -73,7 +73,7 @@ pub fn load_table_counted(
     let base = job_path.parent().unwrap_or(Path::new("."));
     let schema = job.schema(|path, column| -> anyhow::Result<Hierarchy> {
         let path = base.join(path);
-        let text = crate::lines::read_text_file(&path).with_context(|| {
+        let text = crate::data_files::read_text_file(&path).with_context(|| {
             format!(
                 "{}: cannot read the hierarchy of column {column:?}",
                 path.display()

@@ -1,5 +1,5 @@
 // The job TOML the page builds from the analyst's choices (the format of examples/adult.toml and
-// src/relational/job.rs), reading back the server's suggested job, and the equivalent CLI command.
+// crates/engines/src/relational/job.rs), reading back the server's suggested job, and the equivalent CLI command.
 
 const BARE_KEY = /^[A-Za-z0-9_-]+$/;
 

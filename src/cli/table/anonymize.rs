@@ -81,7 +81,7 @@ pub struct AnonymizeArgs {
 
 /// Reads a job file and applies the command line overrides; errors name the file or the flag.
 pub fn load_job(args: &AnonymizeArgs) -> anyhow::Result<JobSpec> {
-    let text = crate::lines::read_text_file(&args.job)
+    let text = crate::data_files::read_text_file(&args.job)
         .with_context(|| format!("{}: cannot read the job file", args.job.display()))?;
     let mut job = JobSpec::parse(&args.job.display().to_string(), &text)?;
     if let Some(k) = args.k {

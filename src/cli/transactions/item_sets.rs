@@ -13,8 +13,8 @@
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
+use crate::transactions::FxHashMap;
 use crate::transactions::ItemId;
-use crate::transactions::support::FxHashMap;
 
 use super::error::TransactionsCliError;
 

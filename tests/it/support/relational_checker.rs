@@ -1,6 +1,6 @@
 //! The independent brute-force checker of relational releases, written from the definitions in
 //! docs/architecture.md#definitions: it reads only the released CSV text and the original rows and
-//! shares no code with the engine. Used by the engine's unit tests (`src/relational/tests.rs` includes
+//! shares no code with the engine. Used by the engine's unit tests (`crates/engines/src/relational/tests.rs` includes
 //! this file) and by the integration tests that check a release downloaded from the daemon
 //! (`workbench::api`, `workbench::browser`). The includer brings `PrivacySpec`, `LDiversity` and
 //! `Distance` (`crate::relational::models` or `cloakd::relational::models`) into scope.

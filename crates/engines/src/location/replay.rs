@@ -15,15 +15,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{CloakRequest, GeoBox, Outcome, RequestId};
 
-/// One position report of a trace (read from files by [`crate::data_files`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TracePoint {
-    pub user_id: String,
-    /// Unix seconds.
-    pub timestamp: i64,
-    pub lat: f64,
-    pub lon: f64,
-}
+pub use super::trace::TracePoint;
 
 /// How trace points are turned into requests.
 #[derive(Debug, Clone, PartialEq)]
@@ -348,8 +340,7 @@ pub fn median(values: &mut [f64]) -> f64 {
 /// Oldenburg 10k trace) as requests: k uniform in [2, 10], dx = dy = 500 m, dt = 10 s.
 #[cfg(test)]
 pub(crate) fn oldenburg_slice() -> Vec<CloakRequest> {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
-    let points = crate::data_files::read_trace_file(&path, None).unwrap();
+    let path = crate::test_files::repo("tests/data/oldenburg_60s.csv.gz");
+    let points = crate::test_files::read_trace_file(&path, None);
     requests_from_trace(&points, &ReplayParams::OLDENBURG)
 }

@@ -512,7 +512,6 @@ impl PoiIndex {
 mod tests {
     use std::collections::HashMap;
     use std::io::Read;
-    use std::path::Path;
 
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -627,14 +626,12 @@ mod tests {
     fn walk_matches_the_general_search_on_the_bench_data() {
         let dir = std::env::var_os("CLOAKD_BENCH_MOBILITY")
             .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/mobility")
-            });
+            .unwrap_or_else(|| crate::test_files::repo("../shared/data/mobility"));
         let rows = |name: &str| -> Vec<Vec<String>> {
             let mut text = String::new();
             let path = dir.join(name);
-            crate::data_files::open_maybe_gz(&path)
-                .and_then(|mut file| file.read_to_string(&mut text))
+            std::fs::File::open(&path)
+                .and_then(|file| flate2::read::MultiGzDecoder::new(file).read_to_string(&mut text))
                 .unwrap_or_else(|e| {
                     panic!(
                         "{}: {e} (set CLOAKD_BENCH_MOBILITY to the shared data/mobility folder)",
@@ -659,8 +656,8 @@ mod tests {
             })
             .collect();
         let index = PoiIndex::new(generate(&roads, 1_000_000, 1).unwrap());
-        let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz");
-        let points = crate::data_files::read_trace_file(&trace, Some(200_000)).unwrap();
+        let trace = crate::test_files::repo("tests/data/oldenburg_60s.csv.gz");
+        let points = crate::test_files::read_trace_file(&trace, Some(200_000));
         let mut rng = ChaCha8Rng::seed_from_u64(2);
         let mut tally = Tally::default();
         for (category, log_uniform) in [("hotel", false), ("cafe", false), ("hotel", true)] {

@@ -41,6 +41,7 @@ pub mod presence;
 pub mod presence_checker;
 pub mod replay;
 pub mod session;
+pub mod trace;
 pub mod tracking;
 pub mod yardstick;
 

@@ -316,10 +316,8 @@ fn report(workload: &str, c: &Comparison) {
 /// request with 3 km tolerances, k uniform in [2, 5].
 fn dense_centre_requests() -> Vec<CloakRequest> {
     let path = crate::location::presence::tests::mobility_file("oldenburg_small.csv.gz")
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/oldenburg_60s.csv.gz")
-        });
-    let points = crate::data_files::read_trace_file(&path, None).unwrap();
+        .unwrap_or_else(|| crate::test_files::repo("tests/data/oldenburg_60s.csv.gz"));
+    let points = crate::test_files::read_trace_file(&path, None);
     let mut first = std::collections::BTreeMap::new();
     for p in &points {
         first.entry(p.user_id.as_str()).or_insert((p.lat, p.lon));

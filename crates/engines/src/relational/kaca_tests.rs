@@ -80,7 +80,7 @@ proptest! {
 /// The first 2,000 rows of Adult with a row id, six QIs through the ARX hierarchies of
 /// `examples/data/hierarchies` (age included), sensitive occupation; with the checker's view.
 fn adult_sample() -> (Table, Original) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::test_files::repo("");
     let mut text = String::new();
     flate2::read::GzDecoder::new(
         std::fs::File::open(root.join("tests/data/adult-sample/adult-2000.csv.gz")).unwrap(),

@@ -26,7 +26,7 @@ use crate::relational::table::{
 // The brute-force checker
 // ------------------------------------------------------------------------------------------------
 
-#[path = "../../tests/it/support/relational_checker.rs"]
+#[path = "../../../../tests/it/support/relational_checker.rs"]
 mod checker;
 pub(super) use checker::{
     CheckQuasi, Multiset, Original, brute_violation, check_bucketized_csv, check_generalized_csv,

@@ -9,7 +9,6 @@
 //! [`std::io::ErrorKind::InvalidData`] and a [`LineTooLong`] error naming the line number (1-based)
 //! and the limit. The caller names the file (every caller wraps I/O errors with the path).
 use std::io::Read;
-use std::path::Path;
 
 /// Most bytes of one line (or one CSV record) any reader of the CLI accepts: 1 MiB, far above any
 /// real trace line, item set, table row or hierarchy row.
@@ -130,13 +129,6 @@ impl<R: Read> Read for BoundedLines<R> {
             Err(()) => Err(self.fail()),
         }
     }
-}
-
-/// Reads a whole text file (a job or hierarchy file) through a [`BoundedLines`].
-pub fn read_text_file(path: &Path) -> std::io::Result<String> {
-    let mut text = String::new();
-    BoundedLines::new(std::fs::File::open(path)?, Records::Lines).read_to_string(&mut text)?;
-    Ok(text)
 }
 
 #[cfg(test)]

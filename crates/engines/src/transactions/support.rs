@@ -17,7 +17,7 @@ pub(crate) type TidList = Vec<u32>;
 /// Small multiplicative hasher for integer keys (the std SipHash dominates runtime otherwise).
 /// Deterministic: nothing in the engine depends on iteration order of a hashed container anyway.
 #[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher {
+pub struct FxHasher {
     hash: u64,
 }
 
@@ -69,8 +69,8 @@ impl Hasher for FxHasher {
     }
 }
 
-pub(crate) type FxBuildHasher = BuildHasherDefault<FxHasher>;
-pub(crate) type FxHashMap<K, V> = std::collections::HashMap<K, V, FxBuildHasher>;
+pub type FxBuildHasher = BuildHasherDefault<FxHasher>;
+pub type FxHashMap<K, V> = std::collections::HashMap<K, V, FxBuildHasher>;
 
 /// Ratio of list lengths above which the shorter list is probed by binary search in the longer one.
 const GALLOP_RATIO: usize = 16;

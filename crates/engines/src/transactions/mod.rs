@@ -28,6 +28,9 @@ mod constraints;
 mod restore;
 mod sampler;
 pub(crate) mod support;
+/// The hash map of item ids (keys hashed with a multiply-rotate of their words), also used by the
+/// item-set reader of `cloakd transactions`.
+pub use support::FxHashMap;
 mod suppressor;
 mod utility;
 pub mod windowing;

@@ -380,7 +380,7 @@ fn average_risk_bound_by_hand() {
 
 /// The first 2,000 rows of Adult with 4 QIs (workclass, education, marital-status, sex).
 fn adult_sample() -> Table {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/adult-sample");
+    let dir = crate::test_files::repo("tests/data/adult-sample");
     let hierarchy = |name: &str| {
         let text = std::fs::read_to_string(dir.join(format!("{name}.csv"))).unwrap();
         ColumnRole::Quasi(QuasiKind::Categorical(
@@ -474,7 +474,7 @@ fn ola_refuses_numeric_columns_and_bad_limits() {
 
 /// The shipped example `examples/adult-ola.toml`: Adult, 45,222 rows, 8 QIs through their hierarchies.
 fn adult_ola() -> Table {
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let examples = crate::test_files::repo("examples");
     let text = std::fs::read_to_string(examples.join("adult-ola.toml")).unwrap();
     let job = crate::relational::job::JobSpec::parse("adult-ola.toml", &text).unwrap();
     let schema = job

@@ -1065,12 +1065,11 @@ pub(crate) mod tests {
         let (path, sparse) = match mobility_file("oldenburg_small.csv.gz") {
             Some(path) => (path, true),
             None => (
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("tests/data/oldenburg_60s.csv.gz"),
+                crate::test_files::repo("tests/data/oldenburg_60s.csv.gz"),
                 false,
             ),
         };
-        let points = crate::data_files::read_trace_file(&path, Some(400_000)).unwrap();
+        let points = crate::test_files::read_trace_file(&path, Some(400_000));
         let workload = periodic_workload(
             &points,
             &PeriodicParams {
