@@ -27,6 +27,8 @@ use std::process::{Command, Output, Stdio};
 // The relational checker (shared with the engine's unit tests) and the workbench harness name the
 // privacy models through `super::`.
 use cloakd::relational::models::{Distance, LDiversity, PrivacySpec, TCloseness};
+// For `rho_checker`, which takes the engine's record type from its includer.
+use cloakd::transactions::Record;
 
 pub use clients::{
     MobileClient, evaluate_once_a_slot_frees, next_cloaked, released_windows, request_at,

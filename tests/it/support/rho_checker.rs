@@ -1,10 +1,14 @@
 //! Brute-force checker of personalized rho^m-uncertainty, written independently of the engine:
 //! plain `HashSet`/`HashMap` support counting over the released records, every adversary (u, Q)
 //! with Q ⊆ D_u (the ORIGINAL record), 1 <= |Q| <= m, every e ∈ E_u \ Q:
-//! supp'(Q ∪ {e}) <= rho · supp'(Q) or supp'(Q) = 0.
+//! supp'(Q ∪ {e}) <= rho · supp'(Q) or supp'(Q) = 0. Used by the engine's unit tests
+//! (`crates/engines/src/transactions/guarantee_tests.rs` includes this file) and by the integration
+//! tests that check a release of `cloakd transactions`.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use cloakd::transactions::Record;
+// The includer brings the engine's `Record` into scope: `tests/it/support/mod.rs`
+// (`cloakd::transactions::Record`) and the engine's `transactions/guarantee_tests.rs`.
+use super::Record;
 
 /// Each released record is a subset of its original (same count, same order).
 pub fn check_suppression_only(original: &[Record], released: &[Vec<u32>]) -> Result<(), String> {

@@ -5,5 +5,4 @@ mod admission;
 mod cli;
 mod cluster;
 mod crash;
-mod guarantee;
 mod stream;

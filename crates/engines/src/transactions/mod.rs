@@ -25,6 +25,8 @@
 //! must get the identical release).
 
 mod constraints;
+#[cfg(test)]
+mod guarantee_tests;
 mod restore;
 mod sampler;
 pub(crate) mod support;

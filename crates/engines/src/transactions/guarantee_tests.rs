@@ -1,17 +1,21 @@
 //! The transaction engine's privacy guarantee, verified by the independent brute-force checker in
-//! `tests/it/support/rho_checker.rs`: exact mode against every adversary (u, Q ⊆ D_u, |Q| <= m) on
-//! proptest windows and real data samples; sampled mode against the adversaries of its final round.
+//! `tests/it/support/rho_checker.rs` (shared with the integration tests, included here as a
+//! `#[path]` module): exact mode against every adversary (u, Q ⊆ D_u, |Q| <= m) on proptest windows
+//! and real data samples; sampled mode against the adversaries of its final round. Unit tests of the
+//! engine, so that the checker runs at the engines' opt-level.
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use cloakd::transactions::{
+use super::{
     AnonymizeError, Anonymized, Mode, Params, PersonalizedPlus, Record, anonymize,
     anonymize_with_adversaries,
 };
 use proptest::prelude::*;
 use rand::SeedableRng;
 
-use crate::support::rho_checker::{check_adversaries, check_exact, check_suppression_only};
+#[path = "../../../../tests/it/support/rho_checker.rs"]
+mod rho_checker;
+use rho_checker::{check_adversaries, check_exact, check_suppression_only};
 
 /// A window of `records` records over `universe` items; sensitive sets may name items nobody holds
 /// (ids >= universe) and items the user does not hold.
@@ -184,7 +188,7 @@ fn invalid_parameters_and_records_are_refused_with_the_field() {
 
 /// Reads a gzipped sample from `tests/data/`.
 fn read_sample(name: &str) -> Vec<Vec<u32>> {
-    let path = crate::support::repo().join("tests/data").join(name);
+    let path = crate::test_files::repo("tests/data").join(name);
     let mut text = String::new();
     flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
         .read_to_string(&mut text)
@@ -347,7 +351,7 @@ fn sampled_mode_passes_an_independent_sample_on_real_data() {
         };
         let anonymized = sampled_and_checked(&window, &params, 1);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_c4ec);
-        let shares = crate::support::rho_checker::sampled_unsafe_shares(
+        let shares = rho_checker::sampled_unsafe_shares(
             &window,
             &anonymized.records,
             0.5,
@@ -363,9 +367,8 @@ fn sampled_mode_passes_an_independent_sample_on_real_data() {
         // The same independent sample does see the breaches of the unprocessed window.
         let unchanged: Vec<Vec<u32>> = window.iter().map(|r| r.items.clone()).collect();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_c4ec);
-        let before = crate::support::rho_checker::sampled_unsafe_shares(
-            &window, &unchanged, 0.5, 5, 3000, &mut rng,
-        );
+        let before =
+            rho_checker::sampled_unsafe_shares(&window, &unchanged, 0.5, 5, 3000, &mut rng);
         assert!(
             before.iter().any(|&(_, share)| share >= epsilon),
             "{name}: {before:?}"
