@@ -13,6 +13,12 @@
 //! for a request the origin no longer tracks (its client went away, or it was given up) are
 //! dropped, so a client never gets two outcomes.
 //!
+//! The provider's side may overtake the owner's `Cloaked`: the owner publishes `Cloaked` itself,
+//! while a relayed request's answer or `Undelivered` comes from the relay or the providing replica,
+//! on other paths through NATS, which orders messages per publisher only. So an answer or
+//! `Undelivered` that arrives while the request is still `Forwarded` is kept (at most
+//! [`EARLY_EVENTS`]) and handed to the client right after its `Cloaked`, in arrival order.
+//!
 //! On the owner, a forwarded request is a one-request client stream (its events go to the origin):
 //! it is cloaked here and never forwarded on.
 use std::cmp::Reverse;
@@ -42,6 +48,10 @@ impl Phase {
     }
 }
 
+/// Events of the provider's side kept for a request still `Forwarded` (see the module doc): its
+/// answer and `Undelivered` are at most two; more are not for a live request and are dropped.
+const EARLY_EVENTS: usize = 4;
+
 #[derive(Debug)]
 struct RemoteEntry {
     client: ClientId,
@@ -50,6 +60,8 @@ struct RemoteEntry {
     phase: Phase,
     /// Unix ms after which the entry ends (see the module doc).
     expires_ms: i64,
+    /// The provider's side's events that overtook the owner's `Cloaked`, in arrival order.
+    early: Vec<LocationEvent>,
 }
 
 /// The remote requests of this replica's clients, by tag (a number unique on this replica that
@@ -101,6 +113,7 @@ impl RemoteRequests {
                 user,
                 phase,
                 expires_ms,
+                early: Vec::new(),
             },
         );
         let (awaited, tags) = self.by_client.entry(client).or_default();
@@ -166,6 +179,23 @@ impl RemoteRequests {
 
     fn get(&self, tag: u64) -> Option<&RemoteEntry> {
         self.entries.get(&tag)
+    }
+
+    /// Keeps an event of the provider's side that came before the owner's `Cloaked`.
+    fn keep_early(&mut self, tag: u64, event: LocationEvent) {
+        if let Some(entry) = self.entries.get_mut(&tag)
+            && entry.early.len() < EARLY_EVENTS
+        {
+            entry.early.push(event);
+        }
+    }
+
+    /// The events kept by [`Self::keep_early`], oldest first.
+    fn take_early(&mut self, tag: u64) -> Vec<LocationEvent> {
+        self.entries
+            .get_mut(&tag)
+            .map(|entry| std::mem::take(&mut entry.early))
+            .unwrap_or_default()
     }
 
     /// Removes and returns every entry of `client`.
@@ -320,6 +350,7 @@ impl Broker {
             (entry.client, entry.phase, entry.user, entry.request_no);
         let now = self.clock.now_ms();
         let answer_window = self.answer_window();
+        let mut early = Vec::new();
         match &event.outcome {
             Some(EventOutcome::Cloaked(_)) if phase == Phase::Forwarded => {
                 self.admission.release(user, request_no);
@@ -328,6 +359,14 @@ impl Broker {
                     Phase::Cloaked { answered: false },
                     now.saturating_add(answer_window),
                 );
+                early = self.replicas.remote.take_early(tag);
+            }
+            // The provider's side overtook the owner's `Cloaked`: kept until it comes.
+            Some(EventOutcome::Reply(_) | EventOutcome::Undelivered(_))
+                if phase == Phase::Forwarded =>
+            {
+                self.replicas.remote.keep_early(tag, event);
+                return;
             }
             Some(EventOutcome::Expired(_) | EventOutcome::Rejected(_))
                 if phase == Phase::Forwarded =>
@@ -352,6 +391,10 @@ impl Broker {
             outcome: event.outcome,
         };
         self.send(client, event);
+        // What overtook the `Cloaked` just sent follows it, as if it had come after it.
+        for event in early {
+            self.remote_event(tag, event);
+        }
         self.maybe_close(client);
     }
 
@@ -453,7 +496,7 @@ mod tests {
     use crate::broker::testing::{Events, Fixture, REQUEST_TIMEOUT, Wire, config, drain, request};
     use crate::cluster::Owner;
     use crate::proto::location_event::Outcome;
-    use crate::proto::{Cloaked, LocationEvent};
+    use crate::proto::{Cloaked, LbsReply, LocationEvent, Undelivered};
 
     /// The window a cloaked remote request waits in for its answer or `Undelivered`, in ms.
     fn answer_window(ttl_ms: u64) -> u64 {
@@ -584,5 +627,88 @@ mod tests {
 
         // Its provider's answer or Undelivered never comes.
         silence_ends_undelivered(&mut f, &mut a, window_ms).await;
+    }
+
+    /// Forwards alice's request to b; its tag.
+    fn forwarded_to_b(f: &mut Fixture, wire: &mut Wire) -> u64 {
+        f.submit(1, request("alice", 1, 2));
+        f.handle(Command::InboundClosed { client: 1 });
+        match wire.sent().as_slice() {
+            [Outbound::Forward { owner, tag, .. }] if owner == "b" => *tag,
+            other => panic!("expected the request forwarded to b, got {other:?}"),
+        }
+    }
+
+    fn event(outcome: Outcome) -> LocationEvent {
+        LocationEvent {
+            request_no: 1,
+            outcome: Some(outcome),
+        }
+    }
+
+    fn cloaked() -> Outcome {
+        Outcome::Cloaked(Cloaked {
+            pseudonym: "1".into(),
+            group_size: 2,
+            ..Default::default()
+        })
+    }
+
+    /// The relay's `Undelivered` (no provider on any replica) overtook the owner's `Cloaked`: the
+    /// client hears both at once, in their order, and its stream closes; nothing waits out
+    /// `answer_ttl_ms`.
+    #[tokio::test(start_paused = true)]
+    async fn an_undelivered_that_overtakes_its_cloaked_follows_it_at_once() {
+        let (mut f, mut wire) = Fixture::clustered(config(), Owner::Remote("b".into()));
+        let mut a = f.open(1, "app", false);
+        let tag = forwarded_to_b(&mut f, &mut wire);
+        let no_provider = Outcome::Undelivered(Undelivered {
+            reason: "no provider".into(),
+        });
+        f.handle(Command::RemoteEvent {
+            tag,
+            event: event(no_provider),
+        });
+        assert!(drain(&mut a).0.is_empty(), "nothing before the Cloaked");
+        f.handle(Command::RemoteEvent {
+            tag,
+            event: event(cloaked()),
+        });
+        assert!(matches!(
+            drain(&mut a).0.as_slice(),
+            [Outcome::Cloaked(_), Outcome::Undelivered(_)]
+        ));
+        assert!(
+            !f.broker.clients.contains_key(&1),
+            "closed once it had its outcome"
+        );
+    }
+
+    /// A provider on a third replica answered before the owner's `Cloaked` reached the origin:
+    /// the answer is not lost.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_overtakes_its_cloaked_is_delivered_after_it() {
+        let (mut f, mut wire) = Fixture::clustered(config(), Owner::Remote("b".into()));
+        let mut a = f.open(1, "app", false);
+        let tag = forwarded_to_b(&mut f, &mut wire);
+        let answer = Outcome::Reply(LbsReply {
+            payload: b"42".to_vec(),
+        });
+        f.handle(Command::RemoteEvent {
+            tag,
+            event: event(answer),
+        });
+        f.handle(Command::RemoteEvent {
+            tag,
+            event: event(cloaked()),
+        });
+        match drain(&mut a).0.as_slice() {
+            [Outcome::Cloaked(_), Outcome::Reply(reply)] => assert_eq!(reply.payload, b"42"),
+            other => panic!("expected Cloaked then the answer, got {other:?}"),
+        }
+        assert!(
+            !f.broker.clients.contains_key(&1),
+            "closed once it had its answer"
+        );
     }
 }
