@@ -48,8 +48,9 @@ impl Phase {
     }
 }
 
-/// Events of the provider's side kept for a request still `Forwarded` (see the module doc): its
-/// answer and `Undelivered` are at most two; more are not for a live request and are dropped.
+/// Events of the provider's side kept for a request still `Forwarded` (see the module doc): what
+/// overtakes a `Cloaked` arrives in the milliseconds between two NATS paths, an answer or an
+/// `Undelivered`; past this many the rest are dropped, so a request holds a bounded number.
 const EARLY_EVENTS: usize = 4;
 
 #[derive(Debug)]
