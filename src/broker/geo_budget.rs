@@ -3,9 +3,19 @@
 //! the user's budget in the [`crate::ledger`] and only once the charge is durable answers: a fresh
 //! draw, the last report again, or RESOURCE_EXHAUSTED naming the budget and when it refills.
 //!
+//! **Holds.** A charge that goes to the ledger asks it to set aside more for the user in the same
+//! commit (`location.geo_ind.budget_reserve_share` of the budget, [`crate::ledger::Charge::reserve`]);
+//! the broker keeps what was set aside as the user's *hold* and pays the user's next charges from it
+//! at once, with no commit to wait for. The ledger counts the hold as spent, so a crash forfeits its unspent part and
+//! never lets the user spend more than the budget.
+//!
 //! Invariants:
-//! - no answer is released before its charge is durable (the ledger answers through
-//!   [`Command::BudgetCharged`], which is when the broker draws and sends);
+//! - no answer is released before its charge is durable: paid by a commit (the ledger answers
+//!   through [`Command::BudgetCharged`], which is when the broker draws and sends), or from a hold
+//!   the ledger already made durable as spent;
+//! - a user's charges are answered in the order they were made: a hold pays only while none of the
+//!   user's charges waits for the ledger, and only a charge made while none waits asks for a hold;
+//! - a hold belongs to one budget window and is dropped with it;
 //! - the broker keeps, per user, the last point a GEO_IND answer released (already public: the
 //!   provider saw it) and its radius, in memory only, for the reuse test; the ledger never holds a
 //!   position; entries older than a budget window are dropped;
@@ -46,6 +56,24 @@ pub(crate) struct GeoBudget {
     /// The answers waiting for their charge, by the number their ledger reply carries back.
     waiting: HashMap<u64, Waiting>,
     next_waiting: u64,
+    /// What a charge that waits for the ledger asks it to set aside (`budget_reserve_share` of the
+    /// budget).
+    reserve: f64,
+    /// Per user: what the ledger set aside for this broker and it has not spent yet.
+    holds: HashMap<UserHash, Hold>,
+    holds_swept_at_len: usize,
+}
+
+/// A user's hold in one budget window.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    window: i64,
+    /// Set aside by the ledger (counted there as spent), not yet spent here.
+    free: f64,
+    /// What the ledger said is left beyond every hold, at its latest answer for the user.
+    left_beyond: f64,
+    /// The user's charges waiting for the ledger.
+    in_flight: u32,
 }
 
 impl GeoBudget {
@@ -54,6 +82,7 @@ impl GeoBudget {
         ledger: Ledger,
         commands: mpsc::Sender<Command>,
         params: PredictiveParams,
+        reserve: f64,
     ) -> GeoBudget {
         // Each message holds at least one answer of a charge that waited in the ledger's queue, so
         // this many places never hold up its writer for long.
@@ -78,11 +107,44 @@ impl GeoBudget {
             rng: ChaCha20Rng::from_os_rng(),
             waiting: HashMap::new(),
             next_waiting: 0,
+            reserve,
+            holds: HashMap::new(),
+            holds_swept_at_len: 0,
+        }
+    }
+
+    /// The user's hold in `window`: a hold of an earlier window is replaced by an empty one (its
+    /// charges still waiting, if any, come back for the old window and are not added to it).
+    fn hold(&mut self, user: UserHash, window: i64) -> &mut Hold {
+        let budget = self.ledger.policy().budget;
+        let fresh = Hold {
+            window,
+            free: 0.0,
+            left_beyond: budget,
+            in_flight: 0,
+        };
+        let hold = self.holds.entry(user).or_insert(fresh);
+        if hold.window < window {
+            *hold = Hold {
+                in_flight: hold.in_flight,
+                ..fresh
+            };
+        }
+        hold
+    }
+
+    /// Drops holds of windows that ended, with no charge waiting, once the map has grown by
+    /// [`SWEEP_EVERY`] since the last sweep.
+    fn sweep_holds(&mut self, window: i64) {
+        if self.holds.len() >= self.holds_swept_at_len + SWEEP_EVERY {
+            self.holds
+                .retain(|_, hold| hold.window >= window || hold.in_flight > 0);
+            self.holds_swept_at_len = self.holds.len();
         }
     }
 }
 
-/// A GEO_IND request waiting for its charge.
+/// A GEO_IND request waiting for its charge (or paid from a hold at once).
 struct Waiting {
     to: Delivery,
     user: UserHash,
@@ -90,6 +152,10 @@ struct Waiting {
     lon: f64,
     epsilon: f64,
     plan: Plan,
+    /// The last report the plan's reuse test was made against (a reuse sends this one).
+    planned_on: Option<LastReport>,
+    /// The budget window of the charge.
+    window: i64,
 }
 
 impl Broker {
@@ -123,27 +189,47 @@ impl Broker {
             &mut budget.rng,
         );
         let (amount, fallback) = plan.charge();
+        let policy = budget.ledger.policy();
+        let window = policy.window(now_ms);
+        budget.sweep_holds(window);
+        let reserve = budget.reserve;
+        let hold = budget.hold(user, window);
+        let waiting = Waiting {
+            to,
+            user,
+            lat,
+            lon,
+            epsilon,
+            plan,
+            planned_on: last,
+            window,
+        };
+        // Paid from the hold at once: the ledger already counts it as spent.
+        if hold.in_flight == 0 && amount <= hold.free {
+            hold.free -= amount;
+            let charged = Charged {
+                paid: Paid::Amount,
+                left: hold.left_beyond + hold.free,
+                reserved: 0.0,
+                refill_at_ms: policy.refill_at_ms(window),
+            };
+            metrics::counter!(catalog::GEO_BUDGET_CHARGES, "outcome" => "held").increment(1);
+            return self.release_charged(waiting, Ok(charged));
+        }
         let charge = Charge {
             user,
             amount,
             fallback,
             now_ms,
+            // Only a charge made while none of the user's waits asks for a hold.
+            reserve: if hold.in_flight == 0 { reserve } else { 0.0 },
         };
         let id = budget.next_waiting;
         match budget.ledger.try_charge_tagged(charge, id, &budget.answers) {
             Ok(()) => {
+                budget.hold(user, window).in_flight += 1;
                 budget.next_waiting = budget.next_waiting.wrapping_add(1);
-                budget.waiting.insert(
-                    id,
-                    Waiting {
-                        to,
-                        user,
-                        lat,
-                        lon,
-                        epsilon,
-                        plan,
-                    },
-                );
+                budget.waiting.insert(id, waiting);
                 // The client's stream stays open until the answer is released.
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.awaiting_answer += 1;
@@ -170,6 +256,26 @@ impl Broker {
         if let Some(state) = self.clients.get_mut(&client) {
             state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
         }
+        let result = match (self.geo_ind.budget.as_mut(), result) {
+            (Some(budget), Ok(mut charged)) => {
+                // What was set aside becomes the user's hold (in the charge's window only), and
+                // the client is told what is left counting the hold as unspent.
+                let hold = budget.hold(waiting.user, waiting.window);
+                hold.in_flight = hold.in_flight.saturating_sub(1);
+                if hold.window == waiting.window {
+                    hold.free += charged.reserved;
+                    hold.left_beyond = charged.left;
+                    charged.left += hold.free;
+                }
+                Ok(charged)
+            }
+            (budget, result) => {
+                if let Some(hold) = budget.and_then(|b| b.holds.get_mut(&waiting.user)) {
+                    hold.in_flight = hold.in_flight.saturating_sub(1);
+                }
+                result
+            }
+        };
         self.release_charged(waiting, result);
         self.maybe_close(client);
     }
@@ -182,6 +288,8 @@ impl Broker {
             lon,
             epsilon,
             plan,
+            planned_on,
+            window: _,
         } = waiting;
         let (client, request_no) = (to.client, to.request_no);
         let charged = match result {
@@ -193,8 +301,7 @@ impl Broker {
         };
         let policy = budget.ledger.policy();
         let params = budget.params;
-        let last = budget.last.get(&user).map(|(r, _)| *r);
-        match (plan, charged.paid, last) {
+        match (plan, charged.paid, planned_on) {
             (Plan::Reuse { .. }, Paid::Amount, Some(last)) => {
                 metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => "reused").increment(1);
                 // Wide enough that a position outside it passes the test with at most α_r.

@@ -132,8 +132,11 @@ impl Broker {
         ledger: crate::ledger::Ledger,
         commands: mpsc::Sender<Command>,
         params: crate::location::geo_ind::predictive::PredictiveParams,
+        reserve: f64,
     ) -> Broker {
-        self.geo_ind.budget = Some(geo_budget::GeoBudget::new(ledger, commands, params));
+        self.geo_ind.budget = Some(geo_budget::GeoBudget::new(
+            ledger, commands, params, reserve,
+        ));
         self
     }
 

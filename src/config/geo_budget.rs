@@ -1,11 +1,12 @@
-//! `[location.geo_ind]`'s privacy budget keys: `budget`, `budget_window_ms`, the predictive
+//! `[location.geo_ind]`'s privacy budget keys: `budget`, `budget_window_ms`, `budget_reserve_share`, the predictive
 //! mechanism's reuse test (`reuse_test_epsilon_per_km`, `reuse_threshold_m`) and the ledger's group
 //! commit (`ledger_queue`, `ledger_max_batch`). The keys are fields of `RawGeoInd`; this file holds
 //! their typed form and the rules between them.
 //!
 //! Invariants after validation: `budget` is 0 (no budget kept) or finite and at least
 //! `default_epsilon_per_km` (a user can afford at least one default draw); the window is at least
-//! 1 s; the test's epsilon is finite, > 0 and at most the budget; the threshold finite and > 0;
+//! 1 s; the reserve's share of the budget in [0, 1]; the test's epsilon is finite, > 0 and at most the
+//! budget; the threshold finite and > 0;
 //! 1 <= ledger_max_batch <= ledger_queue <= 1,048,576.
 
 use super::{ConfigError, invalid};
@@ -16,6 +17,7 @@ use crate::location::geo_ind::predictive::PredictiveParams;
 pub struct RawGeoBudget {
     pub budget: f64,
     pub budget_window_ms: u64,
+    pub budget_reserve_share: f64,
     pub reuse_test_epsilon_per_km: f64,
     pub reuse_threshold_m: f64,
     pub ledger_queue: usize,
@@ -28,6 +30,10 @@ pub struct GeoBudgetConfig {
     /// Epsilon (per km) a user may spend per window.
     pub budget: f64,
     pub window_ms: i64,
+    /// Epsilon (per km) set aside per user with a charge that must wait for the ledger, so that
+    /// the user's next answers are paid from it at once (0: every charge waits for its commit):
+    /// `budget_reserve_share` of the budget.
+    pub reserve: f64,
     pub predictive: PredictiveParams,
     pub ledger_queue: usize,
     pub ledger_max_batch: usize,
@@ -59,6 +65,14 @@ impl RawGeoBudget {
                 format!("must be at least 1000 ms (got {})", self.budget_window_ms),
             ));
         }
+        let share = self.budget_reserve_share;
+        if !(0.0..=1.0).contains(&share) {
+            return Err(invalid(
+                "location.geo_ind.budget_reserve_share",
+                format!("must be a number in [0, 1] (got {share})"),
+            ));
+        }
+        let reserve = share * budget;
         let test = self.reuse_test_epsilon_per_km;
         if !(test.is_finite() && test > 0.0 && test <= budget) {
             return Err(invalid(
@@ -91,6 +105,7 @@ impl RawGeoBudget {
         Ok(Some(GeoBudgetConfig {
             budget,
             window_ms: self.budget_window_ms as i64,
+            reserve,
             predictive: PredictiveParams {
                 test_epsilon_per_km: test,
                 threshold_m: threshold,
@@ -109,6 +124,7 @@ mod tests {
         RawGeoBudget {
             budget: 500.0,
             budget_window_ms: 3_600_000,
+            budget_reserve_share: 0.2,
             reuse_test_epsilon_per_km: 1.0,
             reuse_threshold_m: 1000.0,
             ledger_queue: 65_536,
@@ -128,7 +144,14 @@ mod tests {
             .unwrap(),
             None
         );
-        let cases: [(RawGeoBudget, &str); 6] = [
+        let cases: [(RawGeoBudget, &str); 7] = [
+            (
+                RawGeoBudget {
+                    budget_reserve_share: 1.5,
+                    ..raw()
+                },
+                "location.geo_ind.budget_reserve_share",
+            ),
             (
                 RawGeoBudget {
                     budget: 4.0,

@@ -23,6 +23,7 @@ pub struct RawGeoInd {
     // The privacy budget (`super::geo_budget`).
     pub budget: f64,
     pub budget_window_ms: u64,
+    pub budget_reserve_share: f64,
     pub reuse_test_epsilon_per_km: f64,
     pub reuse_threshold_m: f64,
     pub ledger_queue: usize,
@@ -119,6 +120,7 @@ impl RawGeoInd {
         let budget = super::geo_budget::RawGeoBudget {
             budget: self.budget,
             budget_window_ms: self.budget_window_ms,
+            budget_reserve_share: self.budget_reserve_share,
             reuse_test_epsilon_per_km: self.reuse_test_epsilon_per_km,
             reuse_threshold_m: self.reuse_threshold_m,
             ledger_queue: self.ledger_queue,

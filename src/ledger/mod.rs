@@ -24,6 +24,11 @@
 //! 5. **Windows.** Window `w` is `[w × window_ms, (w + 1) × window_ms)` in Unix milliseconds; what a
 //!    user spent in an earlier window no longer counts. An entry from a *later* window than the
 //!    caller's clock (clocks of two replicas differ) still counts: the ledger errs towards charging.
+//! 6. **Reservations are spent.** A charge may set aside more than it pays ([`Charge::reserve`]); the
+//!    durable entry counts what was set aside as spent, so the caller may spend it later without a
+//!    commit, and a crash (or a failover to another replica) loses what it had not spent yet: the
+//!    user is charged for answers never released (safe, at most one reservation per user and
+//!    replica), never the other way round.
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -68,7 +73,9 @@ pub struct Spent {
 }
 
 /// One charge: `amount` if it fits in what is left, otherwise `fallback` (if set and it fits),
-/// otherwise nothing.
+/// otherwise nothing. When `amount` is paid, up to `reserve` more is set aside for the caller in the
+/// same durable update (as much of it as fits): the caller may spend it later without asking again
+/// ([`Charged::reserved`]; the broker's holds, `broker::geo_budget`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Charge {
     pub user: UserHash,
@@ -76,6 +83,8 @@ pub struct Charge {
     pub fallback: Option<f64>,
     /// The caller's clock (Unix ms), which picks the window.
     pub now_ms: i64,
+    /// How much more to set aside when `amount` is paid (0: nothing).
+    pub reserve: f64,
 }
 
 /// Which part of a [`Charge`] was granted.
@@ -90,8 +99,11 @@ pub enum Paid {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Charged {
     pub paid: Paid,
-    /// What is left of the budget in the window after this charge.
+    /// What is left of the budget in the window after this charge (and its reservation).
     pub left: f64,
+    /// What was set aside besides the charge ([`Charge::reserve`], or less where the budget ends):
+    /// counted as spent in the durable entry, the caller's to spend.
+    pub reserved: f64,
     /// When the budget refills (Unix ms).
     pub refill_at_ms: i64,
 }
@@ -117,13 +129,26 @@ pub fn decide(policy: Policy, stored: Option<Spent>, charge: &Charge) -> (Charge
     } else {
         (Paid::Nothing, 0.0)
     };
+    let paid_total = current.amount + amount;
+    // What is set aside: only beside a paid amount, and never past the budget (the sum is rounded
+    // down to the budget, so the entry cannot exceed it by a rounding either).
+    let after_amount = if paid == Paid::Amount && charge.reserve.is_finite() && charge.reserve > 0.0
+    {
+        (paid_total + charge.reserve)
+            .min(policy.budget)
+            .max(paid_total)
+    } else {
+        paid_total
+    };
+    let reserved = after_amount - paid_total;
     let after = Spent {
         window: current.window,
-        amount: current.amount + amount,
+        amount: after_amount,
     };
     let charged = Charged {
         paid,
         left: (policy.budget - after.amount).max(0.0),
+        reserved,
         refill_at_ms: policy.refill_at_ms(current.window),
     };
     (charged, (paid != Paid::Nothing).then_some(after))

@@ -22,6 +22,7 @@ enum Op {
         user: u8,
         amount: f64,
         fallback: Option<f64>,
+        reserve: f64,
         advance_ms: i64,
     },
     Reopen,
@@ -31,15 +32,15 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0u8..4, 0.0f64..0.6, proptest::option::of(0.0f64..0.2), 0i64..400).prop_map(
-            |(user, amount, fallback, advance_ms)| Op::Charge { user, amount, fallback, advance_ms }
+        8 => (0u8..4, 0.0f64..0.6, proptest::option::of(0.0f64..0.2), prop_oneof![Just(0.0), 0.0f64..0.5], 0i64..400).prop_map(
+            |(user, amount, fallback, reserve, advance_ms)| Op::Charge { user, amount, fallback, reserve, advance_ms }
         ),
         1 => Just(Op::Reopen),
         1 => (1usize..56).prop_map(Op::Tear),
     ]
 }
 
-/// The model: per user, the window and the amount spent in it.
+/// The model: per user, the window and the amount spent in it (what was set aside included).
 #[derive(Default)]
 struct Model(HashMap<u8, (i64, f64)>);
 
@@ -49,8 +50,9 @@ impl Model {
         user: u8,
         amount: f64,
         fallback: Option<f64>,
+        reserve: f64,
         now_ms: i64,
-    ) -> (Paid, f64, i64) {
+    ) -> (Paid, f64, f64, i64) {
         let window = now_ms.div_euclid(POLICY.window_ms);
         let spent = match self.0.get(&user) {
             Some((w, s)) if *w >= window => (*w, *s),
@@ -63,13 +65,19 @@ impl Model {
         } else {
             (Paid::Nothing, 0.0)
         };
+        let set_aside = if paid == Paid::Amount {
+            reserve.min(POLICY.budget - (spent.1 + more)).max(0.0)
+        } else {
+            0.0
+        };
+        let total = spent.1 + more + set_aside;
         if paid != Paid::Nothing {
-            self.0.insert(user, (spent.0, spent.1 + more));
+            self.0.insert(user, (spent.0, total));
         }
-        let total = spent.1 + more;
         (
             paid,
             POLICY.budget - total,
+            set_aside,
             (spent.0 + 1) * POLICY.window_ms,
         )
     }
@@ -89,17 +97,19 @@ proptest! {
         let mut granted: HashMap<(u8, i64), f64> = HashMap::new();
         for op in ops {
             match op {
-                Op::Charge { user: u, amount, fallback, advance_ms } => {
+                Op::Charge { user: u, amount, fallback, reserve, advance_ms } => {
                     now += advance_ms;
-                    let charge = Charge { user: user(u), amount, fallback, now_ms: now };
+                    let charge = Charge { user: user(u), amount, fallback, now_ms: now, reserve };
                     let got = ledger.apply_now(POLICY, &[charge]).unwrap()[0];
-                    let (paid, left, refill) = model.charge(u, amount, fallback, now);
+                    let (paid, left, set_aside, refill) = model.charge(u, amount, fallback, reserve, now);
                     prop_assert_eq!(got.paid, paid);
                     prop_assert!((got.left - left.max(0.0)).abs() < 1e-9, "{} vs {}", got.left, left);
+                    prop_assert!((got.reserved - set_aside).abs() < 1e-9, "{} vs {}", got.reserved, set_aside);
                     prop_assert_eq!(got.refill_at_ms, refill);
                     let paid_amount = match got.paid { Paid::Amount => amount, Paid::Fallback => fallback.unwrap_or(0.0), Paid::Nothing => 0.0 };
+                    // What was set aside counts as spent: a reopening (a crash) loses it.
                     let spent = granted.entry((u, refill)).or_default();
-                    *spent += paid_amount;
+                    *spent += paid_amount + got.reserved;
                     prop_assert!(*spent <= POLICY.budget + 1e-9);
                 }
                 Op::Reopen => {
@@ -132,6 +142,7 @@ fn a_complete_frame_with_a_wrong_checksum_is_damage_not_a_torn_tail() {
         amount: 0.25,
         fallback: None,
         now_ms: 0,
+        reserve: 0.0,
     };
     ledger.apply_now(POLICY, &[charge(1), charge(2)]).unwrap();
     drop(ledger);
@@ -170,6 +181,7 @@ fn a_restart_keeps_what_was_spent_and_compacts_past_windows() {
         amount,
         fallback: None,
         now_ms,
+        reserve: 0.0,
     };
     ledger
         .apply_now(
@@ -226,6 +238,7 @@ fn the_ledger_file_holds_no_user_id() {
         amount: 0.1,
         fallback: None,
         now_ms: 0,
+        reserve: 0.0,
     };
     ledger.apply_now(POLICY, &[charge]).unwrap();
     let bytes = std::fs::read(dir.path().join(DIR).join(LEDGER_FILE)).unwrap();
@@ -255,6 +268,7 @@ async fn charges_waiting_together_are_committed_together() {
                     amount: 0.25,
                     fallback: None,
                     now_ms: 0,
+                    reserve: 0.0,
                 })
                 .unwrap()
         })
@@ -297,6 +311,7 @@ async fn tagged_charges_of_one_commit_are_answered_in_one_message_in_order() {
         amount,
         fallback: None,
         now_ms: 0,
+        reserve: 0.0,
     };
     for tag in [7, 3, 9] {
         ledger.try_charge_tagged(charge(0.4), tag, &to).unwrap();
@@ -343,6 +358,7 @@ async fn the_writer_thread_answers_every_charge_within_the_budget() {
             amount: 0.25,
             fallback: None,
             now_ms: 0,
+            reserve: 0.0,
         };
         if i % 2 == 0 {
             own.push(ledger.try_charge(charge).unwrap());

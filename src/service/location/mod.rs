@@ -112,7 +112,8 @@ impl LocationServices {
             ));
         }
         if let (Some(ledger), Some(budget)) = (ledger, cfg.geo_ind.budget) {
-            broker = broker.with_budget(ledger, commands.clone(), budget.predictive);
+            broker =
+                broker.with_budget(ledger, commands.clone(), budget.predictive, budget.reserve);
         }
         broker::spawn(broker, command_rx, shutdown.clone());
         LocationServices {

@@ -146,6 +146,53 @@ async fn a_kill_9_never_lets_a_user_spend_more_than_the_budget() {
     );
 }
 
+/// With `budget_reserve_share = 0.2` (10 of the 50), a charge that waits for the ledger sets 10
+/// aside, and the next answers are paid from it with no commit: six answers, three frames in the
+/// ledger file, and each answer's `budget_left` exactly what its charge leaves, as without a
+/// reserve. A kill -9 forfeits the unspent part: the ledger counts it as spent, so the next
+/// request is refused though the client last saw 15 left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_paid_from_the_reserve_need_no_commit_and_a_kill_9_forfeits_it() {
+    let data = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}budget_reserve_share = 0.2\n[transactions]\ndata_dir = '{}'\n",
+        budget_toml(),
+        data.path().display()
+    );
+    let ledger_file = data
+        .path()
+        .join(cloakd::ledger::file::DIR)
+        .join(cloakd::ledger::file::LEDGER_FILE);
+    let user = "budget-reserve-user";
+    let mut tally = Tally::default();
+    let daemon = DaemonProcess::start(&config);
+    let mut client = MobileClient::connect(daemon.channel().await).await;
+    // One at a time, so that the order of charges is the order of requests.
+    for n in 0..6 {
+        ask(&mut client, user, n, n + 1, &mut tally).await;
+    }
+    // 5 (a first draw), then 6 each (the test and a draw): 50 less 5, 11, 17, 23, 29, 35.
+    let expected = [45.0, 39.0, 33.0, 27.0, 21.0, 15.0];
+    assert_eq!(tally.left.len(), 6, "{tally:?}");
+    for (got, want) in tally.left.iter().zip(expected) {
+        assert!((got - want).abs() < 1e-9, "{tally:?}");
+    }
+    // Commits: the first (5 + 10 set aside), the third (6 + 10) and the sixth (6 + 10); the
+    // others were paid from what was set aside.
+    let frames = std::fs::metadata(&ledger_file).unwrap().len()
+        / (8 + cloakd::ledger::file::PAYLOAD_BYTES as u64);
+    assert_eq!(frames, 3, "{tally:?}");
+    kill_9(daemon.pid());
+    drop(client);
+    drop(daemon);
+    let daemon = DaemonProcess::start(&config);
+    let mut client = MobileClient::connect(daemon.channel().await).await;
+    // 47 counted as spent (35 paid, 12 set aside and forfeited): a first draw of 5 no longer fits.
+    ask(&mut client, user, 100, 101, &mut tally).await;
+    assert_eq!(tally.left.len(), 6, "{tally:?}");
+    assert_eq!(tally.refused, 1, "{tally:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_never_let_one_user_spend_more_than_the_budget_together() {
     let nats = NatsCluster::single().await;
