@@ -12,6 +12,8 @@ fn serve(data: &std::path::Path, env: &[(&str, &str)]) -> std::process::Child {
     bin()
         .args(["serve", "--listen", "0.0.0.0:0"])
         .env("CLOAKD_TRANSACTIONS__DATA_DIR", data)
+        // Not the default 9464: a daemon already running on this machine must not fail the test.
+        .env("CLOAKD_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0")
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -25,6 +25,9 @@ async fn a_second_daemon_on_the_same_data_dir_is_refused() {
             crate::support::bin()
                 .args(["serve", "--listen", "127.0.0.1:0"])
                 .env("CLOAKD_TRANSACTIONS__DATA_DIR", &path)
+                // Not the default 9464, which a daemon running beside the tests may hold: the
+                // refusal must come from the data directory's lock.
+                .env("CLOAKD_TELEMETRY__METRICS_LISTEN", "127.0.0.1:0")
                 .output()
                 .unwrap()
         }
