@@ -36,7 +36,6 @@ use crate::location::geo_ind::predictive::{
     self, LastReport, Plan, PredictiveParams, reused_radius_m,
 };
 use crate::proto::location_event;
-use crate::telemetry::catalog;
 
 /// Drop stale last reports once the map holds this many more than after its last sweep.
 const SWEEP_EVERY: usize = 4096;
@@ -213,7 +212,7 @@ impl Broker {
                 reserved: 0.0,
                 refill_at_ms: policy.refill_at_ms(window),
             };
-            metrics::counter!(catalog::GEO_BUDGET_CHARGES, "outcome" => "held").increment(1);
+            self.metrics.geo_budget.held.increment(1);
             return self.release_charged(waiting, Ok(charged));
         }
         let charge = Charge {
@@ -303,7 +302,7 @@ impl Broker {
         let params = budget.params;
         match (plan, charged.paid, planned_on) {
             (Plan::Reuse { .. }, Paid::Amount, Some(last)) => {
-                metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => "reused").increment(1);
+                self.metrics.geo_budget.reused.increment(1);
                 // Wide enough that a position outside it passes the test with at most α_r.
                 let reported = Reported {
                     lat: last.lat,
@@ -318,7 +317,7 @@ impl Broker {
                     Ok(drawn) => drawn,
                     Err(rejection) => return self.reject(client, request_no, &rejection),
                 };
-                metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => "fresh").increment(1);
+                self.metrics.geo_budget.fresh.increment(1);
                 self.remember_report(
                     user,
                     LastReport {
@@ -358,7 +357,7 @@ impl Broker {
         budget: f64,
         window_ms: i64,
     ) {
-        metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => "refused").increment(1);
+        self.metrics.geo_budget.refused.increment(1);
         let rejection = Rejection::exhausted(
             "epsilon_per_km",
             format!(
@@ -375,7 +374,7 @@ impl Broker {
     }
 
     fn budget_failed(&mut self, client: ClientId, request_no: u64, error: &LedgerError) {
-        metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => "failed").increment(1);
+        self.metrics.geo_budget.failed.increment(1);
         let code = match error {
             LedgerError::Busy { .. } => Code::ResourceExhausted,
             _ => Code::Unavailable,

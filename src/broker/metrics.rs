@@ -21,6 +21,31 @@ pub(super) struct BrokerMetrics {
     /// GEO_IND answers: requests of the model, and REQUESTS requests answered by their fallback.
     pub(super) geo_ind_direct: metrics::Counter,
     pub(super) geo_ind_fallback: metrics::Counter,
+    /// The privacy budget's answers by outcome, and the charges paid from holds.
+    pub(super) geo_budget: BudgetMetrics,
+}
+
+/// `cloakd_geo_budget_answers_total` by outcome, and `cloakd_geo_budget_charges_total` of the
+/// charges the broker pays from holds (the ledger counts the ones it decides).
+pub(super) struct BudgetMetrics {
+    pub(super) held: metrics::Counter,
+    pub(super) reused: metrics::Counter,
+    pub(super) fresh: metrics::Counter,
+    pub(super) refused: metrics::Counter,
+    pub(super) failed: metrics::Counter,
+}
+
+impl BudgetMetrics {
+    fn new() -> BudgetMetrics {
+        let answers = |outcome: &'static str| metrics::counter!(catalog::GEO_BUDGET_ANSWERS, "outcome" => outcome);
+        BudgetMetrics {
+            held: metrics::counter!(catalog::GEO_BUDGET_CHARGES, "outcome" => "held"),
+            reused: answers("reused"),
+            fresh: answers("fresh"),
+            refused: answers("refused"),
+            failed: answers("failed"),
+        }
+    }
 }
 
 /// `cloakd_location_group_size` and `cloakd_location_relative_anonymity` of one cloaking model.
@@ -60,6 +85,7 @@ impl BrokerMetrics {
             answers_undeliverable: answers("undeliverable"),
             geo_ind_direct: metrics::counter!(catalog::LOCATION_GEO_IND_ANSWERS, "path" => "direct"),
             geo_ind_fallback: metrics::counter!(catalog::LOCATION_GEO_IND_ANSWERS, "path" => "fallback"),
+            geo_budget: BudgetMetrics::new(),
         }
     }
 }
