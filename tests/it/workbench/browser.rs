@@ -476,6 +476,16 @@ pub(super) async fn wait_columns(browser: &Browser) {
 }
 
 /// Waits for the sweep to end and asserts it is done.
+/// Clicks Run for a new sweep. The page keeps the previous sweep's state in `data-sweep` until the
+/// new sweep's POST has returned, so a wait for a finished sweep right after the click could see
+/// the previous one (and then read "running"): the marker is forgotten first.
+pub(super) async fn run_sweep(browser: &Browser) {
+    browser
+        .js("delete document.body.dataset.sweep; return null;")
+        .await;
+    browser.click("#run").await;
+}
+
 pub(super) async fn wait_sweep_done(browser: &Browser) {
     browser
         .wait_until(
@@ -554,7 +564,7 @@ async fn adult_sweep_matches_the_cli_and_the_download_passes_the_checker() {
     browser.fill("#sweep-l", "3").await;
     browser.fill("#sweep-t", "0.2").await;
     browser.fill("#sweep-delta", "").await;
-    browser.click("#run").await;
+    run_sweep(&browser).await;
     wait_sweep_done(&browser).await;
     browser.screenshot("3-sweep", Some("#step-sweep")).await;
     browser
@@ -756,7 +766,7 @@ async fn the_page_shows_the_tables_risk_after_load_and_a_releases_risk_histogram
     browser.fill("#sweep-t", "").await;
     browser.fill("#sweep-delta", "").await;
     browser.click("#method-bucketization").await;
-    browser.click("#run").await;
+    run_sweep(&browser).await;
     wait_sweep_done(&browser).await;
     browser.click("#releases tr[data-release='0'] button").await;
     browser
@@ -1032,7 +1042,7 @@ async fn thirty_release_sweep_timings() {
     browser.fill("#sweep-l", "3,3.5,4,4.25,4.5,4.75,5").await;
     browser.fill("#sweep-t", "").await;
     browser.fill("#sweep-delta", "").await;
-    browser.click("#run").await;
+    run_sweep(&browser).await;
     browser
         .wait_until(
             "['done', 'cancelled', 'failed'].includes(document.body.dataset.sweep)",

@@ -12,7 +12,7 @@ use std::time::Duration;
 use cloakd::config::Config;
 use serde_json::Value;
 
-use super::browser::{Browser, open, page_points, wait_columns, wait_ready};
+use super::browser::{Browser, open, page_points, run_sweep, wait_columns, wait_ready};
 
 /// A 200-row table of the analyst's own: `id` unique, `age` numeric, `zip` codes, `sex`, `disease`;
 /// `;`-separated.
@@ -346,7 +346,7 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     browser.click("#algorithm-ola").await;
 
     // A sweep that releases: no outcome banner; listed among the page's sweeps.
-    browser.click("#run").await;
+    run_sweep(&browser).await;
     assert_eq!(sweep_ended(&browser).await, "done");
     let points = page_points(&browser).await;
     assert_eq!(
@@ -506,7 +506,7 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
     // A sweep that cannot release says so at the top of its results, and why.
     browser.fill("#sweep-k", "500").await;
     browser.fill("#sweep-l", "").await;
-    browser.click("#run").await;
+    run_sweep(&browser).await;
     assert_eq!(sweep_ended(&browser).await, "done");
     assert!(page_points(&browser).await.is_empty());
     browser
@@ -533,7 +533,7 @@ async fn an_analysts_own_table_from_upload_to_findings_and_back_after_a_reload()
 
     // At 1000 px: the chart keeps most of the width, the release list does not scroll sideways.
     browser.fill("#sweep-k", "5,10").await;
-    browser.click("#run").await;
+    run_sweep(&browser).await;
     assert_eq!(sweep_ended(&browser).await, "done");
     browser.client.set_window_size(1000, 1000).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
