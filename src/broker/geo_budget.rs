@@ -242,7 +242,7 @@ impl Broker {
     }
 
     /// The ledger answered: release what the charge paid for.
-    pub(super) fn budget_charged(&mut self, id: u64, result: Result<Charged, LedgerError>) {
+    pub(super) fn budget_charged(&mut self, id: u64, mut result: Result<Charged, LedgerError>) {
         let Some(waiting) = self
             .geo_ind
             .budget
@@ -255,26 +255,25 @@ impl Broker {
         if let Some(state) = self.clients.get_mut(&client) {
             state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
         }
-        let result = match (self.geo_ind.budget.as_mut(), result) {
-            (Some(budget), Ok(mut charged)) => {
-                // What was set aside becomes the user's hold (in the charge's window only), and
-                // the client is told what is left counting the hold as unspent.
-                let hold = budget.hold(waiting.user, waiting.window);
-                hold.in_flight = hold.in_flight.saturating_sub(1);
-                if hold.window == waiting.window {
-                    hold.free += charged.reserved;
-                    hold.left_beyond = charged.left;
-                    charged.left += hold.free;
-                }
-                Ok(charged)
+        // The hold exists: it was made before the charge was queued, and a hold with a charge
+        // waiting is never swept.
+        if let Some(hold) = self
+            .geo_ind
+            .budget
+            .as_mut()
+            .and_then(|b| b.holds.get_mut(&waiting.user))
+        {
+            hold.in_flight = hold.in_flight.saturating_sub(1);
+            // What was set aside becomes the user's hold (in the charge's window only), and the
+            // client is told what is left counting the hold as unspent.
+            if let Ok(charged) = result.as_mut()
+                && hold.window == waiting.window
+            {
+                hold.free += charged.reserved;
+                hold.left_beyond = charged.left;
+                charged.left += hold.free;
             }
-            (budget, result) => {
-                if let Some(hold) = budget.and_then(|b| b.holds.get_mut(&waiting.user)) {
-                    hold.in_flight = hold.in_flight.saturating_sub(1);
-                }
-                result
-            }
-        };
+        }
         self.release_charged(waiting, result);
         self.maybe_close(client);
     }
