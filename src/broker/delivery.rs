@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::Broker;
 use super::message::{AnswerTally, ClientId, ProviderId, ProviderWindow, StreamEnd};
-use super::provider_queues::{ProviderQueue, ProviderQueues};
+use super::provider_queues::{ProviderQueue, ProviderQueues, Queued};
 use super::routes::Routes;
 use crate::location::{Pseudonym, UserKey};
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
@@ -147,8 +147,10 @@ impl Broker {
         let forwarded = Arc::new(forwarded);
         match self.delivery.provider_queues[service]
             .sender
-            .try_send(Arc::clone(&forwarded))
-        {
+            .try_send(Queued {
+                pseudonym,
+                request: Arc::clone(&forwarded),
+            }) {
             Ok(()) => {
                 self.delivery.routes.insert(
                     pseudonym,
@@ -333,9 +335,7 @@ impl Broker {
                 .receiver
                 .clone();
             while let Ok(waiting) = queue.try_recv() {
-                if let Ok(pseudonym) = waiting.pseudonym.parse::<Pseudonym>() {
-                    self.hand_on(pseudonym, HandOver::Unsubscribed);
-                }
+                self.hand_on(waiting.pseudonym, HandOver::Unsubscribed);
             }
         }
     }
@@ -357,8 +357,10 @@ impl Broker {
         let refusal = if another {
             match self.delivery.provider_queues[service]
                 .sender
-                .try_send(forwarded)
-            {
+                .try_send(Queued {
+                    pseudonym,
+                    request: forwarded,
+                }) {
                 Ok(()) => {
                     metrics::counter!(
                         catalog::LOCATION_REHANDED,

@@ -9,16 +9,26 @@
 //! every Subscribe stream once its queue is drained.
 use std::sync::{Arc, RwLock};
 
+use crate::location::Pseudonym;
 use crate::proto::CloakedRequest;
 use crate::telemetry::catalog;
 
-/// One service's queue. A request on it is shared with its route (which keeps it until a provider
-/// acknowledges it), so neither the broker nor a hand-over copies it.
+/// A cloaked request on a queue, with the pseudonym the broker drew for it, so a Subscribe stream
+/// reports what it took (`Delivered`) without parsing the request's pseudonym back from its text.
+/// The request is shared with its route (which keeps it until a provider acknowledges it), so
+/// neither the broker nor a hand-over copies it.
+#[derive(Debug, Clone)]
+pub struct Queued {
+    pub pseudonym: Pseudonym,
+    pub request: Arc<CloakedRequest>,
+}
+
+/// One service's queue.
 #[derive(Debug, Clone)]
 pub struct ProviderQueue {
     pub service: String,
-    pub sender: async_channel::Sender<Arc<CloakedRequest>>,
-    pub receiver: async_channel::Receiver<Arc<CloakedRequest>>,
+    pub sender: async_channel::Sender<Queued>,
+    pub receiver: async_channel::Receiver<Queued>,
     /// `cloakd_location_provider_queue_depth{service}`.
     pub depth: metrics::Gauge,
 }

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::location::Pseudonym;
 use crate::proto::CloakedRequest;
 
 use super::message::{Command, ProviderId, ProviderWindow, StreamEnd};
+use super::provider_queues::Queued;
 
 /// Tells the broker the stream ended when it is dropped (the provider went away, or the stream was
 /// closed), so the requests it has not acknowledged are handed on.
@@ -57,9 +57,9 @@ pub(crate) struct ProviderStream {
 
 struct State {
     stream: ProviderStream,
-    queue: async_channel::Receiver<Arc<CloakedRequest>>,
+    queue: async_channel::Receiver<Queued>,
     /// Requests taken (and reported `Delivered`) but not yet handed to the stream.
-    taken: VecDeque<Arc<CloakedRequest>>,
+    taken: VecDeque<Queued>,
     _guard: ProviderGuard,
     ended: bool,
 }
@@ -71,7 +71,7 @@ impl ProviderStream {
     /// The response stream of Subscribe over the service's `queue`.
     pub(crate) fn into_stream(
         self,
-        queue: async_channel::Receiver<Arc<CloakedRequest>>,
+        queue: async_channel::Receiver<Queued>,
     ) -> impl Stream<Item = Result<CloakedRequest, StreamEnd>> + Send + 'static {
         let guard = ProviderGuard {
             provider: self.provider,
@@ -130,7 +130,7 @@ impl ProviderStream {
             }
             let pseudonyms = std::iter::once(&cloaked)
                 .chain(state.taken.iter())
-                .filter_map(|c| c.pseudonym.parse::<Pseudonym>().ok())
+                .map(|q| q.pseudonym)
                 .collect();
             let _ = s
                 .commands
@@ -147,6 +147,6 @@ impl ProviderStream {
 
 /// The request to encode: the broker's route still holds it until it is acknowledged, so this is
 /// the one copy of a forwarded request, made on the stream's task rather than on the broker's.
-fn owned(cloaked: Arc<CloakedRequest>) -> CloakedRequest {
-    Arc::unwrap_or_clone(cloaked)
+fn owned(cloaked: Queued) -> CloakedRequest {
+    Arc::unwrap_or_clone(cloaked.request)
 }

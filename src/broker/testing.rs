@@ -198,7 +198,7 @@ impl Fixture {
         let mut taken = Vec::new();
         while let Ok(request) = queue.try_recv() {
             provider.window.take();
-            taken.push(Arc::unwrap_or_clone(request));
+            taken.push(Arc::unwrap_or_clone(request.request));
         }
         let pseudonyms = taken.iter().map(pseudonym).collect();
         self.handle(Command::Delivered {
