@@ -35,7 +35,8 @@ pub(super) struct AdmissionState {
     /// Keyed hash (random key per broker) giving each user id the same key for the broker's lifetime,
     /// also while he has nothing pending, as memorized anonymity sets need.
     user_keys: std::hash::RandomState,
-    pending_keys: HashSet<(UserKey, u64)>,
+    /// foldhash: the user key is a keyed hash the client cannot predict.
+    pending_keys: HashSet<(UserKey, u64), foldhash::fast::RandomState>,
 }
 
 impl AdmissionState {

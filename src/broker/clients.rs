@@ -16,7 +16,8 @@ use crate::proto::{self, LocationEvent};
 /// The client streams of this broker, and which of them have events waiting this wake-up.
 #[derive(Default)]
 pub(super) struct ClientStreams {
-    streams: HashMap<ClientId, ClientState>,
+    /// foldhash: the broker's own sequential ids.
+    streams: HashMap<ClientId, ClientState, foldhash::fast::RandomState>,
     /// Clients with events in their outbox, in the order of their first event this wake-up.
     to_flush: Vec<ClientId>,
 }
@@ -76,7 +77,8 @@ pub(super) struct ClientState {
     pub(super) final_status: Option<StreamEnd>,
     pub(super) principal: Arc<str>,
     pub(super) rate_limited: bool,
-    pub(super) pending: HashSet<RequestId>,
+    /// foldhash: the broker's own sequential ids.
+    pub(super) pending: HashSet<RequestId, foldhash::fast::RandomState>,
     /// Forwarded requests whose pseudonym is still routable and has not been answered yet.
     pub(super) awaiting_answer: usize,
     pub(super) draining: bool,
@@ -97,7 +99,7 @@ impl ClientState {
             final_status: None,
             principal,
             rate_limited,
-            pending: HashSet::new(),
+            pending: HashSet::default(),
             awaiting_answer: 0,
             draining,
         }

@@ -385,7 +385,8 @@ pub struct Engine {
     sessions: SessionTable,
     /// With sessions: the slots of each user's pending requests, so a request in a session looks
     /// up its memorized users' requests directly instead of scanning its constraint box.
-    slots_of_user: HashMap<UserKey, Vec<u32>>,
+    /// foldhash: a user key is a keyed hash (or an index), never a value a client chooses.
+    slots_of_user: HashMap<UserKey, Vec<u32>, foldhash::fast::RandomState>,
     /// The time of the arrival being searched (the formation time of a group it completes).
     now_ms: i64,
     stats: SearchStats,
@@ -411,7 +412,7 @@ impl Engine {
             k_values: Vec::new(),
             candidate_slots: Vec::new(),
             sessions: SessionTable::new(SessionSettings::OFF),
-            slots_of_user: HashMap::new(),
+            slots_of_user: HashMap::default(),
             now_ms: 0,
             stats: SearchStats::default(),
         }

@@ -195,7 +195,8 @@ struct Tracked {
 #[derive(Debug, Clone)]
 pub struct PresenceEngine {
     params: PresenceParams,
-    users: HashMap<UserKey, Tracked>,
+    /// foldhash: a user key is a keyed hash (or an index), never a value a client chooses.
+    users: HashMap<UserKey, Tracked, foldhash::fast::RandomState>,
     /// The snapshot ordered by (Hilbert value, user key), as of the last [`Self::place`]: users
     /// whose position changed since are listed in `unplaced`. Updates only record positions, so
     /// clique requests (every one of which updates its user) do not pay for the order.
@@ -226,7 +227,7 @@ impl PresenceEngine {
         let pad_key = rng.random();
         PresenceEngine {
             params,
-            users: HashMap::new(),
+            users: HashMap::default(),
             order: BTreeMap::new(),
             unplaced: Vec::new(),
             by_age: VecDeque::new(),
