@@ -218,10 +218,22 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    // The run is a task of the runtime, not the main thread's future: its streams' readers wake it
+    // many thousand times a second, and waking a task on a worker needs no system call.
     if !args.compare.is_empty() {
-        return runtime.block_on(compare::run(&args, &points));
+        let run = runtime.spawn(async move { compare::run(&args, &points).await });
+        return runtime
+            .block_on(run)
+            .context("the comparison task failed")?;
     }
-    let report = runtime.block_on(simulate(&args, &points))?;
+    let run = runtime.spawn(async move {
+        let report = simulate(&args, &points).await;
+        (args, report)
+    });
+    let (args, report) = runtime
+        .block_on(run)
+        .context("the simulation task failed")?;
+    let report = report?;
     print_report(&report);
     if let Some(path) = &args.json {
         cloakd::atomic_file::write(path, &serde_json::to_vec_pretty(&report)?)
