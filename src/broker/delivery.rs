@@ -147,10 +147,8 @@ impl Broker {
         let forwarded = Arc::new(forwarded);
         match self.delivery.provider_queues[service]
             .sender
-            .try_send(Queued {
-                pseudonym,
-                request: Arc::clone(&forwarded),
-            }) {
+            .try_send(Queued::new(pseudonym, Arc::clone(&forwarded)))
+        {
             Ok(()) => {
                 self.delivery.routes.insert(
                     pseudonym,
@@ -357,10 +355,8 @@ impl Broker {
         let refusal = if another {
             match self.delivery.provider_queues[service]
                 .sender
-                .try_send(Queued {
-                    pseudonym,
-                    request: forwarded,
-                }) {
+                .try_send(Queued::new(pseudonym, forwarded))
+            {
                 Ok(()) => {
                     metrics::counter!(
                         catalog::LOCATION_REHANDED,

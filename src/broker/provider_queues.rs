@@ -23,6 +23,18 @@ pub struct Queued {
     pub request: Arc<CloakedRequest>,
 }
 
+impl Queued {
+    /// The entry of `request`, whose pseudonym is `pseudonym` (checked in debug builds).
+    pub fn new(pseudonym: Pseudonym, request: Arc<CloakedRequest>) -> Queued {
+        debug_assert_eq!(
+            request.pseudonym.parse::<Pseudonym>().ok(),
+            Some(pseudonym),
+            "a queued request carries the pseudonym it is queued under"
+        );
+        Queued { pseudonym, request }
+    }
+}
+
 /// One service's queue.
 #[derive(Debug, Clone)]
 pub struct ProviderQueue {
