@@ -12,7 +12,12 @@
 # 25051), in a temporary directory, and replays the trace against it with the simulator on the same
 # machine. Default simulate options: issue 44's run, the Oldenburg 10k trace at 50,000 requests/s.
 # Each row also gives the simulator's own CPU per request and what a probe thread beside the run saw
-# of the machine's scheduling delay (p99 and longest, see probe() below).
+# of the machine's scheduling delay (p99 and longest, see probe() below). And where a request's
+# broker overhead is spent: "in daemon" is the daemon's own mean of it (from reading the request off
+# its stream to the broker having handled it, `cloakd_location_broker_overhead_seconds` scraped after
+# the run), the rest is the two gRPC hops and the simulator; "broker run/wait" is the broker thread's
+# time on a core and its time runnable but waiting for one, per request (from
+# /proc/PID/task/*/schedstat): a wait near the run time says the 2 cores, not the code, set the pace.
 #
 #   cargo build --release
 #   benches/location_grpc.sh 41db5d7 3
@@ -80,8 +85,39 @@ print("%.2f %.2f" % (late[int(0.99 * (n - 1))] * 1e3, late[-1] * 1e3) if n else 
 PY
 }
 
+# broker_sched PID: the broker thread's nanoseconds on a core and runnable waiting for one ("- -"
+# when it cannot be read).
+broker_sched() {
+    local t
+    for t in /proc/"$1"/task/*; do
+        if [ "$(cat "$t/comm" 2>/dev/null)" = cloakd-broker ]; then
+            cut -d' ' -f1,2 "$t/schedstat" && return
+        fi
+    done
+    echo "- -"
+}
+
+# in_daemon DIR: "in-daemon mean overhead (ms), broker run and wait per request (µs)" from the
+# daemon's /metrics and the two schedstat snapshots; "-" for what could not be read.
+in_daemon() {
+    local metrics
+    metrics=$( (exec 3<>"/dev/tcp/127.0.0.1/$metrics_port" &&
+        printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3) 2>/dev/null || true)
+    echo "$metrics" | awk -v before="$(cat "$1/sched.before")" -v after="$(cat "$1/sched.after")" '
+        /^cloakd_location_broker_overhead_seconds_sum/ { sum = $2 }
+        /^cloakd_location_broker_overhead_seconds_count/ { n = $2 }
+        END {
+            split(before, b, " "); split(after, a, " ")
+            if (n > 0) printf "%.2f ", 1000 * sum / n; else printf "- "
+            if (n > 0 && b[1] != "-" && a[1] != "-")
+                printf "%.1f %.1f\n", (a[1] - b[1]) / n / 1000, (a[2] - b[2]) / n / 1000
+            else
+                printf "- -\n"
+        }'
+}
+
 # run BINARY [simulate options]: one daemon, one replay; writes "success p50 p99 cpu_us sim_cpu_us
-# probe_p99_ms probe_max_ms" to $work/result.
+# probe_p99_ms probe_max_ms in_daemon_ms broker_run_us broker_wait_us" to $work/result.
 run() {
     local bin=$1 dir
     shift
@@ -95,9 +131,12 @@ run() {
     done
     probe "$dir/stop" >"$dir/probe.out" &
     local prober=$!
+    broker_sched "$daemon" >"$dir/sched.before"
     "$current" simulate --addr "http://127.0.0.1:$port" --pid "$daemon" "$@" >"$dir/simulate.out" 2>&1
+    broker_sched "$daemon" >"$dir/sched.after"
     touch "$dir/stop"
     wait "$prober" || true
+    in_daemon "$dir" >"$dir/in_daemon.out"
     kill "$daemon" 2>/dev/null || true
     wait "$daemon" 2>/dev/null || true
     daemon=
@@ -108,17 +147,18 @@ run() {
         /^CPU of simulate/ { sim = $6 }
         END { printf "%s %s %s %s %s ", s, p50, p99, c, sim }
     ' "$dir/simulate.out" >"$work/result"
-    cat "$dir/probe.out" >>"$work/result"
+    tr '\n' ' ' <"$dir/probe.out" >>"$work/result"
+    cat "$dir/in_daemon.out" >>"$work/result"
 }
 
-printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %-18s %s\n' round build success "p50 (ms)" "p99 (ms)" "CPU/req (µs)" "sim CPU (µs)" "probe p99/max (ms)" load
+printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %-18s %-16s %-22s %s\n' round build success "p50 (ms)" "p99 (ms)" "CPU/req (µs)" "sim CPU (µs)" "probe p99/max (ms)" "in daemon (ms)" "broker run/wait (µs)" load
 for r in $(seq 1 "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then order="base current"; else order="current base"; fi
     for which in $order; do
         if [ "$which" = base ]; then bin=$base; name=$base_sha; else bin=$current; name=$current_sha; fi
         run "$bin" "$@"
-        read -r success p50 p99 cpu sim probe_p99 probe_max <"$work/result"
+        read -r success p50 p99 cpu sim probe_p99 probe_max in_daemon broker_run broker_wait <"$work/result"
         load=$(cut -d' ' -f1 /proc/loadavg)
-        printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %-18s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "${sim:--}" "$probe_p99/$probe_max" "$load"
+        printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %-18s %-16s %-22s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "${sim:--}" "$probe_p99/$probe_max" "${in_daemon:--}" "${broker_run:--}/${broker_wait:--}" "$load"
     done
 done
