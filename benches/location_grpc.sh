@@ -86,13 +86,17 @@ PY
 }
 
 # broker_sched PID: the broker thread's nanoseconds on a core and runnable waiting for one ("- -"
-# when it cannot be read).
+# when it cannot be read). The thread may start just after the port opens, so it is looked for
+# for up to a second.
 broker_sched() {
     local t
-    for t in /proc/"$1"/task/*; do
-        if [ "$(cat "$t/comm" 2>/dev/null)" = cloakd-broker ]; then
-            cut -d' ' -f1,2 "$t/schedstat" && return
-        fi
+    for _ in $(seq 1 20); do
+        for t in /proc/"$1"/task/*; do
+            if [ "$(cat "$t/comm" 2>/dev/null)" = cloakd-broker ]; then
+                cut -d' ' -f1,2 "$t/schedstat" && return
+            fi
+        done
+        sleep 0.05
     done
     echo "- -"
 }
