@@ -164,5 +164,23 @@ for r in $(seq 1 "$rounds"); do
         read -r success p50 p99 cpu sim probe_p99 probe_max in_daemon broker_run broker_wait <"$work/result"
         load=$(cut -d' ' -f1 /proc/loadavg)
         printf '%-6s %-16s %-10s %-12s %-12s %-14s %-14s %-18s %-16s %-22s %s\n' "$r" "$name" "$success%" "$p50" "$p99" "$cpu" "${sim:--}" "$probe_p99/$probe_max" "${in_daemon:--}" "${broker_run:--}/${broker_wait:--}" "$load"
+        echo "$name $p50 $p99 $cpu" >>"$work/rows"
     done
+done
+
+# Per build: the best and the median of the rounds (issue 44's targets are the best of three quiet runs).
+echo
+printf '%-16s %-22s %-22s %s\n' build "p50 best/median (ms)" "p99 best/median (ms)" "CPU/req median (µs)"
+for name in "$base_sha" "$current_sha"; do
+    awk -v name="$name" '
+        function median(v, n,   i, j, t) {
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+            return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        }
+        $1 == name && $2 != "" { n++; p50[n] = $2; p99[n] = $3; cpu[n] = $4 }
+        END {
+            if (n == 0) exit
+            m50 = median(p50, n); m99 = median(p99, n); mc = median(cpu, n)
+            printf "%-16s %-22s %-22s %.1f\n", name, sprintf("%.2f/%.2f", p50[1], m50), sprintf("%.2f/%.2f", p99[1], m99), mc
+        }' "$work/rows"
 done
