@@ -105,7 +105,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 30)]
     pub drain_secs: u64,
     /// Worker threads of the simulator's own runtime. One keeps the load generator's share of a
-    /// machine it shares with the daemon small (at 50,000 requests/s on 2 cores it took 9.4-10.1 µs
+    /// machine it shares with the daemon small (at 50,000 requests/s on 2 cores it took 9.1-10.1 µs
     /// per request against 10.4-11.6 with two, docs/performance.md); it still offered 100,000
     /// requests/s there. Raise it when the report's "offered" falls short of `--rate`.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
