@@ -32,6 +32,11 @@ pub struct SimulationReport {
     pub seconds: f64,
     /// Requests sent per second while sending.
     pub offered_per_s: f64,
+    /// The schedule's sending time: the last request's due time after the start.
+    pub planned_sending_seconds: f64,
+    /// How late the last request went out against its due time: about the timer's millisecond
+    /// when the simulator kept its schedule, more when it fell behind.
+    pub send_lag_ms: f64,
     /// Requests handled per second: cloaked outcomes over the time from the first send to the last
     /// Cloaked event (a group forms on an arrival, so this is the broker's cloaking rate).
     pub throughput_per_s: f64,
@@ -125,6 +130,8 @@ pub(super) struct Tally {
 pub(super) struct RunFacts {
     /// From the first to the last send.
     pub(super) sending_seconds: f64,
+    pub(super) planned_sending_seconds: f64,
+    pub(super) send_lag_ms: f64,
     pub(super) cpu_seconds: Option<f64>,
     pub(super) simulator_cpu_seconds: Option<f64>,
     pub(super) updates_sent: u64,
@@ -338,6 +345,8 @@ impl Tally {
             median_relative_temporal_resolution: median(&mut self.temporal),
             seconds,
             offered_per_s: total as f64 / facts.sending_seconds,
+            planned_sending_seconds: facts.planned_sending_seconds,
+            send_lag_ms: facts.send_lag_ms,
             throughput_per_s: cloaked as f64 / cloaking_seconds,
             cloak_latency_ms: Percentiles::of(&self.cloak_latency),
             reply_latency_ms: Percentiles::of(&self.reply_latency),
@@ -400,8 +409,8 @@ pub(super) fn print_report(r: &SimulationReport) {
         r.median_relative_temporal_resolution
     );
     println!(
-        "throughput           {:.0} cloaked requests/s (offered {:.0} requests/s; run {:.2} s incl. expiries)",
-        r.throughput_per_s, r.offered_per_s, r.seconds
+        "throughput           {:.0} cloaked requests/s (offered {:.0} requests/s, the last {:.1} ms after its due time; run {:.2} s incl. expiries)",
+        r.throughput_per_s, r.offered_per_s, r.send_lag_ms, r.seconds
     );
     for (name, p) in [
         ("cloak latency", &r.cloak_latency_ms),
