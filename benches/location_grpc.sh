@@ -33,14 +33,17 @@ trace=${TRACE:-$repo/../shared/data/mobility/oldenburg_10k.csv.gz}
 if [ $# -eq 0 ]; then
     set -- --trace "$trace" --limit 300000 --clients 32 --rate 50000
 fi
-current=${CLOAKD:-$repo/target/release/cloakd}
+# Absolute, since each daemon starts in a directory of its own.
+current=$(realpath -m "${CLOAKD:-$repo/target/release/cloakd}")
 port=${PORT:-25051}
 metrics_port=$((port + 1))
 work=$(mktemp -d)
 daemon=
+prober=
 
 cleanup() {
     if [ -n "$daemon" ]; then kill -9 "$daemon" 2>/dev/null || true; fi
+    if [ -n "$prober" ]; then kill "$prober" 2>/dev/null || true; fi
     git -C "$repo" worktree remove --force "$work/base" 2>/dev/null || true
     rm -rf "$work"
 }
@@ -49,7 +52,8 @@ trap cleanup EXIT
 [ -x "$current" ] || { echo "no $current: cargo build --release first" >&2; exit 1; }
 base_sha=$(git -C "$repo" rev-parse --short "$base_rev")
 if [ -n "${BASE_CLOAKD:-}" ]; then
-    base=$BASE_CLOAKD # a release build of BASE_REV made elsewhere
+    base=$(realpath -m "$BASE_CLOAKD") # a release build of BASE_REV made elsewhere
+    [ -x "$base" ] || { echo "no $base (BASE_CLOAKD)" >&2; exit 1; }
 else
     git -C "$repo" worktree add --quiet --detach "$work/base" "$base_sha"
     echo "building $base_sha (target/bench-base) ..." >&2
@@ -75,7 +79,8 @@ probe() {
     python3 - "$1" <<'PY'
 import os, sys, time
 late = []
-while not os.path.exists(sys.argv[1]):
+# Also stop if the run's directory is gone (the script ended early).
+while not os.path.exists(sys.argv[1]) and os.path.isdir(os.path.dirname(sys.argv[1])):
     t = time.perf_counter()
     time.sleep(0.001)
     late.append(time.perf_counter() - t - 0.001)
@@ -130,16 +135,26 @@ run() {
     (cd "$dir" && exec "$bin" serve --listen "127.0.0.1:$port" --config bench.toml >serve.log 2>&1) &
     daemon=$!
     for _ in $(seq 1 300); do
-        if listening "$port"; then break; fi
+        if listening "$port" || ! kill -0 "$daemon" 2>/dev/null; then break; fi
         sleep 0.1
     done
+    if ! listening "$port"; then
+        echo "the daemon $bin did not listen on port $port (it ended, or 30 s passed); its log:" >&2
+        cat "$dir/serve.log" >&2
+        exit 1
+    fi
     probe "$dir/stop" >"$dir/probe.out" &
-    local prober=$!
+    prober=$!
     broker_sched "$daemon" >"$dir/sched.before"
-    "$current" simulate --addr "http://127.0.0.1:$port" --pid "$daemon" "$@" >"$dir/simulate.out" 2>&1
+    if ! "$current" simulate --addr "http://127.0.0.1:$port" --pid "$daemon" "$@" >"$dir/simulate.out" 2>&1; then
+        echo "the simulator failed against $bin; its output:" >&2
+        cat "$dir/simulate.out" >&2
+        exit 1
+    fi
     broker_sched "$daemon" >"$dir/sched.after"
     touch "$dir/stop"
     wait "$prober" || true
+    prober=
     in_daemon "$dir" >"$dir/in_daemon.out"
     kill "$daemon" 2>/dev/null || true
     wait "$daemon" 2>/dev/null || true
