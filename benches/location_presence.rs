@@ -160,7 +160,7 @@ fn requests_model_quality(workload: &PeriodicWorkload, tolerance_m: f64) {
     let mut resolutions = Vec::new();
     for outcome in &out {
         if let Outcome::Cloaked(group) = outcome {
-            for (id, _) in &group.members {
+            for id in &group.members {
                 cloaked += 1;
                 let req = &requests[*id as usize];
                 resolutions.push(relative_spatial_resolution(

@@ -203,7 +203,7 @@ impl Broker {
         let earliest_deadline = group
             .members
             .iter()
-            .filter_map(|(id, _)| self.cloaking.pending.get(id).map(|entry| entry.deadline_ms))
+            .filter_map(|id| self.cloaking.pending.get(id).map(|entry| entry.deadline_ms))
             .min()
             .unwrap_or(now);
         let room = max_jitter.min(earliest_deadline.saturating_sub(now));
@@ -244,7 +244,7 @@ impl Broker {
             .requests
             .group_size
             .record(f64::from(group_size));
-        for (id, pseudonym) in group.members {
+        for id in group.members {
             let Some(entry) = self.take_pending(id) else {
                 continue;
             };
@@ -260,9 +260,9 @@ impl Broker {
                     service: entry.service,
                     payload: entry.payload,
                 },
-                pseudonym,
                 proto::Cloaked {
-                    pseudonym: pseudonym.to_string(),
+                    // Named by the route table.
+                    pseudonym: String::new(),
                     r#box: Some(cloaking_box),
                     t_start_ms: group.t_start_ms,
                     t_end_ms: group.t_end_ms,
@@ -305,9 +305,9 @@ impl Broker {
                         service: request.service,
                         payload: request.payload,
                     },
-                    region.pseudonym,
                     proto::Cloaked {
-                        pseudonym: region.pseudonym.to_string(),
+                        // Named by the route table.
+                        pseudonym: String::new(),
                         r#box: Some(to_proto_box(&region.cloaking_box)),
                         t_start_ms: now,
                         t_end_ms: now,

@@ -28,9 +28,8 @@ pub(super) struct DeliveryState {
     /// The broker's copy of the provider queues (by service index; grows on reload).
     pub(super) provider_queues: Vec<ProviderQueue>,
     pub(super) all_provider_queues: Arc<ProviderQueues>,
-    /// Sharded so that no single resize pauses the broker ([`super::routes`]).
+    /// Named by the broker, in the order they were made ([`super::routes`]).
     pub(super) routes: Routes<Route>,
-    pub(super) route_expiry: VecDeque<(i64, Pseudonym)>,
     pub(super) providers: HashMap<ProviderId, ProviderState>,
     /// When each delivered request must be acknowledged, in order (the ack time is one constant).
     pub(super) ack_expiry: VecDeque<(i64, Pseudonym, ProviderId)>,
@@ -44,7 +43,6 @@ impl DeliveryState {
             provider_queues,
             all_provider_queues,
             routes: Routes::default(),
-            route_expiry: VecDeque::new(),
             providers: HashMap::new(),
             ack_expiry: VecDeque::new(),
         }
@@ -96,10 +94,11 @@ pub(super) enum HandOver {
 }
 
 impl Broker {
-    /// Tells the client its request was cloaked and puts it on its service's provider queue under
-    /// `pseudonym` (or tells the client it was undelivered when the queue is full); in a cluster
-    /// without a provider of the service here, relays it to another replica's ([`super::replicas`]).
-    pub(super) fn deliver(&mut self, to: Delivery, pseudonym: Pseudonym, cloaked: proto::Cloaked) {
+    /// Names the request's route with a fresh pseudonym ([`super::routes`]), tells the client it
+    /// was cloaked and puts it on its service's provider queue under that pseudonym (or tells the
+    /// client it was undelivered when the queue is full); in a cluster without a provider of the
+    /// service here, relays it to another replica's ([`super::replicas`]).
+    pub(super) fn deliver(&mut self, to: Delivery, mut cloaked: proto::Cloaked) {
         let Delivery {
             client,
             request_no,
@@ -108,6 +107,9 @@ impl Broker {
             payload,
         } = to;
         self.metrics.cloaked.increment(1);
+        let expires = self.route_expires();
+        let pseudonym = self.delivery.routes.name(expires);
+        cloaked.pseudonym = pseudonym.to_string();
         let forwarded = CloakedRequest {
             pseudonym: cloaked.pseudonym.clone(),
             r#box: cloaked.r#box,
@@ -128,13 +130,20 @@ impl Broker {
         if self.relays(service) {
             self.relay(client, request_no, user, service, forwarded);
         } else {
-            self.enqueue(client, request_no, service, pseudonym, forwarded);
+            self.enqueue(client, request_no, service, pseudonym, forwarded, expires);
         }
         self.maybe_close(client);
     }
 
+    /// When a route made now expires (`location.answer_ttl_ms` from now).
+    pub(super) fn route_expires(&self) -> i64 {
+        self.clock
+            .now_ms()
+            .saturating_add(i64::try_from(self.cfg.answer_ttl_ms).unwrap_or(i64::MAX))
+    }
+
     /// Puts a cloaked request on its service's provider queue and routes its answers to `client`
-    /// (or tells the client it was undelivered when the queue is full).
+    /// until `expires` (or tells the client it was undelivered when the queue is full).
     pub(super) fn enqueue(
         &mut self,
         client: ClientId,
@@ -142,8 +151,8 @@ impl Broker {
         service: usize,
         pseudonym: Pseudonym,
         forwarded: CloakedRequest,
+        expires: i64,
     ) {
-        let now = self.clock.now_ms();
         let forwarded = Arc::new(forwarded);
         match self.delivery.provider_queues[service]
             .sender
@@ -161,11 +170,8 @@ impl Broker {
                         holder: None,
                         unacknowledged: Some(forwarded),
                     },
+                    expires,
                 );
-                self.delivery.route_expiry.push_back((
-                    now.saturating_add(i64::try_from(self.cfg.answer_ttl_ms).unwrap_or(i64::MAX)),
-                    pseudonym,
-                ));
                 if let Some(state) = self.clients.get_mut(&client) {
                     state.awaiting_answer += 1;
                 }
@@ -462,39 +468,33 @@ impl Broker {
 
     pub(super) fn prune_routes(&mut self) {
         let now = self.clock.now_ms();
-        while let Some(&(expires, pseudonym)) = self.delivery.route_expiry.front() {
-            if expires > now {
-                break;
+        while let Some((pseudonym, route)) = self.delivery.routes.pop_expired(now) {
+            if route.answered {
+                continue;
             }
-            self.delivery.route_expiry.pop_front();
-            if let Some(route) = self.delivery.routes.remove(&pseudonym)
-                && !route.answered
+            if let Some(holder) = route.holder
+                && let Some(state) = self.delivery.providers.get_mut(&holder)
+                && state.unacknowledged.remove(&pseudonym)
             {
-                if let Some(holder) = route.holder
-                    && let Some(state) = self.delivery.providers.get_mut(&holder)
-                    && state.unacknowledged.remove(&pseudonym)
-                {
-                    state.window.release();
-                }
-                if let Some(state) = self.clients.get_mut(&route.client) {
-                    state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
-                }
-                if route.unacknowledged.is_some() {
-                    let reason = format!(
-                        "no provider of service {:?} acknowledged it within {} ms (location.answer_ttl_ms)",
-                        self.delivery.provider_queues[route.service].service,
-                        self.cfg.answer_ttl_ms
-                    );
-                    self.undelivered(
-                        route.client,
-                        route.request_no,
-                        route.service,
-                        "expired",
-                        reason,
-                    );
-                }
-                self.maybe_close(route.client);
+                state.window.release();
             }
+            if let Some(state) = self.clients.get_mut(&route.client) {
+                state.awaiting_answer = state.awaiting_answer.saturating_sub(1);
+            }
+            if route.unacknowledged.is_some() {
+                let reason = format!(
+                    "no provider of service {:?} acknowledged it within {} ms (location.answer_ttl_ms)",
+                    self.delivery.provider_queues[route.service].service, self.cfg.answer_ttl_ms
+                );
+                self.undelivered(
+                    route.client,
+                    route.request_no,
+                    route.service,
+                    "expired",
+                    reason,
+                );
+            }
+            self.maybe_close(route.client);
         }
     }
 }

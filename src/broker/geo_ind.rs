@@ -7,14 +7,13 @@
 //! is charged first and released only once the charge is durable ([`super::geo_budget`]); the draws use the broker's generator seeded from the operating system,
 //! never the configurable `location.seed`; the true position appears in no event, log line or error
 //! (providers get the reported point, the area of retrieval and its bounding box).
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 use super::Broker;
 use super::delivery::Delivery;
 use super::geo_budget::GeoBudget;
 use super::message::{AdmittedRequest, ClientId, Rejection};
-use crate::location::Pseudonym;
 use crate::location::UserKey;
 use crate::location::geo_ind::{Mechanism, Reported, circle_bbox};
 use crate::proto::{self, GeoPoint};
@@ -139,14 +138,13 @@ impl Broker {
         budget_left: Option<f64>,
     ) {
         let now = self.clock.now_ms();
-        let pseudonym = Pseudonym(self.geo_ind.rng.random::<u128>());
         let Reported { lat, lon } = reported;
         let area = circle_bbox(lat, lon, retrieval_radius_m);
         self.deliver(
             to,
-            pseudonym,
             proto::Cloaked {
-                pseudonym: pseudonym.to_string(),
+                // Named by the route table.
+                pseudonym: String::new(),
                 r#box: Some(super::message::to_proto_box(&area)),
                 t_start_ms: now,
                 t_end_ms: now,

@@ -298,9 +298,9 @@ impl Broker {
             // waiting only for answers closes when its last route expires).
             let next_route = self
                 .delivery
-                .route_expiry
-                .front()
-                .map(|&(expires, _)| expires.saturating_add(1));
+                .routes
+                .next_expiry()
+                .map(|expires| expires.saturating_add(1));
             let next_ack = self.delivery.ack_expiry.front().map(|&(due, _, _)| due);
             let next_remote = self.replicas.remote.next_expiry();
             let next_expiry = [

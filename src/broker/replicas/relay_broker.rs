@@ -107,7 +107,8 @@ impl Broker {
             ClientState::new(events, Arc::from("relayed"), false, true),
         );
         // The client's replica puts the request's own number in every event.
-        self.enqueue(client, 0, service, pseudonym, request);
+        let expires = self.route_expires();
+        self.enqueue(client, 0, service, pseudonym, request, expires);
         self.maybe_close(client);
         Ok(())
     }

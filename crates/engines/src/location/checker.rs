@@ -19,7 +19,8 @@
 //!   deadline and not before any member arrived;
 //! - `Expired` is reported only for requests whose deadline is before the call's time, and after each
 //!   call no pending request is past its deadline (expiry is complete);
-//! - pseudonyms are unique; `next_deadline` and `pending_len` match the model after every call;
+//! - `next_deadline` and `pending_len` match the model after every call (pseudonyms are the
+//!   broker's, checked with its route table);
 //! - with sessions ([`check_sessions`]): for every user and session (from the formation of his first
 //!   group until `session_ms` later), the users common to all the session's groups holding a request of
 //!   his number at least the largest k among those requests. [`check_with`] then also accepts an
@@ -124,7 +125,6 @@ struct Model {
     pending: BTreeMap<RequestId, CloakRequest>,
     /// The pending requests ordered by (deadline, id).
     by_deadline: BTreeSet<(i64, RequestId)>,
-    pseudonyms: BTreeSet<u128>,
     summary: Summary,
 }
 
@@ -170,13 +170,10 @@ impl Model {
 
     fn group(&mut self, group: &super::CloakedGroup, forwarded_at_ms: i64) -> Result<(), String> {
         let mut members: Vec<CloakRequest> = Vec::new();
-        for (id, pseudonym) in &group.members {
+        for id in &group.members {
             let req = self
                 .remove(*id)
                 .ok_or_else(|| format!("group member {id} is not pending (or listed twice)"))?;
-            if !self.pseudonyms.insert(pseudonym.0) {
-                return Err(format!("pseudonym {pseudonym} reused"));
-            }
             members.push(req);
         }
         if members.is_empty() {
@@ -349,7 +346,6 @@ pub fn check_with(observations: &[Observation], early_expiry: bool) -> Result<Su
     let mut model = Model {
         pending: BTreeMap::new(),
         by_deadline: BTreeSet::new(),
-        pseudonyms: BTreeSet::new(),
         summary: Summary::default(),
     };
     for (step, observation) in observations.iter().enumerate() {
@@ -519,7 +515,7 @@ pub fn check_sessions(
             let members: Vec<&CloakRequest> = group
                 .members
                 .iter()
-                .map(|(id, _)| {
+                .map(|id| {
                     requests
                         .get(id)
                         .ok_or(format!("call {step}: unknown member {id}"))

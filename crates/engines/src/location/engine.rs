@@ -62,16 +62,14 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 use super::geo::{GeoBox, METRES_PER_DEGREE_LAT};
 use super::padding;
 use super::point_index::{IdHasher, IndexKind, PointIndex, SpatialIndex};
 use super::session::{SessionPolicy, SessionSettings, SessionTable};
-use super::{
-    CloakRequest, CloakedGroup, Outcome, Pseudonym, RequestId, SearchMode, SubmitError, UserKey,
-};
+use super::{CloakRequest, CloakedGroup, Outcome, RequestId, SearchMode, SubmitError, UserKey};
 
 /// Branches a clique search may explore (each costs a few bit operations).
 pub const BACKTRACK_BUDGET: usize = 512;
@@ -795,7 +793,7 @@ impl Engine {
         let mut t_start_ms = new.arrival_ms;
         let mut t_end_ms = new.arrival_ms;
         let mut members = Vec::with_capacity(self.chosen.len() + 1);
-        members.push((new.id, Pseudonym(self.rng.random::<u128>())));
+        members.push(new.id);
         if self.sessions.enabled() {
             let mut session_members = Vec::with_capacity(self.chosen.len() + 1);
             session_members.push((new.user, new.k));
@@ -816,7 +814,7 @@ impl Engine {
             }
             t_start_ms = t_start_ms.min(member.arrival_ms);
             t_end_ms = t_end_ms.max(member.arrival_ms);
-            members.push((member.id, Pseudonym(self.rng.random::<u128>())));
+            members.push(member.id);
             self.remove_slot(member.slot);
         }
         self.clean_deadline_top();
@@ -964,7 +962,7 @@ mod tests {
         outcomes
             .iter()
             .filter_map(|o| match o {
-                Outcome::Cloaked(g) => Some(g.members.iter().map(|m| m.0).collect()),
+                Outcome::Cloaked(g) => Some(g.members.clone()),
                 Outcome::Expired { .. } => None,
             })
             .collect()
@@ -1553,6 +1551,6 @@ mod tests {
         let first = run(42);
         assert!(groups(&first).len() > 1_000);
         assert_eq!(first, run(42));
-        assert_ne!(first, run(43), "pseudonyms depend on the seed");
+        assert_ne!(first, run(43), "the padding depends on the seed");
     }
 }

@@ -15,8 +15,10 @@
 //! - every member's point lies in the cloaking box, and the cloaking box lies in every member's
 //!   constraint box; the interval lies in every member's temporal constraint;
 //! - a group is forwarded no later than any member's deadline; a message whose deadline passed while it
-//!   was pending is reported expired and never forwarded; every message gets exactly one outcome;
-//! - pseudonyms are fresh (random, 128 bits) per forwarded message.
+//!   was pending is reported expired and never forwarded; every message gets exactly one outcome.
+//!
+//! The engine forwards nothing itself: the broker names each forwarded message with a fresh
+//! pseudonym ([`Pseudonym`]) when it routes it.
 //!
 //! A second model, presence k-anonymity (cloak at once into a reciprocal region of k users *present*), is
 //! in [`presence`], over the Hilbert order of [`hilbert`], with its independent checker in
@@ -111,7 +113,8 @@ impl CloakRequest {
     }
 }
 
-/// A one-time pseudonym: 128 random bits, shown as 32 lower-case hex digits.
+/// A one-time pseudonym: 128 bits that look random to anyone but the broker that named them,
+/// shown as 32 lower-case hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pseudonym(pub u128);
 
@@ -167,8 +170,8 @@ impl std::str::FromStr for Pseudonym {
 /// A set of requests cloaked together.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CloakedGroup {
-    /// The members and the fresh pseudonym each is forwarded under.
-    pub members: Vec<(RequestId, Pseudonym)>,
+    /// The members' requests (the broker names each one's route with a fresh pseudonym).
+    pub members: Vec<RequestId>,
     /// The members' MBR, padded at random inside every member's constraint box ([`padding`]), degrees.
     pub cloaking_box: GeoBox,
     /// Earliest and latest arrival among the members (Unix ms); `t_end_ms` is when the group formed.

@@ -44,17 +44,17 @@
 //!   one evicted; a user silent for longer than `max_age_ms` is forgotten.
 //!
 //! Pure: time is an argument (taken as non-decreasing; an earlier time is treated as the latest seen),
-//! pseudonyms come from a seeded RNG.
+//! and the padding's key comes from a seeded RNG.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::UserKey;
 use super::geo::{self, GeoBox};
 use super::hilbert::{ORDER, grid_cell, xy_to_d};
 use super::padding;
-use super::{Pseudonym, UserKey};
 
 mod partition;
 
@@ -121,8 +121,6 @@ pub struct PresenceRegion {
     pub cloaking_box: GeoBox,
     /// The users whose region this is (the requester among them), in Hilbert order.
     pub anonymity_set: Vec<UserKey>,
-    /// Fresh pseudonym under which the request is forwarded.
-    pub pseudonym: Pseudonym,
 }
 
 /// Why a presence request could not be cloaked (it is never forwarded).
@@ -216,15 +214,13 @@ pub struct PresenceEngine {
     generation: u64,
     ordered: OrderedSnapshot,
     partitions: HashMap<u32, Partition>,
-    rng: ChaCha8Rng,
     /// Secret key of the padding seeds (drawn from the seeded RNG at construction).
     pad_key: [u8; 32],
 }
 
 impl PresenceEngine {
     pub fn new(params: PresenceParams, seed: u64) -> PresenceEngine {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let pad_key = rng.random();
+        let pad_key = ChaCha8Rng::seed_from_u64(seed).random();
         PresenceEngine {
             params,
             users: HashMap::default(),
@@ -236,7 +232,6 @@ impl PresenceEngine {
             generation: 0,
             ordered: OrderedSnapshot::default(),
             partitions: HashMap::new(),
-            rng,
             pad_key,
         }
     }
@@ -472,7 +467,6 @@ impl PresenceEngine {
         Ok(PresenceOutcome::Cloaked(PresenceRegion {
             cloaking_box,
             anonymity_set,
-            pseudonym: Pseudonym(self.rng.random()),
         }))
     }
 

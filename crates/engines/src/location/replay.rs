@@ -164,7 +164,7 @@ impl CloakingQuality {
                 Outcome::Expired { .. } => self.expired += 1,
                 Outcome::Cloaked(group) => {
                     let size = group.members.len() as f64;
-                    for (id, _) in &group.members {
+                    for id in &group.members {
                         let Some(req) = request(*id) else { continue };
                         self.cloaked += 1;
                         self.sum_relative_anonymity += size / f64::from(req.k.max(1));

@@ -260,7 +260,7 @@ fn compare(requests: &[CloakRequest], share: f64, others: bool) -> Comparison {
         let members: Vec<_> = group
             .members
             .iter()
-            .map(|(id, _)| requests[*id as usize].clone())
+            .map(|id| requests[*id as usize].clone())
             .collect();
         let mut mbr = GeoBox::point(members[0].lat, members[0].lon);
         for m in &members {
