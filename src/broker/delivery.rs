@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::Broker;
 use super::message::{AnswerTally, ClientId, ProviderId, ProviderWindow, StreamEnd};
-use super::provider_queues::{ProviderQueue, ProviderQueues, Queued};
+use super::provider_queues::{ProviderQueue, ProviderQueues, Queued, Refused};
 use super::routes::Routes;
 use crate::location::{Pseudonym, UserKey};
 use crate::proto::{self, CloakedRequest, LocationEvent, location_event};
@@ -36,6 +36,14 @@ pub(super) struct DeliveryState {
 }
 
 impl DeliveryState {
+    /// Wakes the Subscribe streams waiting on the queues the broker put requests on (once per
+    /// wake-up of the broker, after its events are flushed).
+    pub(super) fn announce(&self) {
+        for queue in &self.provider_queues {
+            queue.queue.announce();
+        }
+    }
+
     pub(super) fn new(all_provider_queues: Arc<ProviderQueues>) -> DeliveryState {
         let mut provider_queues = Vec::new();
         all_provider_queues.extend(&mut provider_queues);
@@ -155,8 +163,8 @@ impl Broker {
     ) {
         let forwarded = Arc::new(forwarded);
         match self.delivery.provider_queues[service]
-            .sender
-            .try_send(Queued::new(pseudonym, Arc::clone(&forwarded)))
+            .queue
+            .put(Queued::new(pseudonym, Arc::clone(&forwarded)))
         {
             Ok(()) => {
                 self.delivery.routes.insert(
@@ -176,16 +184,16 @@ impl Broker {
                     state.awaiting_answer += 1;
                 }
             }
-            Err(err) => {
-                let (label, reason) = self.queue_refusal(service, err.is_full());
+            Err(refused) => {
+                let (label, reason) = self.queue_refusal(service, refused);
                 self.undelivered(client, request_no, service, label, reason);
             }
         }
     }
 
     /// The label and reason of a provider queue that refused a request (full, or closed at shutdown).
-    pub(super) fn queue_refusal(&self, service: usize, full: bool) -> (&'static str, String) {
-        if full {
+    pub(super) fn queue_refusal(&self, service: usize, refused: Refused) -> (&'static str, String) {
+        if refused == Refused::Full {
             (
                 "queue_full",
                 format!(
@@ -335,10 +343,8 @@ impl Broker {
         // daemon keeps them for a provider that subscribes again, docs/api.md.) The queue's depth
         // gauge follows after this wake-up, as for every change of the queue (`record_gauges`).
         if self.replicas.link.is_some() && !self.has_provider(state.service) {
-            let queue = self.delivery.provider_queues[state.service]
-                .receiver
-                .clone();
-            while let Ok(waiting) = queue.try_recv() {
+            let queue = self.delivery.provider_queues[state.service].queue.clone();
+            while let Some(waiting) = queue.try_take() {
                 self.hand_on(waiting.pseudonym, HandOver::Unsubscribed);
             }
         }
@@ -360,8 +366,8 @@ impl Broker {
         let another = self.has_provider(service);
         let refusal = if another {
             match self.delivery.provider_queues[service]
-                .sender
-                .try_send(Queued::new(pseudonym, forwarded))
+                .queue
+                .put(Queued::new(pseudonym, forwarded))
             {
                 Ok(()) => {
                     metrics::counter!(
@@ -371,7 +377,7 @@ impl Broker {
                     .increment(1);
                     return;
                 }
-                Err(err) => self.queue_refusal(service, err.is_full()),
+                Err(refused) => self.queue_refusal(service, refused),
             }
         } else {
             let service = &self.delivery.provider_queues[service].service;
@@ -702,7 +708,7 @@ mod tests {
             "{}",
             undelivered[0]
         );
-        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 1);
+        assert_eq!(f.queues.get("poi").unwrap().queue.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -770,7 +776,7 @@ mod tests {
             "a provider is subscribed"
         );
         f.tick();
-        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 3);
+        assert_eq!(f.queues.get("poi").unwrap().queue.len(), 3);
         assert_eq!(f.gauge_of_poi(LOCATION_PROVIDER_QUEUE_DEPTH), Some(3.0));
         [a, b]
     }
@@ -807,7 +813,7 @@ mod tests {
             other => panic!("expected one event for the relayed request, got {other:?}"),
         }
         assert!(!f.broker.clients.contains_key(&100), "its stream is over");
-        assert!(f.queues.get("poi").unwrap().receiver.is_empty());
+        assert!(f.queues.get("poi").unwrap().queue.is_empty());
         assert_eq!(f.gauge_of_poi(LOCATION_PROVIDER_QUEUE_DEPTH), Some(0.0));
     }
 
@@ -820,7 +826,7 @@ mod tests {
         f.leave(&provider);
         f.tick();
         assert!(drain(&mut a).0.is_empty());
-        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 2);
+        assert_eq!(f.queues.get("poi").unwrap().queue.len(), 2);
         assert_eq!(f.gauge_of_poi(LOCATION_PROVIDER_QUEUE_DEPTH), Some(2.0));
         let again = f.subscribe(11);
         assert_eq!(f.take(&again, "lbs").len(), 2);

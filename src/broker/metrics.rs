@@ -96,7 +96,7 @@ impl Broker {
         self.metrics.pending.set(self.cloaking.pending.len() as f64);
         self.metrics.command_queue.set(commands_waiting as f64);
         for queue in &self.delivery.provider_queues {
-            queue.depth.set(queue.sender.len() as f64);
+            queue.depth.set(queue.queue.len() as f64);
         }
     }
 }

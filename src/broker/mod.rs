@@ -350,6 +350,7 @@ impl Broker {
             self.prune_routes();
             self.expire_remote();
             self.flush_events();
+            self.delivery.announce();
             self.record_gauges(commands.len());
             telemetry::saturation::record_broker_busy(busy_from.elapsed());
         }

@@ -7,7 +7,15 @@
 //! already admitted for it are still delivered to the providers subscribed to it, while new
 //! requests and subscriptions naming it are refused. [`ProviderQueues::close`] (at shutdown) ends
 //! every Subscribe stream once its queue is drained.
-use std::sync::{Arc, RwLock};
+//!
+//! A queue ([`RequestQueue`]) holds at most its capacity, gives each entry to one stream, and
+//! wakes its waiting streams only when the broker announces what it put
+//! ([`RequestQueue::announce`], once at the end of each of the broker's wake-ups), so that a
+//! stream wakes once for all the requests of a wake-up rather than once for each. Every entry
+//! put is announced before the broker sleeps again.
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::location::Pseudonym;
 use crate::proto::CloakedRequest;
@@ -35,12 +43,132 @@ impl Queued {
     }
 }
 
+/// Why a queue refused an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// It holds its capacity already.
+    Full,
+    /// The daemon is shutting down.
+    Closed,
+}
+
+/// A bounded queue of cloaked requests with any number of takers (clones share it).
+#[derive(Debug, Clone)]
+pub struct RequestQueue {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    entries: Mutex<VecDeque<Queued>>,
+    capacity: usize,
+    closed: AtomicBool,
+    /// Set by a put, cleared by the announcement that wakes the takers.
+    unannounced: AtomicBool,
+    arrived: tokio::sync::Notify,
+}
+
+impl RequestQueue {
+    /// A queue of at most `capacity` (at least 1) requests.
+    pub fn new(capacity: usize) -> RequestQueue {
+        RequestQueue {
+            shared: Arc::new(Shared {
+                entries: Mutex::new(VecDeque::new()),
+                capacity: capacity.max(1),
+                closed: AtomicBool::new(false),
+                unannounced: AtomicBool::new(false),
+                arrived: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        self.shared
+            .entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Puts `entry` at the back, unless the queue is full or closed. Waiting takers are woken by
+    /// the next [`RequestQueue::announce`].
+    pub fn put(&self, entry: Queued) -> Result<(), Refused> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(Refused::Closed);
+        }
+        let mut entries = self.entries();
+        if entries.len() >= self.shared.capacity {
+            return Err(Refused::Full);
+        }
+        entries.push_back(entry);
+        drop(entries);
+        self.shared.unannounced.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Wakes the waiting takers if anything was put since the last announcement.
+    pub fn announce(&self) {
+        if self.shared.unannounced.swap(false, Ordering::AcqRel) {
+            self.shared.arrived.notify_waiters();
+        }
+    }
+
+    /// The front entry, if any.
+    pub fn try_take(&self) -> Option<Queued> {
+        self.entries().pop_front()
+    }
+
+    /// Moves up to `most` entries from the front to `into`.
+    pub fn take_up_to(&self, most: usize, into: &mut VecDeque<Queued>) {
+        let mut entries = self.entries();
+        let n = most.min(entries.len());
+        into.extend(entries.drain(..n));
+    }
+
+    /// The front entry, waiting for an announced one; `None` once the queue is closed and empty.
+    pub async fn take(&self) -> Option<Queued> {
+        loop {
+            let arrived = self.shared.arrived.notified();
+            tokio::pin!(arrived);
+            // Registered before looking, so an announcement made after the look wakes it.
+            arrived.as_mut().enable();
+            if let Some(entry) = self.try_take() {
+                return Some(entry);
+            }
+            if self.is_closed() {
+                return self.try_take();
+            }
+            arrived.await;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len() >= self.shared.capacity
+    }
+
+    /// Refuses every later put and wakes the takers, which end once the queue is empty.
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.arrived.notify_waiters();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+}
+
 /// One service's queue.
 #[derive(Debug, Clone)]
 pub struct ProviderQueue {
     pub service: String,
-    pub sender: async_channel::Sender<Queued>,
-    pub receiver: async_channel::Receiver<Queued>,
+    pub queue: RequestQueue,
     /// `cloakd_location_provider_queue_depth{service}`.
     pub depth: metrics::Gauge,
 }
@@ -79,11 +207,9 @@ impl ProviderQueues {
             if queues.iter().any(|q| q.service == *service) {
                 continue;
             }
-            let (sender, receiver) = async_channel::bounded(self.capacity);
             queues.push(ProviderQueue {
                 service: service.clone(),
-                sender,
-                receiver,
+                queue: RequestQueue::new(self.capacity),
                 depth: metrics::gauge!(catalog::LOCATION_PROVIDER_QUEUE_DEPTH, "service" => service.clone()),
             });
         }
@@ -110,7 +236,7 @@ impl ProviderQueues {
     /// Closes every queue: Subscribe streams end once they drained what is queued.
     pub fn close(&self) {
         for queue in self.read().iter() {
-            queue.sender.close();
+            queue.queue.close();
         }
     }
 }
@@ -134,7 +260,99 @@ mod tests {
         queues.extend(&mut local);
         assert_eq!(local[3].service, "d");
         queues.close();
-        assert!(local[0].sender.is_closed());
-        assert!(queues.get("c").unwrap().receiver.is_closed());
+        assert!(local[0].queue.is_closed());
+        assert!(queues.get("c").unwrap().queue.is_closed());
+    }
+
+    fn entry(n: u128) -> Queued {
+        let pseudonym = Pseudonym(n);
+        Queued::new(
+            pseudonym,
+            Arc::new(CloakedRequest {
+                pseudonym: pseudonym.to_string(),
+                ..CloakedRequest::default()
+            }),
+        )
+    }
+
+    /// A waiting taker wakes at the announcement, not at the put, and gets every entry of the
+    /// announcement in order; a full queue refuses; a closed one refuses puts and its takers end
+    /// once it is empty.
+    #[tokio::test]
+    async fn takers_wake_at_the_announcement_and_end_after_close() {
+        let queue = RequestQueue::new(3);
+        let taker = {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some(entry) = queue.take().await {
+                    got.push(entry.pseudonym.0);
+                }
+                got
+            })
+        };
+        tokio::task::yield_now().await;
+        queue.put(entry(1)).unwrap();
+        queue.put(entry(2)).unwrap();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(queue.len(), 2, "not taken before the announcement");
+        queue.announce();
+        while !queue.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        queue.put(entry(3)).unwrap();
+        queue.put(entry(4)).unwrap();
+        queue.put(entry(5)).unwrap();
+        assert!(queue.is_full());
+        assert_eq!(queue.put(entry(6)).unwrap_err(), Refused::Full);
+        queue.close();
+        assert_eq!(queue.put(entry(7)).unwrap_err(), Refused::Closed);
+        assert_eq!(taker.await.unwrap(), vec![1, 2, 3, 4, 5]);
+    }
+
+    /// Several takers of one queue: every entry goes to exactly one of them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_entry_goes_to_one_taker() {
+        let queue = RequestQueue::new(64);
+        let takers: Vec<_> = (0..3)
+            .map(|_| {
+                let queue = queue.clone();
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    while let Some(entry) = queue.take().await {
+                        got.push(entry.pseudonym.0);
+                        let mut more = VecDeque::new();
+                        queue.take_up_to(4, &mut more);
+                        got.extend(more.into_iter().map(|e| e.pseudonym.0));
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut n = 0u128;
+        while n < 2_000 {
+            if queue.put(entry(n)).is_ok() {
+                n += 1;
+            } else {
+                queue.announce();
+                tokio::task::yield_now().await;
+            }
+            if n.is_multiple_of(7) {
+                queue.announce();
+            }
+        }
+        queue.announce();
+        while !queue.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        queue.close();
+        let mut all = Vec::new();
+        for taker in takers {
+            all.extend(taker.await.unwrap());
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..2_000).collect::<Vec<_>>());
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::proto::CloakedRequest;
 
 use super::message::{Command, ProviderId, ProviderWindow, StreamEnd};
-use super::provider_queues::Queued;
+use super::provider_queues::{Queued, RequestQueue};
 
 /// Tells the broker the stream ended when it is dropped (the provider went away, or the stream was
 /// closed), so the requests it has not acknowledged are handed on.
@@ -57,7 +57,7 @@ pub(crate) struct ProviderStream {
 
 struct State {
     stream: ProviderStream,
-    queue: async_channel::Receiver<Queued>,
+    queue: RequestQueue,
     /// Requests taken (and reported `Delivered`) but not yet handed to the stream.
     taken: VecDeque<Queued>,
     _guard: ProviderGuard,
@@ -71,7 +71,7 @@ impl ProviderStream {
     /// The response stream of Subscribe over the service's `queue`.
     pub(crate) fn into_stream(
         self,
-        queue: async_channel::Receiver<Queued>,
+        queue: RequestQueue,
     ) -> impl Stream<Item = Result<CloakedRequest, StreamEnd>> + Send + 'static {
         let guard = ProviderGuard {
             provider: self.provider,
@@ -106,13 +106,13 @@ impl ProviderStream {
                 closed = &mut s.close => Err(closed.ok()),
                 taken = async {
                     s.window.room(s.window_limit).await;
-                    state.queue.recv().await
+                    state.queue.take().await
                 } => Ok(taken),
             };
             let cloaked = match taken {
-                Ok(Ok(cloaked)) => cloaked,
-                // The broker shut down (its queues are gone).
-                Ok(Err(_)) => return None,
+                Ok(Some(cloaked)) => cloaked,
+                // The daemon is shutting down and the queue is drained.
+                Ok(None) => return None,
                 Err(Some(end)) => {
                     state.ended = true;
                     return Some((Err(end), state));
@@ -122,7 +122,7 @@ impl ProviderStream {
             s.window.take();
             // Whatever else is queued already, while the window has room: one command for all.
             while state.taken.len() + 1 < TAKE_BATCH && s.window.has_room(s.window_limit) {
-                let Ok(more) = state.queue.try_recv() else {
+                let Some(more) = state.queue.try_take() else {
                     break;
                 };
                 s.window.take();

@@ -127,6 +127,7 @@ impl Fixture {
     pub(super) fn handle(&mut self, command: Command) {
         self.broker.handle(command);
         self.broker.flush_events();
+        self.broker.delivery.announce();
     }
 
     pub(super) fn open(&mut self, client: ClientId, principal: &str, rate_limited: bool) -> Events {
@@ -194,9 +195,9 @@ impl Fixture {
     /// Takes what the service's provider queue holds, as a Subscribe stream of `principal` would,
     /// and tells the broker (`Delivered`).
     pub(super) fn take(&mut self, provider: &Provider, principal: &str) -> Vec<CloakedRequest> {
-        let queue = self.queues.get("poi").expect("queue of poi").receiver;
+        let queue = self.queues.get("poi").expect("queue of poi").queue;
         let mut taken = Vec::new();
-        while let Ok(request) = queue.try_recv() {
+        while let Some(request) = queue.try_take() {
             provider.window.take();
             taken.push(Arc::unwrap_or_clone(request.request));
         }

@@ -30,7 +30,7 @@ impl Broker {
     /// (another replica's providers may have room).
     pub(in crate::broker) fn relays(&self, service: usize) -> bool {
         self.replicas.link.is_some()
-            && (self.delivery.provider_queues[service].sender.is_full()
+            && (self.delivery.provider_queues[service].queue.is_full()
                 || !self.has_provider(service))
     }
 
@@ -98,7 +98,7 @@ impl Broker {
         if !self.has_provider(service) {
             return Err(RelayRefusal::NoProvider);
         }
-        if self.delivery.provider_queues[service].sender.is_full() {
+        if self.delivery.provider_queues[service].queue.is_full() {
             return Err(RelayRefusal::QueueFull);
         }
         // The client's replica holds its principal to the rate limit.
@@ -158,13 +158,13 @@ mod tests {
             Err(RelayRefusal::NoProvider),
             "refused: nobody here would take it off the queue"
         );
-        assert!(f.queues.get("poi").unwrap().receiver.is_empty());
+        assert!(f.queues.get("poi").unwrap().queue.is_empty());
         assert!(!f.broker.clients.contains_key(&100), "nothing kept of it");
 
         // Taken again once a provider of the service is subscribed.
         let _again = f.subscribe(11);
         assert_eq!(f.relayed(&wire, 101, 2, relayed(2)), Ok(()));
-        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 1);
+        assert_eq!(f.queues.get("poi").unwrap().queue.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -186,6 +186,6 @@ mod tests {
             f.relayed(&wire, 103, 4, unreadable),
             Err(RelayRefusal::UnreadablePseudonym)
         );
-        assert_eq!(f.queues.get("poi").unwrap().receiver.len(), 2);
+        assert_eq!(f.queues.get("poi").unwrap().queue.len(), 2);
     }
 }

@@ -336,7 +336,7 @@ impl LbsGateway for LocationServices {
             close: closed,
             commands: self.commands.clone(),
         }
-        .into_stream(queue.receiver)
+        .into_stream(queue.queue)
         .map(|request| request.map_err(ended));
         Ok(Response::new(Box::pin(SlotStream {
             inner: Box::pin(stream),
