@@ -143,9 +143,9 @@ impl<V> Routes<V> {
         pseudonym
     }
 
-    /// Puts the route of `pseudonym`: into its slot when this table named it, or else (a
-    /// request relayed from another replica) into the map of relayed routes until `expires`.
-    /// Returns the route it replaced, if any.
+    /// Puts the route of `pseudonym`: into its slot when this table named it (where it keeps the
+    /// expiry it was named with), or else (a request relayed from another replica) into the map
+    /// of relayed routes until `expires`. Returns the route it replaced, if any.
     pub fn insert(&mut self, pseudonym: Pseudonym, route: V, expires: i64) -> Option<V> {
         if let Some((chunk, slot)) = self.own_slot(&pseudonym) {
             return self.ring[chunk][slot].route.replace(route);
